@@ -1,0 +1,1 @@
+"""gpukit: keep GPU training jobs running on rented GPU VMs."""

@@ -1,0 +1,81 @@
+"""The one small interface every backend implements, and the typed records at its boundary."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class VMSpec:
+    """What the user asks for (the gpukit_vm resource's inputs)."""
+
+    name: str
+    gpu_type: str
+    gpu_count: int
+    disk_gb: int
+    ssh_public_key: str
+
+
+@dataclass(frozen=True)
+class VMRecord:
+    """What a backend reports about a VM (the gpukit_vm resource's computed attributes)."""
+
+    id: str
+    name: str
+    ssh_host: str
+    ssh_port: int
+    ssh_user: str
+    host_key: str
+    gpu_type: str
+    gpu_count: int
+    backend: str
+    status: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BucketInfo:
+    """Where the persistent bucket is. Never holds credentials."""
+
+    endpoint: str
+    name: str
+    region: str
+
+
+@dataclass(frozen=True)
+class BucketCredentials:
+    """S3 credentials; expiring (STS-style) ones carry a session token and an expiry (epoch s)."""
+
+    access_key: str
+    secret_key: str
+    session_token: str | None = None
+    expires_at: float | None = None
+
+
+class Backend(Protocol):
+    """A cloud: creates, reads and deletes VMs, and says where its bucket is."""
+
+    name: str
+
+    def create_vm(self, spec: VMSpec) -> VMRecord:
+        """Create a VM and return once it accepts SSH."""
+        ...
+
+    def read_vm(self, vm_id: str) -> VMRecord | None:
+        """The VM's current record, or None when it is gone (terminated, lost, deleted)."""
+        ...
+
+    def delete_vm(self, vm_id: str) -> None:
+        """Delete the VM and everything on its disk. Deleting a gone VM is not an error."""
+        ...
+
+    def bucket(self) -> BucketInfo:
+        """The persistent bucket, started or looked up on demand."""
+        ...
+
+    def bucket_credentials(self) -> BucketCredentials:
+        """Credentials for the bucket (fresh ones where they expire)."""
+        ...

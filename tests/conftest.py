@@ -1,0 +1,38 @@
+"""Shared fixtures: a real rclone S3 server on loopback, in a throwaway GPUKIT_HOME."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+import pytest
+
+from glue.cloud.base import BucketCredentials, BucketInfo
+from glue.cloud.local_bucket import LocalBucket
+
+
+@dataclass
+class BucketHandle:
+    server: LocalBucket
+    info: BucketInfo
+    creds: BucketCredentials
+
+    def client(self):  # noqa: ANN201 - boto3 client type is dynamic
+        return boto3.client(
+            "s3",
+            endpoint_url=self.info.endpoint,
+            aws_access_key_id=self.creds.access_key,
+            aws_secret_access_key=self.creds.secret_key,
+            region_name="us-east-1",
+        )
+
+
+@pytest.fixture(scope="session")
+def local_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BucketHandle]:
+    """A running `rclone serve s3` with bucket `gpukit`; stopped at the end of the session."""
+    server = LocalBucket(Path(tmp_path_factory.mktemp("bucket-home")))
+    info = server.ensure_running()
+    yield BucketHandle(server=server, info=info, creds=server.credentials())
+    server.stop()

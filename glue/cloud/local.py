@@ -1,0 +1,209 @@
+"""The local backend: VMs as namespaced process trees on this machine, the bucket as rclone serve s3.
+
+A VM = `unshare --mount --uts --pid --fork` running glue.cloud.local_init as its PID 1 (overlay of
+the host root, private /root, tmpfs /run and /tmp, sshd on 127.0.0.1:<port>). Delete = SIGKILL that
+PID 1 (the kernel then kills every process in the namespace, FUSE daemons included; the mount
+namespace and its mounts go with them), then remove the disk directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from glue.cloud.base import BucketCredentials, BucketInfo, VMRecord, VMSpec
+from glue.cloud.local_bucket import HOST, LocalBucket, free_port, pid_alive
+from glue.errors import GlueError
+from glue.paths import write_secret
+
+BOOT_TIMEOUT = 20.0
+_spawn_lock = threading.Lock()  # terraform creates VMs in parallel: one port pick + spawn at a time
+
+
+def _start_time(pid: int) -> str | None:
+    """Process start time (clock ticks since boot), so a reused PID is not mistaken for our VM."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _ssh_banner(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=0.5) as s:
+            return s.recv(16).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def _keygen(path: Path) -> str:
+    """A fresh ed25519 host key pair; returns the public key line."""
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", str(path)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
+    pub = Path(f"{path}.pub").read_text().split()
+    return f"{pub[0]} {pub[1]}"
+
+
+def _readonly_binds() -> list[str]:
+    """Host trees under /root that the venv's interpreter needs (the VM's /root is private)."""
+    base = Path(os.path.realpath(sys.base_prefix))
+    return [str(base)] if base.is_relative_to("/root") else []
+
+
+class LocalBackend:
+    """Backend `local`: needs root (namespaces), openssh-server and fuse3."""
+
+    name = "local"
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.vms_dir = home / "vms"
+        self.bucket_server = LocalBucket(home)
+
+    # -- VMs ---------------------------------------------------------------------------------
+    def _vm_dir(self, vm_id: str) -> Path:
+        if not vm_id or "/" in vm_id or vm_id.startswith("."):
+            raise GlueError(f"invalid local VM id {vm_id!r}")
+        return self.vms_dir / vm_id
+
+    def create_vm(self, spec: VMSpec) -> VMRecord:
+        if spec.gpu_type != "none" or spec.gpu_count:
+            raise GlueError("the local backend has no GPUs: set gpu_type = \"none\" and gpu_count = 0")
+        for binary in ("/usr/sbin/sshd", shutil.which("unshare") or "/usr/bin/unshare"):
+            if not Path(binary).exists():
+                raise GlueError(f"{binary} is missing; run `make bootstrap` (installs openssh-server, util-linux)")
+        vm_id = f"{spec.name}-{secrets.token_hex(4)}"
+        vm_dir = self._vm_dir(vm_id)
+        vm_dir.mkdir(parents=True)
+        try:
+            return self._boot(vm_id, vm_dir, spec)
+        except BaseException:
+            self._teardown(vm_dir)
+            raise
+
+    def _boot(self, vm_id: str, vm_dir: Path, spec: VMSpec) -> VMRecord:
+        key_path = vm_dir / "ssh_host_ed25519_key"
+        host_key = _keygen(key_path)
+        with _spawn_lock:
+            port = free_port()
+            write_secret(
+                vm_dir / "config.json",
+                json.dumps(
+                    {
+                        "name": spec.name,
+                        "port": port,
+                        "authorized_key": spec.ssh_public_key,
+                        "host_key_private_hex": key_path.read_bytes().hex(),
+                        "readonly_binds": _readonly_binds(),
+                    }
+                ),
+            )
+            key_path.unlink()
+            log = open(vm_dir / "init.log", "ab")  # noqa: SIM115 - handed to the child
+            proc = subprocess.Popen(
+                ["unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child",
+                 sys.executable, "-m", "glue.cloud.local_init", str(vm_dir)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                cwd="/", env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+            )
+            log.close()
+            init_pid = None
+            deadline = time.monotonic() + BOOT_TIMEOUT
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    tail = (vm_dir / "init.log").read_text(errors="replace").strip().splitlines()[-3:]
+                    hint = " ".join(tail) or f"unshare exited {proc.returncode}"
+                    if "Operation not permitted" in hint:
+                        hint += " (creating namespaces needs root or CAP_SYS_ADMIN; run as root)"
+                    raise GlueError(f"local VM {spec.name} failed to boot: {hint}")
+                init_pid = init_pid or next(iter(_children(proc.pid)), None)
+                if init_pid and _ssh_banner(port):
+                    break
+                time.sleep(0.05)
+            else:
+                raise GlueError(f"local VM {spec.name}: sshd did not answer on {HOST}:{port} within {BOOT_TIMEOUT:.0f}s")
+        state = {"id": vm_id, "name": spec.name, "port": port, "host_key": host_key,
+                 "unshare_pid": proc.pid, "init_pid": init_pid, "init_start": _start_time(init_pid or 0)}
+        (vm_dir / "state.json").write_text(json.dumps(state))
+        return self._record(state, "running")
+
+    @staticmethod
+    def _record(state: dict[str, object], status: str) -> VMRecord:
+        return VMRecord(
+            id=str(state["id"]), name=str(state["name"]), ssh_host=HOST, ssh_port=int(str(state["port"])),
+            ssh_user="root", host_key=str(state["host_key"]), gpu_type="none", gpu_count=0,
+            backend="local", status=status,
+        )
+
+    def _state(self, vm_dir: Path) -> dict[str, object] | None:
+        try:
+            return dict(json.loads((vm_dir / "state.json").read_text()))
+        except (OSError, ValueError):
+            return None
+
+    def _init_alive(self, state: dict[str, object]) -> bool:
+        pid = int(str(state.get("init_pid") or 0))
+        return pid > 0 and pid_alive(pid) and _start_time(pid) == state.get("init_start")
+
+    def read_vm(self, vm_id: str) -> VMRecord | None:
+        vm_dir = self._vm_dir(vm_id)
+        state = self._state(vm_dir)
+        if state is None or not (vm_dir / "disk").is_dir() or not self._init_alive(state):
+            return None
+        return self._record(state, "running")
+
+    def list_vms(self) -> list[VMRecord]:
+        if not self.vms_dir.is_dir():
+            return []
+        found = (self.read_vm(p.name) for p in sorted(self.vms_dir.iterdir()) if p.is_dir())
+        return [r for r in found if r is not None]
+
+    def delete_vm(self, vm_id: str) -> None:
+        self._teardown(self._vm_dir(vm_id))
+
+    def _teardown(self, vm_dir: Path) -> None:
+        state = self._state(vm_dir) or {}
+        pids = []
+        if self._init_alive(state):
+            pids.append(int(str(state["init_pid"])))
+        unshare_pid = int(str(state.get("unshare_pid") or 0))
+        if unshare_pid and pid_alive(unshare_pid):
+            pids.extend(_children(unshare_pid))
+            pids.append(unshare_pid)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        shutil.rmtree(vm_dir, ignore_errors=True)
+        if vm_dir.exists():
+            raise GlueError(f"could not remove {vm_dir}; a process may still hold it (check `fuser -vm {vm_dir}`)")
+
+    # -- bucket ------------------------------------------------------------------------------
+    def bucket(self) -> BucketInfo:
+        return self.bucket_server.ensure_running()
+
+    def bucket_credentials(self) -> BucketCredentials:
+        return self.bucket_server.credentials()

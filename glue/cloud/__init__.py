@@ -1,1 +1,19 @@
+"""Backends behind one small interface (glue.cloud.base.Backend); one module per cloud."""
 
+from __future__ import annotations
+
+from pathlib import Path
+
+from glue.cloud.base import Backend
+from glue.errors import GlueError
+
+BACKENDS = ("local",)
+
+
+def get_backend(name: str, home: Path) -> Backend:
+    """The backend called `name`, with kit state under `home`."""
+    if name == "local":
+        from glue.cloud.local import LocalBackend
+
+        return LocalBackend(home)
+    raise GlueError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")

@@ -168,6 +168,9 @@ class LocalBackend:
         vm_dir = self._vm_dir(vm_id)
         state = self._state(vm_dir)
         if state is None or not (vm_dir / "disk").is_dir() or not self._init_alive(state):
+            if vm_dir.exists():
+                # Terminated out of band: like a cloud, its disk does not survive it.
+                self._teardown(vm_dir)
             return None
         return self._record(state, "running")
 

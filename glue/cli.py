@@ -1,0 +1,43 @@
+"""`glue`: the gpukit command line. Commands live in glue/commands/; this wires them up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from glue.errors import GlueError
+
+
+class GlueGroup(click.Group):
+    """Turns GlueError into one clear line on stderr and a non-zero exit, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except GlueError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=GlueGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gpukit")
+def cli() -> None:
+    """gpukit: keep GPU training jobs running on rented root-access GPU VMs."""
+
+
+def _register() -> None:
+    from glue.commands import cluster
+
+    for command in cluster.COMMANDS:
+        cli.add_command(command)
+
+
+_register()
+
+
+def main() -> None:
+    cli(prog_name="glue")
+
+
+if __name__ == "__main__":
+    main()

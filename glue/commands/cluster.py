@@ -1,0 +1,80 @@
+"""glue up / down / status / ssh."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from glue import cluster
+from glue.infra import ssh
+from glue.paths import home
+
+err = Console(stderr=True)
+
+
+@click.command()
+@click.option("--vms", type=int, default=None, help="Number of VMs (default: as last time, else 2).")
+@click.option("--backend", type=click.Choice(["local"]), default=None, help="Where VMs run (default: local).")
+@click.option("--no-configure", is_flag=True, help="Only create the VMs; skip the Ansible playbook.")
+def up(vms: int | None, backend: str | None, no_configure: bool) -> None:
+    """Create (or repair) the cluster: terraform apply, pin host keys, run the playbook."""
+    h = home()
+    cfg = cluster.ClusterConfig.load(h)
+    if vms is not None:
+        cfg.vms = vms
+    if backend is not None:
+        cfg.backend = backend
+    hosts = cluster.up(h, cfg, err, configure=not no_configure)
+    table = Table(title=f"cluster ({cfg.backend})", box=None)
+    for col in ("vm", "ssh", "gpu"):
+        table.add_column(col)
+    for host in hosts:
+        table.add_row(host.name, f"{host.ssh_user}@{host.ssh_host}:{host.ssh_port}",
+                      f"{host.gpu_count}x {host.gpu_type}")
+    err.print(table)
+
+
+@click.command()
+def down() -> None:
+    """Destroy the cluster's VMs. The bucket and everything in it stays."""
+    cluster.down(home(), err)
+    err.print("[green]cluster destroyed[/]; the bucket and its data are kept")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(as_json: bool) -> None:
+    """VMs (address, SSH reachable) and the bucket (reachable)."""
+    st = cluster.status(home())
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+        return
+    table = Table(title=f"VMs ({st['backend']})", box=None)
+    for col in ("vm", "ssh", "reachable"):
+        table.add_column(col)
+    for vm in st["vms"]:
+        ok = "[green]yes[/]" if vm["reachable"] else "[red]no[/]"
+        table.add_row(vm["name"], f"{vm['ssh_host']}:{vm['ssh_port']}", ok)
+    Console().print(table if st["vms"] else "no VMs (run `glue up`)")
+    b = st["bucket"]
+    ok = "[green]reachable[/]" if b["reachable"] else "[red]not reachable[/]"
+    Console().print(f"bucket {b['name']} at {b['endpoint']}: {ok}")
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("vm")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def ssh_cmd(vm: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND on VM over SSH (pinned host key): glue ssh gpukit-1 -- nvidia-smi"""
+    h = home()
+    result = ssh.run(h, cluster.host(h, vm), shlex.join(command), stream=True)
+    sys.exit(result.exit_code)
+
+
+ssh_cmd.name = "ssh"
+COMMANDS = [up, down, status, ssh_cmd]

@@ -1,0 +1,88 @@
+"""SSH to a VM with paramiko: our key, the pinned known_hosts, unknown or changed keys refused."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from glue.errors import GlueError
+from glue.infra.inventory import Host, known_hosts_path
+from glue.infra.keys import client_key
+
+
+@dataclass
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def connect(home: Path, host: Host, timeout: float = 5.0) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    client.load_host_keys(str(known_hosts_path(home)))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        client.connect(
+            host.ssh_host, port=host.ssh_port, username=host.ssh_user, key_filename=str(client_key(home)),
+            timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, allow_agent=False, look_for_keys=False,
+        )
+    except paramiko.BadHostKeyException as exc:
+        raise GlueError(
+            f"{host.name}: the host key at {host.ssh_host}:{host.ssh_port} CHANGED since it was pinned; refusing. "
+            "If the VM was replaced, run `glue up` to re-pin; otherwise treat this as an attack"
+        ) from exc
+    except paramiko.SSHException as exc:
+        if "not found in known_hosts" in str(exc):
+            raise GlueError(f"{host.name}: host key not pinned; run `glue up` to refresh known_hosts") from exc
+        raise GlueError(f"{host.name}: SSH failed: {exc}") from exc
+    except OSError as exc:
+        raise GlueError(f"{host.name}: cannot reach {host.ssh_host}:{host.ssh_port} ({exc.strerror or exc})") from exc
+    return client
+
+
+def run(home: Path, host: Host, command: str, timeout: float = 600, stream: bool = False) -> CommandResult:
+    """Run `command` on the VM; with stream=True its output goes to our stdout/stderr as it comes."""
+    client = connect(home, host)
+    try:
+        chan = client.get_transport().open_session()  # type: ignore[union-attr]
+        chan.settimeout(timeout)
+        chan.exec_command(command)
+        out, err = bytearray(), bytearray()
+        while True:
+            got = False
+            if chan.recv_ready():
+                data = chan.recv(65536)
+                out += data
+                got = True
+                if stream:
+                    sys.stdout.buffer.write(data)
+                    sys.stdout.flush()
+            if chan.recv_stderr_ready():
+                data = chan.recv_stderr(65536)
+                err += data
+                got = True
+                if stream:
+                    sys.stderr.buffer.write(data)
+                    sys.stderr.flush()
+            if not got:
+                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                chan.status_event.wait(0.05)
+        code = chan.recv_exit_status()
+    except socket.timeout as exc:
+        raise GlueError(f"{host.name}: command timed out after {timeout:.0f}s") from exc
+    finally:
+        client.close()
+    return CommandResult(code, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+def reachable(home: Path, host: Host, timeout: float = 3.0) -> bool:
+    """True when the VM answers SSH with its pinned key and runs a command."""
+    try:
+        return run(home, host, "true", timeout=timeout).exit_code == 0
+    except GlueError:
+        return False

@@ -1,0 +1,188 @@
+"""The one module that drives the terraform CLI, through its `-json` machine-readable output.
+
+Each backend's root config (terraform/envs/<backend>) is copied into <home>/terraform/<backend>/ and
+run there, so state, lock file and .terraform/ belong to the kit home, not the source tree.
+Variables travel in a tfvars.json file, not on the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from glue.errors import GlueError
+from glue.paths import PROJECT_ROOT
+from glue.tfprovider.install import install
+
+ENVS_DIR = PROJECT_ROOT / "terraform" / "envs"
+
+
+@dataclass
+class ResourceProgress:
+    """Live status of one resource during apply/destroy."""
+
+    action: str = ""
+    state: str = "pending"
+    started: float = field(default_factory=time.monotonic)
+    seconds: float | None = None
+
+
+def _terraform_binary() -> str:
+    found = shutil.which("terraform")
+    if not found:
+        raise GlueError(
+            "terraform is not on PATH; install Terraform >= 1.5 (a single binary) and run the command again"
+        )
+    return found
+
+
+class Terraform:
+    def __init__(self, home: Path, backend: str, console: Console | None = None) -> None:
+        self.home = home
+        self.backend = backend
+        self.src = ENVS_DIR / backend
+        if not self.src.is_dir():
+            raise GlueError(f"no Terraform env for backend {backend!r} (expected {self.src})")
+        self.workdir = home / "terraform" / backend
+        self.console = console or Console(stderr=True)
+        self.binary = _terraform_binary()
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "TF_CLI_CONFIG_FILE": str(install(self.home)),
+                "GPUKIT_HOME": str(self.home),
+                "TF_IN_AUTOMATION": "1",
+                "TF_INPUT": "0",
+                "CHECKPOINT_DISABLE": "1",
+            }
+        )
+        env.pop("TF_LOG", None)
+        return env
+
+    def _sync(self) -> None:
+        """Copy the env's .tf files into the working dir (removing ones deleted from the source)."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        wanted = {p.name: p.read_text() for p in self.src.glob("*.tf")}
+        for old in self.workdir.glob("*.tf"):
+            if old.name not in wanted:
+                old.unlink()
+        for name, text in wanted.items():
+            dst = self.workdir / name
+            if not dst.exists() or dst.read_text() != text:
+                dst.write_text(text)
+
+    def _stream(self, args: list[str]) -> Iterator[dict[str, Any]]:
+        """Run terraform with -json and yield its messages; raise GlueError on failure."""
+        proc = subprocess.Popen(
+            [self.binary, *args], cwd=self.workdir, env=self._env(), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        errors: list[str] = []
+        for line in proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if msg.get("type") == "diagnostic" and msg.get("diagnostic", {}).get("severity") == "error":
+                errors.append(_diag_line(msg["diagnostic"]))
+            yield msg
+        stderr = proc.stderr.read()
+        if proc.wait() != 0:
+            detail = "; ".join(dict.fromkeys(errors)) or stderr.strip().splitlines()[-1:] or ["unknown error"]
+            text = detail if isinstance(detail, str) else " ".join(detail)
+            raise GlueError(f"terraform {args[0]} failed: {text}")
+
+    def _vars_file(self, variables: dict[str, Any]) -> Path:
+        path = self.workdir / "gpukit.auto.tfvars.json"
+        path.write_text(json.dumps(variables, indent=2))
+        return path
+
+    # -- commands ------------------------------------------------------------------------------
+    def init(self) -> None:
+        self._sync()
+        for _ in self._stream(["init", "-json", "-input=false", "-upgrade"]):
+            pass
+
+    def apply(self, variables: dict[str, Any], destroy: bool = False) -> dict[str, ResourceProgress]:
+        """terraform apply (or destroy) with a live per-resource progress table."""
+        self.init()
+        self._vars_file(variables)
+        args = ["apply", "-json", "-input=false", "-auto-approve"] + (["-destroy"] if destroy else [])
+        rows: dict[str, ResourceProgress] = {}
+        with Live(_table(rows), console=self.console, refresh_per_second=8, transient=False) as live:
+            for msg in self._stream(args):
+                _track(rows, msg)
+                live.update(_table(rows))
+        return rows
+
+    def plan_changes(self, variables: dict[str, Any]) -> list[tuple[str, str]]:
+        """(address, action) for every change a plan would make."""
+        self.init()
+        self._vars_file(variables)
+        changes = []
+        for msg in self._stream(["plan", "-json", "-input=false"]):
+            if msg.get("type") == "planned_change":
+                ch = msg["change"]
+                changes.append((ch["resource"]["addr"], ch["action"]))
+        return changes
+
+    def outputs(self) -> dict[str, Any]:
+        if not (self.workdir / "terraform.tfstate").exists():
+            return {}
+        out = subprocess.run(
+            [self.binary, "output", "-json"], cwd=self.workdir, env=self._env(),
+            capture_output=True, text=True, check=False,
+        )
+        if out.returncode != 0:
+            raise GlueError(f"terraform output failed: {out.stderr.strip().splitlines()[-1:]}")
+        return {k: v["value"] for k, v in json.loads(out.stdout or "{}").items()}
+
+
+def _diag_line(diag: dict[str, Any]) -> str:
+    summary = str(diag.get("summary", "")).strip()
+    detail = " ".join(str(diag.get("detail", "")).split())
+    addr = diag.get("address")
+    text = f"{summary}: {detail}" if detail else summary
+    return f"{addr}: {text}" if addr else text
+
+
+def _track(rows: dict[str, ResourceProgress], msg: dict[str, Any]) -> None:
+    kind = msg.get("type", "")
+    hook = msg.get("hook", {})
+    addr = hook.get("resource", {}).get("addr")
+    if not addr:
+        return
+    if kind == "apply_start":
+        rows[addr] = ResourceProgress(action=hook.get("action", ""), state="running")
+    elif kind == "apply_complete":
+        row = rows.setdefault(addr, ResourceProgress(action=hook.get("action", "")))
+        row.state, row.seconds = "done", float(hook.get("elapsed_seconds", 0))
+    elif kind == "apply_errored":
+        row = rows.setdefault(addr, ResourceProgress(action=hook.get("action", "")))
+        row.state, row.seconds = "failed", time.monotonic() - row.started
+
+
+def _table(rows: dict[str, ResourceProgress]) -> Table:
+    table = Table(title="terraform", show_edge=False, box=None)
+    for col in ("resource", "action", "status", "seconds"):
+        table.add_column(col)
+    style = {"running": "yellow", "done": "green", "failed": "red"}
+    for addr, row in sorted(rows.items()):
+        secs = row.seconds if row.seconds is not None else time.monotonic() - row.started
+        table.add_row(addr, row.action, f"[{style.get(row.state, '')}]{row.state}[/]", f"{secs:.1f}")
+    return table

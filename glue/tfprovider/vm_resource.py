@@ -1,0 +1,112 @@
+"""resource "gpukit_vm": one VM on the configured backend.
+
+`read` answers None for a VM that is gone (terminated, killed, disk missing): Terraform then drops
+it from state and plans a fresh one, so recovering onto a new VM is just the next apply.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tf import schema, types
+from tf.iface import Config, CreateContext, DeleteContext, ReadContext, State, UpdateContext
+from tf.provider import Resource
+from tf.utils import Diagnostics
+
+from glue.cloud.base import VMRecord, VMSpec
+from glue.errors import GlueError
+from glue.tfprovider.provider import GpukitProvider
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
+COMPUTED = ("id", "ssh_host", "ssh_port", "ssh_user", "host_key", "status", "backend")
+
+
+class VMResource(Resource):
+    def __init__(self, provider: GpukitProvider) -> None:
+        self._provider = provider
+
+    @classmethod
+    def get_name(cls) -> str:
+        return "vm"
+
+    @classmethod
+    def get_schema(cls) -> schema.Schema:
+        def inp(name: str, typ: Any, desc: str, **kw: Any) -> schema.Attribute:
+            return schema.Attribute(name, typ, description=desc, requires_replace=True, **kw)
+
+        def out(name: str, typ: Any, desc: str) -> schema.Attribute:
+            return schema.Attribute(name, typ, description=desc, computed=True)
+
+        return schema.Schema(
+            version=1,
+            attributes=[
+                inp("name", types.String(), "VM name (lowercase letters, digits, dashes).", required=True),
+                inp("gpu_type", types.String(), "GPU model, or \"none\".", required=True),
+                inp("gpu_count", types.Number(), "GPUs on the VM.", optional=True, computed=True, default=0),
+                inp("disk_gb", types.Number(), "Ephemeral disk size (wiped at termination).",
+                    optional=True, computed=True, default=100),
+                inp("ssh_public_key", types.String(), "Public key authorised for root.", required=True),
+                out("id", types.String(), "Backend VM id."),
+                out("ssh_host", types.String(), "SSH address."),
+                out("ssh_port", types.Number(), "SSH port."),
+                out("ssh_user", types.String(), "SSH user."),
+                out("host_key", types.String(), "The VM's SSH host public key (pinned by glue)."),
+                out("status", types.String(), "Backend status."),
+                out("backend", types.String(), "Backend that owns the VM."),
+            ],
+        )
+
+    def validate(self, diags: Diagnostics, type_name: str, config: Config) -> None:
+        super().validate(diags, type_name, config)
+        name = config.get("name")
+        if isinstance(name, str) and not NAME_RE.match(name):
+            diags.add_error(f"invalid VM name {name!r}", "Use 2-40 lowercase letters, digits and dashes.",
+                            path=["name"])
+        for key, lo, hi in (("gpu_count", 0, 16), ("disk_gb", 1, 65536)):
+            val = config.get(key)
+            if isinstance(val, int | float) and not lo <= val <= hi:
+                diags.add_error(f"{key} = {val} is out of range", f"Use {lo}..{hi}.", path=[key])
+
+    @staticmethod
+    def _state(planned: State, rec: VMRecord) -> State:
+        new = dict(planned)
+        new.update({k: getattr(rec, k) for k in COMPUTED})
+        return new
+
+    def create(self, ctx: CreateContext, planned: State) -> State | None:
+        spec = VMSpec(
+            name=str(planned["name"]),
+            gpu_type=str(planned["gpu_type"]),
+            gpu_count=int(planned.get("gpu_count") or 0),
+            disk_gb=int(planned.get("disk_gb") or 100),
+            ssh_public_key=str(planned["ssh_public_key"]),
+        )
+        try:
+            rec = self._provider.backend.create_vm(spec)
+        except GlueError as exc:
+            ctx.diagnostics.add_error(f"creating VM {spec.name}: {exc}")
+            return None
+        return self._state(planned, rec)
+
+    def read(self, ctx: ReadContext, current: State) -> State | None:
+        try:
+            rec = self._provider.backend.read_vm(str(current["id"]))
+        except GlueError as exc:
+            ctx.diagnostics.add_error(f"reading VM {current.get('name')}: {exc}")
+            return current
+        return None if rec is None else self._state(current, rec)
+
+    def update(self, ctx: UpdateContext, current: State, planned: State) -> State | None:
+        # Every input requires replacement, so an in-place update only ever carries computed values.
+        return self._state(planned, self._provider.backend.read_vm(str(current["id"])) or _missing(current))
+
+    def delete(self, ctx: DeleteContext, current: State) -> None:
+        try:
+            self._provider.backend.delete_vm(str(current["id"]))
+        except GlueError as exc:
+            ctx.diagnostics.add_error(f"deleting VM {current.get('name')}: {exc}")
+
+
+def _missing(current: State) -> VMRecord:
+    raise GlueError(f"VM {current.get('name')} vanished during update; run `glue up` again")

@@ -49,7 +49,7 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True)
     preflight.check(cfg.backend)
     tf = Terraform(home, cfg.backend, console)
     tf.apply(_tf_vars(home, cfg))
-    cfg.save(home)
+    cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
     hosts = inventory.write(home, tf.outputs())
     if configure:
         configure_hosts(home, console)
@@ -58,7 +58,7 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True)
 
 def configure_hosts(home: Path, console: Console, limit: list[str] | None = None) -> None:
     """Run ansible/site.yml on the cluster (or on `limit`)."""
-    from glue.infra import ansible  # noqa: PLC0415 - ansible_runner is heavy; only load it here
+    from glue.infra import ansible
 
     result = ansible.converge(home, limit=limit)
     if not result.ok:

@@ -118,7 +118,7 @@ class LocalBackend:
                 ),
             )
             key_path.unlink()
-            log = open(vm_dir / "init.log", "ab")  # noqa: SIM115 - handed to the child
+            log = open(vm_dir / "init.log", "ab")
             proc = subprocess.Popen(
                 ["unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child",
                  sys.executable, "-m", "glue.cloud.local_init", str(vm_dir)],
@@ -140,7 +140,9 @@ class LocalBackend:
                     break
                 time.sleep(0.05)
             else:
-                raise GlueError(f"local VM {spec.name}: sshd did not answer on {HOST}:{port} within {BOOT_TIMEOUT:.0f}s")
+                raise GlueError(
+                    f"local VM {spec.name}: sshd did not answer on {HOST}:{port} within {BOOT_TIMEOUT:.0f}s"
+                )
         state = {"id": vm_id, "name": spec.name, "port": port, "host_key": host_key,
                  "unshare_pid": proc.pid, "init_pid": init_pid, "init_start": _start_time(init_pid or 0)}
         (vm_dir / "state.json").write_text(json.dumps(state))

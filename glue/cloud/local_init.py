@@ -41,7 +41,8 @@ def build_root(vm_dir: Path, cfg: dict[str, object]) -> Path:
     # A private /root on the VM's disk. The interpreter the venv links to may live under the host's
     # /root (pyenv); bind that one tree back in read-only so the project venv still runs on the VM.
     sh("mount", "--bind", str(home), str(root / "root"))
-    for keep in cfg.get("readonly_binds", []):  # type: ignore[union-attr]
+    binds = cfg.get("readonly_binds", [])
+    for keep in binds if isinstance(binds, list) else []:
         target = root / str(keep).lstrip("/")
         target.mkdir(parents=True, exist_ok=True)
         sh("mount", "--bind", str(keep), str(target))

@@ -20,8 +20,9 @@ err = Console(stderr=True)
 @click.command()
 @click.option("--vms", type=int, default=None, help="Number of VMs (default: as last time, else 2).")
 @click.option("--backend", type=click.Choice(["local"]), default=None, help="Where VMs run (default: local).")
+@click.option("--name-prefix", default=None, help="VM name prefix (default: gpukit).")
 @click.option("--no-configure", is_flag=True, help="Only create the VMs; skip the Ansible playbook.")
-def up(vms: int | None, backend: str | None, no_configure: bool) -> None:
+def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configure: bool) -> None:
     """Create (or repair) the cluster: terraform apply, pin host keys, run the playbook."""
     h = home()
     cfg = cluster.ClusterConfig.load(h)
@@ -29,6 +30,8 @@ def up(vms: int | None, backend: str | None, no_configure: bool) -> None:
         cfg.vms = vms
     if backend is not None:
         cfg.backend = backend
+    if name_prefix is not None:
+        cfg.name_prefix = name_prefix
     hosts = cluster.up(h, cfg, err, configure=not no_configure)
     table = Table(title=f"cluster ({cfg.backend})", box=None)
     for col in ("vm", "ssh", "gpu"):

@@ -8,9 +8,11 @@ from pathlib import Path
 
 from glue.errors import GlueError
 
+SSHD = Path("/usr/sbin/sshd")
+
 
 def check_local_backend() -> None:
-    if not Path("/usr/sbin/sshd").exists():
+    if not SSHD.exists():
         raise GlueError("sshd is missing (Debian package openssh-server); run `make bootstrap` or "
                         "`apt-get install openssh-server`")
     if shutil.which("fusermount3") is None or not Path("/dev/fuse").exists():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +72,7 @@ def run(home: Path, host: Host, command: str, timeout: float = 600, stream: bool
                     break
                 chan.status_event.wait(0.05)
         code = chan.recv_exit_status()
-    except socket.timeout as exc:
+    except TimeoutError as exc:
         raise GlueError(f"{host.name}: command timed out after {timeout:.0f}s") from exc
     finally:
         client.close()

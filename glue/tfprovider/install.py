@@ -6,6 +6,7 @@ HOME and TMPDIR (the tf framework caches its TLS cert under $HOME) and execs thi
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -25,12 +26,15 @@ def cli_config_path(home: Path) -> Path:
 
 def launcher_text(home: Path) -> str:
     prov_home = home / "terraform" / "provider-home"
+    # The plugin's gRPC unix socket lives in TMPDIR and socket paths max out at 107 bytes, so
+    # TMPDIR is a short per-home directory rather than one under a possibly deep kit home.
+    tmp = f"/tmp/gpukit-tf-{hashlib.sha256(str(home).encode()).hexdigest()[:10]}"
     return (
         "#!/bin/sh\n"
         "# gpukit provider launcher (written by glue; see glue/tfprovider/install.py)\n"
         f'export HOME="{prov_home}"\n'
-        f'export TMPDIR="{prov_home}/tmp"\n'
-        f'mkdir -p "$TMPDIR"\n'
+        f'export TMPDIR="{tmp}"\n'
+        'mkdir -p -m 700 "$HOME" "$TMPDIR"\n'
         f'exec "{sys.executable}" -m glue.tfprovider.main "$@"\n'
     )
 

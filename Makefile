@@ -1,0 +1,47 @@
+# gpukit — every target bootstraps what it needs (venv, Python and Debian packages) first.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+GLUE    := $(VENV)/bin/glue
+VMS     ?= 2
+BACKEND ?= local
+PYTEST_ARGS ?=
+
+.PHONY: help bootstrap up down demo test lint bench clean
+
+help: ## Show the targets
+	@echo "gpukit — keep GPU training jobs running on rented GPU VMs"
+	@echo
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
+	@echo
+	@echo "  variables: VMS=$(VMS) BACKEND=$(BACKEND)"
+
+bootstrap: ## Install what the kit needs (venv, torch, rclone, openssh-server, fuse3); quick when done
+	@./scripts/bootstrap.sh
+
+up: bootstrap ## Create the cluster (VMS=N, BACKEND=local) and configure it with Ansible
+	@$(GLUE) up --vms $(VMS) --backend $(BACKEND)
+
+down: bootstrap ## Destroy the cluster's VMs (the bucket and its data are kept)
+	@$(GLUE) down
+
+demo: bootstrap ## The whole loop on the local backend: up, train, lose a VM, recover, verify, down
+	@$(PY) -m glue.demo
+
+test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e)
+	@$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: bootstrap ## ruff, mypy, terraform fmt/validate, ansible-lint, yamllint
+	@$(VENV)/bin/ruff check glue tests bench
+	@$(VENV)/bin/mypy
+	@terraform fmt -check -recursive terraform
+	@if [ -d ansible/roles ] && [ -n "$$(ls -A ansible/roles)" ]; then \
+	  $(VENV)/bin/yamllint -s ansible && (cd ansible && ../$(VENV)/bin/ansible-lint --profile production -q); fi
+
+bench: bootstrap ## Benchmarks (each prints a ratio against a baseline measured in the same run)
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean: ## Remove the venv and caches (NOT .gpukit/: the bucket's data lives there)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

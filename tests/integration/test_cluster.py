@@ -1,0 +1,143 @@
+"""The foundation, end to end with real terraform, sshd and rclone: up, ssh, isolation, loss, down."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from glue.cloud.base import BucketInfo
+from glue.cloud.local_bucket import LocalBucket
+from glue.storage import bucket as bucket_store
+
+from .conftest import Kit
+
+pytestmark = pytest.mark.integration
+
+
+def vm_state(home: Path, name: str) -> dict:
+    [d] = [p for p in (home / "vms").iterdir() if p.name.startswith(f"{name}-")]
+    return json.loads((d / "state.json").read_text())
+
+
+def vm_processes(home: Path) -> list[int]:
+    """Host PIDs of anything still running for a VM under this home (init, sshd, children)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(home / "vms") in cmd:
+            found.append(int(proc.name))
+    return found
+
+
+def test_up_ssh_isolation_replace_down(kit: Kit) -> None:
+    kit.glue("up", "--vms", "2", "--no-configure")
+    st = json.loads(kit.glue("status", "--json").stdout)
+    assert [v["name"] for v in st["vms"]] == ["gpukit-1", "gpukit-2"]
+    assert all(v["reachable"] for v in st["vms"]) and st["bucket"]["reachable"]
+
+    # SSH works on both; a file under /root on vm 1 is private to vm 1.
+    for vm in ("gpukit-1", "gpukit-2"):
+        assert kit.glue("ssh", vm, "--", "hostname").stdout.strip() == vm
+    marker = f"marker-{os.getpid()}"
+    kit.glue("ssh", "gpukit-1", "--", "sh", "-c", f"echo {marker} > /root/{marker}")
+    assert kit.glue("ssh", "gpukit-1", "--", "cat", f"/root/{marker}").stdout.strip() == marker
+    assert not Path(f"/root/{marker}").exists()
+    assert kit.glue("ssh", "gpukit-2", "--", "ls", f"/root/{marker}", check=False).returncode != 0
+
+    # Kill vm 1 out of band: the next `glue up` replaces it with an empty disk.
+    old = vm_state(kit.home, "gpukit-1")
+    os.kill(old["init_pid"], signal.SIGKILL)
+    time.sleep(0.2)
+    kit.glue("up", "--no-configure")
+    new = vm_state(kit.home, "gpukit-1")
+    assert new["id"] != old["id"]
+    assert kit.glue("ssh", "gpukit-1", "--", "ls", f"/root/{marker}", check=False).returncode != 0
+    assert kit.glue("ssh", "gpukit-2", "--", "true").returncode == 0
+
+    # An object put into the bucket before `down` survives it; no VM dir or process survives.
+    b = st["bucket"]
+    info = BucketInfo(endpoint=b["endpoint"], name=b["name"], region=b["region"])
+    s3 = bucket_store.client(info, LocalBucket(kit.home).credentials())
+    s3.put_object(Bucket=info.name, Key="keep/me.txt", Body=b"precious")
+    kit.glue("down")
+    assert list((kit.home / "vms").iterdir()) == []
+    assert vm_processes(kit.home) == []
+    assert s3.get_object(Bucket=info.name, Key="keep/me.txt")["Body"].read() == b"precious"
+    st = json.loads(kit.glue("status", "--json").stdout)
+    assert st["vms"] == [] and st["bucket"]["reachable"]
+
+
+def test_changed_host_key_is_refused(kit: Kit) -> None:
+    kit.glue("up", "--vms", "1", "--no-configure")
+    kh = kit.home / "ssh" / "known_hosts"
+    line = kh.read_text().split()
+    # Pin a different (valid) ed25519 key for the same address, as if the VM's key had changed.
+    other = (kit.home / "ssh" / "id_ed25519.pub").read_text().split()
+    kh.write_text(f"{line[0]} {other[0]} {other[1]}\n")
+    res = kit.glue("ssh", "gpukit-1", "--", "true", check=False)
+    assert res.returncode != 0
+    assert "CHANGED" in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--vms", "0"], "vm_count must be a whole number from 1 to 16"),
+        (["--vms", "17"], "vm_count must be a whole number from 1 to 16"),
+        (["--name-prefix", "Bad_Prefix"], "name_prefix must be 2-32 characters"),
+    ],
+)
+def test_terraform_validation_rejects_bad_input(kit: Kit, args: list[str], needle: str) -> None:
+    res = kit.glue("up", "--no-configure", *args, check=False)
+    assert res.returncode != 0
+    assert needle in res.stderr and "Traceback" not in res.stderr
+    assert not (kit.home / "vms").exists() or list((kit.home / "vms").iterdir()) == []
+
+
+def test_terraform_missing_is_one_clear_line(kit: Kit) -> None:
+    env = {**kit.env, "PATH": "/nonexistent"}
+    res = kit.glue("up", "--no-configure", check=False, env=env)
+    assert res.returncode != 0
+    assert "terraform is not on PATH" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_no_namespace_privilege_is_one_clear_line(kit: Kit) -> None:
+    import subprocess
+    import sys
+
+    res = subprocess.run(
+        ["setpriv", "--bounding-set", "-sys_admin", "--inh-caps=-sys_admin",
+         sys.executable, "-m", "glue.cli", "up", "--no-configure"],
+        env=kit.env, capture_output=True, text=True, timeout=120,
+    )
+    assert res.returncode != 0
+    assert "cannot create mount/UTS/PID namespaces" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert not (kit.home / "vms").exists()
+
+
+def test_taken_bucket_port_moves_the_bucket(kit: Kit) -> None:
+    import socket
+
+    server = LocalBucket(kit.home)
+    port = int(server.ensure_running().endpoint.rsplit(":", 1)[1])
+    server.stop()
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        kit.glue("up", "--vms", "1", "--no-configure")
+        st = json.loads(kit.glue("status", "--json").stdout)
+    assert st["bucket"]["reachable"] and not st["bucket"]["endpoint"].endswith(f":{port}")

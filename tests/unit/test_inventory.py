@@ -1,0 +1,32 @@
+from pathlib import Path
+
+import yaml
+
+from glue.infra import inventory
+
+OUTPUTS = {
+    "vms": {
+        "gpukit-2": {"id": "gpukit-2-b", "ssh_host": "127.0.0.1", "ssh_port": 2202, "ssh_user": "root",
+                     "host_key": "ssh-ed25519 BBBB", "gpu_type": "none", "gpu_count": 0, "backend": "local"},
+        "gpukit-1": {"id": "gpukit-1-a", "ssh_host": "10.0.0.5", "ssh_port": 22, "ssh_user": "root",
+                     "host_key": "ssh-ed25519 AAAA", "gpu_type": "h100", "gpu_count": 8, "backend": "lyceum"},
+    },
+    "bucket": {"endpoint": "http://127.0.0.1:9000", "name": "gpukit", "region": "local"},
+}
+
+
+def test_inventory_and_known_hosts_from_outputs(tmp_path: Path) -> None:
+    hosts = inventory.write(tmp_path, OUTPUTS)
+    assert [h.name for h in hosts] == ["gpukit-1", "gpukit-2"]
+    kh = inventory.known_hosts_path(tmp_path).read_text().splitlines()
+    # Port 22 uses the bare host; other ports the [host]:port form ssh expects.
+    assert kh == ["10.0.0.5 ssh-ed25519 AAAA", "[127.0.0.1]:2202 ssh-ed25519 BBBB"]
+    inv = yaml.safe_load(inventory.inventory_path(tmp_path).read_text())
+    h2 = inv["all"]["hosts"]["gpukit-2"]
+    assert (h2["ansible_host"], h2["ansible_port"], h2["ansible_user"]) == ("127.0.0.1", 2202, "root")
+    assert inv["all"]["hosts"]["gpukit-1"]["gpukit_gpu_count"] == 8
+    v = inv["all"]["vars"]
+    assert v["gpukit_bucket_endpoint"] == "http://127.0.0.1:9000"
+    assert v["gpukit_bucket_credentials_file"].endswith("bucket/credentials.json")
+    assert not any("secret" in k for k in v)
+    assert Path(v["ansible_ssh_private_key_file"]).stat().st_mode & 0o077 == 0

@@ -19,7 +19,7 @@ class BucketHandle:
     info: BucketInfo
     creds: BucketCredentials
 
-    def client(self):  # noqa: ANN201 - boto3 client type is dynamic
+    def client(self):
         return boto3.client(
             "s3",
             endpoint_url=self.info.endpoint,

@@ -1,0 +1,242 @@
+"""The on-target format: `ckpt/step-<N>/<objects> + COMMIT.json`, validation, and incident records.
+
+A checkpoint is valid only when COMMIT.json exists, parses, and every object it lists exists with
+the listed size and sha256, and nothing else sits in the step directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from glue.train.errors import ObjectMissingError
+from glue.train.storage import Storage, iso, utc_now
+
+FORMAT = "gpukit-ckpt/1"
+COMMIT = "COMMIT.json"
+CKPT = "ckpt"
+INCIDENTS = "incidents"
+_STEP_RE = re.compile(r"^step-(\d+)$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def step_prefix(step: int) -> str:
+    return f"{CKPT}/step-{step}/"
+
+
+def object_key(component: str, rank: int | None) -> str:
+    return f"{component}.pt" if rank is None else f"{component}.rank{rank}.pt"
+
+
+def rank_manifest_key(rank: int) -> str:
+    return f"rank{rank}.json"
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """One stored object; key is relative to the step directory. rank is None for shared state."""
+
+    key: str
+    size: int
+    sha256: str
+    rank: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "size": self.size, "sha256": self.sha256}
+        if self.rank is not None:
+            out["rank"] = self.rank
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any) -> ObjectRef:
+        if not isinstance(raw, dict):
+            raise ValueError("object entry is not a JSON object")
+        key, size, sha = raw.get("key"), raw.get("size"), raw.get("sha256")
+        if not isinstance(key, str) or not _NAME_RE.match(key) or key == COMMIT:
+            raise ValueError(f"bad object key {key!r}")
+        if not isinstance(size, int) or size < 0:
+            raise ValueError(f"bad size for {key}")
+        if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise ValueError(f"bad sha256 for {key}")
+        rank = raw.get("rank")
+        if rank is not None and not isinstance(rank, int):
+            raise ValueError(f"bad rank for {key}")
+        return cls(key, size, sha, rank)
+
+
+@dataclass
+class Commit:
+    """The parsed COMMIT.json."""
+
+    step: int
+    created_at: str
+    world_size: int
+    components: dict[str, list[ObjectRef]]
+    rank_manifests: list[ObjectRef] = field(default_factory=list)
+    timings: dict[str, Any] = field(default_factory=dict)
+
+    def objects(self) -> list[ObjectRef]:
+        return [o for objs in self.components.values() for o in objs] + list(self.rank_manifests)
+
+    def to_json(self) -> bytes:
+        body = {
+            "format": FORMAT,
+            "step": self.step,
+            "created_at": self.created_at,
+            "world_size": self.world_size,
+            "components": {n: [o.as_json() for o in objs] for n, objs in self.components.items()},
+            "rank_manifests": [o.as_json() for o in self.rank_manifests],
+            "timings": self.timings,
+        }
+        return (json.dumps(body, indent=1, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def parse(cls, data: bytes, step: int) -> Commit:
+        """Raise ValueError (one line) for anything that is not a complete commit for `step`."""
+        try:
+            raw = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"COMMIT.json is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})") from exc
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+            raise ValueError(f"COMMIT.json is not a {FORMAT} commit")
+        if raw.get("step") != step:
+            raise ValueError(f"COMMIT.json says step {raw.get('step')!r}, directory says {step}")
+        comps = raw.get("components")
+        if not isinstance(comps, dict) or not comps:
+            raise ValueError("COMMIT.json lists no components")
+        ws = raw.get("world_size")
+        if not isinstance(ws, int) or ws < 1:
+            raise ValueError("COMMIT.json has no valid world_size")
+        components = {}
+        for name, objs in comps.items():
+            if not isinstance(objs, list) or not objs:
+                raise ValueError(f"component {name!r} lists no objects")
+            components[str(name)] = [ObjectRef.from_json(o) for o in objs]
+        manifests = [ObjectRef.from_json(o) for o in raw.get("rank_manifests", [])]
+        timings = raw["timings"] if isinstance(raw.get("timings"), dict) else {}
+        return cls(step, str(raw.get("created_at", "")), ws, components, manifests, timings)
+
+
+@dataclass
+class Problem:
+    object: str  # key relative to the target root
+    what: str
+
+
+@dataclass
+class CheckpointStatus:
+    """What validation found for one step directory."""
+
+    step: int
+    valid: bool
+    problems: list[Problem] = field(default_factory=list)
+    commit: Commit | None = None
+    bytes: int = 0
+    download_s: float = 0.0
+
+
+def list_steps(storage: Storage) -> dict[int, dict[str, int]]:
+    """step -> {key relative to the step directory: size} for every `ckpt/step-<N>/` on the target."""
+    out: dict[int, dict[str, int]] = {}
+    for key, size in storage.list(f"{CKPT}/").items():
+        parts = key.split("/")
+        if len(parts) < 3 or parts[0] != CKPT:
+            continue
+        m = _STEP_RE.match(parts[1])
+        if m:
+            out.setdefault(int(m.group(1)), {})["/".join(parts[2:])] = size
+    return out
+
+
+def validate_step(
+    storage: Storage,
+    step: int,
+    listing: dict[str, int],
+    *,
+    deep: bool = True,
+    keep: Callable[[ObjectRef], bool] | None = None,
+    blobs: dict[str, bytearray] | None = None,
+) -> CheckpointStatus:
+    """Check one step. deep=True reads every object back and compares sha256; objects for which
+    keep(ref) is true are stored into `blobs` (so restore does not download them twice)."""
+    prefix = step_prefix(step)
+    status = CheckpointStatus(step=step, valid=False)
+
+    def bad(key: str, what: str) -> CheckpointStatus:
+        status.problems.append(Problem(prefix + key, what))
+        return status
+
+    if COMMIT not in listing:
+        return bad(COMMIT, "COMMIT.json is missing (partial or interrupted save)")
+    try:
+        data, _ = storage.get(prefix + COMMIT, listing[COMMIT])
+    except ObjectMissingError:
+        return bad(COMMIT, "COMMIT.json disappeared while reading (pruned concurrently?)")
+    try:
+        commit = Commit.parse(bytes(data), step)
+    except ValueError as exc:
+        return bad(COMMIT, str(exc))
+    status.commit = commit
+    listed = {o.key for o in commit.objects()}
+    for key in sorted(set(listing) - listed - {COMMIT}):
+        bad(key, "stray object not listed in COMMIT.json")
+    for ref in commit.objects():
+        if ref.key not in listing:
+            bad(ref.key, "listed in COMMIT.json but missing")
+        elif listing[ref.key] != ref.size:
+            bad(ref.key, f"size {listing[ref.key]} != {ref.size} in COMMIT.json (truncated or overwritten)")
+    if status.problems or not deep:
+        status.valid = not status.problems
+        return status
+    for ref in commit.objects():
+        t0 = time.monotonic()
+        try:
+            body, sha = storage.get(prefix + ref.key, ref.size)
+        except ObjectMissingError:
+            return bad(ref.key, "listed in COMMIT.json but missing")
+        status.download_s += time.monotonic() - t0
+        status.bytes += len(body)
+        if len(body) != ref.size:
+            return bad(ref.key, f"read {len(body)} bytes, COMMIT.json says {ref.size}")
+        if sha != ref.sha256:
+            return bad(ref.key, f"sha256 {sha[:12]}… != {ref.sha256[:12]}… in COMMIT.json (corrupted)")
+        if keep is not None and blobs is not None and keep(ref):
+            blobs[ref.key] = body
+    status.valid = True
+    return status
+
+
+def check_checkpoints(storage: Storage, *, deep: bool = True) -> list[CheckpointStatus]:
+    """Every step directory on the target, newest first, each validated (deep: sha256 of all objects)."""
+    steps = list_steps(storage)
+    return [validate_step(storage, s, steps[s], deep=deep) for s in sorted(steps, reverse=True)]
+
+
+def record_incident(
+    storage: Storage, status: CheckpointStatus, fell_back_to: int | None, rank: int, target: str
+) -> str:
+    """Write `incidents/<UTC-ts>-ckpt_corrupt.json`; return its key."""
+    now = utc_now()
+    first = status.problems[0] if status.problems else Problem(step_prefix(status.step), "invalid")
+    body = {
+        "class": "ckpt_corrupt",
+        "at": iso(now),
+        "target": target,
+        "step": status.step,
+        "object": first.object,
+        "what": first.what,
+        "problems": [{"object": p.object, "what": p.what} for p in status.problems],
+        "fell_back_to": fell_back_to,
+        "rank": rank,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+    key = f"{INCIDENTS}/{now.strftime('%Y%m%dT%H%M%S.%fZ')}-ckpt_corrupt.json"
+    storage.put(key, (json.dumps(body, indent=1) + "\n").encode())
+    return key

@@ -1,0 +1,85 @@
+"""State components that are not already torch objects: the RNG streams and the loop's counters."""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger("glue.train")
+
+
+class RNGState:
+    """Python `random`, NumPy's global generator, torch CPU and every CUDA device.
+
+    Per rank by default: in data parallel training each rank draws its own streams (dropout
+    masks, augmentation), so each rank must get its own back.
+    """
+
+    checkpoint_per_rank = True
+
+    def state_dict(self) -> dict[str, Any]:
+        name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+        state: dict[str, Any] = {
+            "python": random.getstate(),
+            # Stored as plain types/tensors so the object loads with torch.load(weights_only=True).
+            "numpy": {
+                "name": str(name),
+                "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+                "pos": int(pos),
+                "has_gauss": int(has_gauss),
+                "cached_gaussian": float(cached),
+            },
+            "torch": torch.get_rng_state(),
+        }
+        if torch.cuda.is_available():
+            # Generator state is host-side: this creates no context on the other devices.
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+        npst = state["numpy"]
+        np.random.set_state(
+            (
+                npst["name"],
+                npst["keys"].numpy().astype(np.uint32),
+                npst["pos"],
+                npst["has_gauss"],
+                npst["cached_gaussian"],
+            )
+        )
+        torch.set_rng_state(state["torch"])
+        cuda = state.get("cuda") or []
+        if torch.cuda.is_available():
+            have = torch.cuda.device_count()
+            if len(cuda) != have:
+                log.warning("checkpoint has RNG state for %d CUDA devices, this machine has %d", len(cuda), have)
+            for i, st in enumerate(cuda[:have]):
+                torch.cuda.set_rng_state(st, i)
+        elif cuda:
+            log.warning("checkpoint has CUDA RNG state but CUDA is not available here; not restored")
+
+
+@dataclass
+class TrainState:
+    """The loop's own counters. `extra` holds any other small JSON-like values (best loss, ...)."""
+
+    step: int = 0
+    epoch: int = 0
+    tokens_seen: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "epoch": self.epoch, "tokens_seen": self.tokens_seen, "extra": dict(self.extra)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.epoch = int(state["epoch"])
+        self.tokens_seen = int(state["tokens_seen"])
+        self.extra = dict(state.get("extra", {}))

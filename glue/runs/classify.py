@@ -1,0 +1,132 @@
+"""Failure classification: evidence in, one class and the reason out. Pure, so it is testable on
+recorded fixtures. The classes and their policies are in DESIGN.md ("Failure classes").
+"""
+
+from __future__ import annotations
+
+import re
+import signal as _signal
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    OOM_GPU = "oom_gpu"
+    OOM_HOST = "oom_host"
+    STALL = "stall"
+    COMM = "comm"
+    VM_LOST = "vm_lost"
+    BAD_RESTART = "bad_restart"
+    EXPORT_MISSING = "export_missing"
+    KILLED = "killed"  # killed by a signal from outside with no OOM record (preemption, operator)
+    USER_ERROR = "user_error"
+
+    @property
+    def is_failure(self) -> bool:
+        return self not in (Outcome.RUNNING, Outcome.COMPLETED)
+
+
+POLICY = {
+    Outcome.OOM_GPU: "no blind restart: it repeats at this input; investigate with `glue memprobe`",
+    Outcome.OOM_HOST: "no blind restart: it repeats at this input; investigate with `glue memprobe`",
+    Outcome.STALL: "kill the stuck process and recover (`glue recover`)",
+    Outcome.COMM: "restart the whole group and recover (`glue recover`)",
+    Outcome.VM_LOST: "recover onto a new VM (`glue recover`)",
+    Outcome.BAD_RESTART: "stop; the resume is wrong; keep the evidence and fix the trainer",
+    Outcome.EXPORT_MISSING: "not done: write the required outputs; the VM is kept",
+    Outcome.KILLED: "recover (`glue recover`); find out who sent the signal",
+    Outcome.USER_ERROR: "no automatic retry: fix the error in the traceback",
+}
+
+GPU_OOM = re.compile(r"torch\.(cuda\.)?OutOfMemoryError|CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
+                     r"cudaErrorMemoryAllocation")
+HOST_OOM = re.compile(r"\bMemoryError\b|DefaultCPUAllocator: can't allocate memory|Cannot allocate memory|"
+                      r"std::bad_alloc")
+COMM = re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|"
+                  r"ProcessGroupNCCL|Watchdog caught collective operation timeout|\[/?gloo|gloo::|"
+                  r"RendezvousTimeoutError|RendezvousClosedError|DistNetworkError|DistStoreError|"
+                  r"Timed out initializing process group|Connection closed by peer|"
+                  r"socket timeout|Broken pipe.*(gloo|c10d)|c10d.*(timeout|Timeout)")
+
+
+@dataclass
+class Evidence:
+    """What the monitor gathered about an attempt. None means "unknown"."""
+
+    vm_status: str | None = None              # backend's view: running | gone
+    ssh_reachable: bool | None = None
+    process_alive: bool | None = None          # the trainer (or its supervisor) on the VM
+    process_stopped: bool = False              # state T (SIGSTOP, debugger)
+    exit_code: int | None = None               # from the supervisor's exit record
+    exit_signal: int | None = None
+    oom_kills: int = 0                         # cgroup memory.events oom_kill / memory.oom_control delta
+    dmesg_oom: bool = False
+    log_tail: str = ""
+    error_text: str = ""                       # the trainer's error file (exception + traceback)
+    heartbeat_age_s: float | None = None
+    heartbeat_step: int | None = None
+    stall_timeout_s: float = 60.0
+    outputs_missing: list[str] = field(default_factory=list)
+    resume_problem: str | None = None          # from the resume verifier
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    reason: str
+    excerpt: str = ""
+
+    @property
+    def policy(self) -> str:
+        return POLICY.get(self.outcome, "")
+
+
+def _excerpt(text: str, pattern: re.Pattern[str] | None = None, lines: int = 12) -> str:
+    rows = text.strip().splitlines()
+    if pattern is not None:
+        for i, row in enumerate(rows):
+            if pattern.search(row):
+                return "\n".join(rows[max(0, i - 2): i + lines - 2])
+    return "\n".join(rows[-lines:])
+
+
+def classify(ev: Evidence) -> Verdict:
+    text = f"{ev.error_text}\n{ev.log_tail}"
+    if ev.resume_problem:
+        return Verdict(Outcome.BAD_RESTART, ev.resume_problem)
+    if ev.vm_status == "gone":
+        return Verdict(Outcome.VM_LOST, "the backend reports the VM gone; SSH "
+                       + ("does not answer" if not ev.ssh_reachable else "still answered"))
+    if ev.process_alive:
+        age = ev.heartbeat_age_s
+        if ev.process_stopped or (age is not None and age > ev.stall_timeout_s):
+            why = "stopped (state T)" if ev.process_stopped else "alive"
+            return Verdict(Outcome.STALL, f"process {why}, heartbeat step {ev.heartbeat_step} unchanged for "
+                           f"{age or 0:.0f}s (timeout {ev.stall_timeout_s:.0f}s)")
+        return Verdict(Outcome.RUNNING, f"heartbeat step {ev.heartbeat_step}, {age or 0:.0f}s ago")
+    if ev.exit_code is None and ev.exit_signal is None:
+        if ev.ssh_reachable is False:
+            return Verdict(Outcome.VM_LOST, "SSH does not answer and there is no exit record")
+        return Verdict(Outcome.KILLED, "the trainer is gone without an exit record (its supervisor was killed)",
+                       _excerpt(ev.log_tail))
+    if ev.exit_code == 0:
+        if ev.outputs_missing:
+            return Verdict(Outcome.EXPORT_MISSING, "finished, but required outputs are missing from the bucket: "
+                           + ", ".join(ev.outputs_missing))
+        return Verdict(Outcome.COMPLETED, "exit 0 and every required output is in the bucket")
+    if GPU_OOM.search(text):
+        return Verdict(Outcome.OOM_GPU, "CUDA out of memory", _excerpt(text, GPU_OOM))
+    killed9 = ev.exit_signal == _signal.SIGKILL or ev.exit_code == 137
+    if killed9 and (ev.oom_kills > 0 or ev.dmesg_oom):
+        return Verdict(Outcome.OOM_HOST, f"SIGKILL by the kernel OOM killer ({ev.oom_kills} oom_kill event(s) in "
+                       "the trainer's memory cgroup)", _excerpt(text))
+    if HOST_OOM.search(text):
+        return Verdict(Outcome.OOM_HOST, "host memory allocation failed", _excerpt(text, HOST_OOM))
+    if COMM.search(text):
+        return Verdict(Outcome.COMM, "collective communication failed", _excerpt(text, COMM))
+    if ev.exit_signal is not None:
+        name = _signal.Signals(ev.exit_signal).name if ev.exit_signal in iter(_signal.Signals) else ev.exit_signal
+        return Verdict(Outcome.KILLED, f"killed by {name} with no OOM record", _excerpt(text))
+    return Verdict(Outcome.USER_ERROR, f"exit {ev.exit_code}", _excerpt(ev.error_text or ev.log_tail))

@@ -1,0 +1,1 @@
+"""Reference trainers that use glue.train."""

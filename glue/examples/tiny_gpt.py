@@ -1,0 +1,197 @@
+"""tiny_gpt: a character-level transformer on a generated corpus, checkpointed with glue.train.
+
+Deployed by `glue deploy` it reads its settings from the run (GPUKIT_CONFIG) and reports per-step
+loss, heartbeat and metrics to the bucket. Standalone:
+
+    python -m glue.examples.tiny_gpt --config '{"steps": 50}' --checkpoint /tmp/ck [--resume]
+
+Sized by config (d_model, n_layer, seq_len, batch_size) so it can be made to run out of memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from glue.examples.corpus import generate
+from glue.train import Checkpointer, ResumableSampler, RNGState, TrainState
+
+DEFAULTS: dict[str, Any] = {
+    "steps": 100, "batch_size": 8, "seq_len": 64, "d_model": 64, "n_layer": 2, "n_head": 4, "dropout": 0.1,
+    "lr": 3e-3, "warmup": 10, "seed": 0, "corpus_chars": 100_000, "device": "cpu", "threads": 1,
+    # Test hooks: a deliberately broken resume, a run that never writes its outputs, a slow step.
+    "broken_resume": None, "skip_outputs": False, "step_sleep": 0.0, "checkpoint_interval": 20,
+    "grad_accum": 1, "checkpointing": False, "autocast_bf16": False, "adapter_only": False,
+}
+
+
+class CharWindows(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    def __init__(self, ids: torch.Tensor, seq_len: int) -> None:
+        self.ids, self.seq_len = ids, seq_len
+
+    def __len__(self) -> int:
+        return (len(self.ids) - 1) // self.seq_len
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        s = i * self.seq_len
+        return self.ids[s: s + self.seq_len], self.ids[s + 1: s + self.seq_len + 1]
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab: int, cfg: dict[str, Any]) -> None:
+        super().__init__()
+        d = int(cfg["d_model"])
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(int(cfg["seq_len"]), d)
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(d, int(cfg["n_head"]), 4 * d, float(cfg["dropout"]), batch_first=True,
+                                       norm_first=True)
+            for _ in range(int(cfg["n_layer"]))
+        )
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+        self.activation_checkpointing = bool(cfg.get("checkpointing"))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[1]
+        h = self.tok(x) + self.pos(torch.arange(t, device=x.device))
+        mask = nn.Transformer.generate_square_subsequent_mask(t, device=x.device)
+        for block in self.blocks:
+            if self.activation_checkpointing and self.training:
+                from torch.utils.checkpoint import checkpoint
+
+                h = checkpoint(block, h, mask, None, True, use_reentrant=False)
+            else:
+                h = block(h, src_mask=mask, is_causal=True)
+        return self.head(self.norm(h))  # type: ignore[no-any-return]
+
+
+def build(cfg: dict[str, Any]) -> tuple[TinyGPT, CharWindows, int]:
+    text = generate(int(cfg["corpus_chars"]))
+    vocab = sorted(set(text))
+    ids = torch.tensor([vocab.index(c) for c in text], dtype=torch.long)
+    torch.manual_seed(int(cfg["seed"]))
+    model = TinyGPT(len(vocab), cfg)
+    return model, CharWindows(ids, int(cfg["seq_len"])), len(vocab)
+
+
+def batches(loader: DataLoader[Any]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    while True:
+        yield from loader
+
+
+def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: Any = None) -> dict[str, Any]:
+    """The loop. Returns {"step", "loss"}; prints `step N loss L` (full precision) per step."""
+    torch.set_num_threads(int(cfg["threads"]))
+    torch.use_deterministic_algorithms(True)
+    random.seed(int(cfg["seed"]))
+    np.random.seed(int(cfg["seed"]))
+    device = torch.device(str(cfg["device"]))
+    model, data, _ = build(cfg)
+    model.to(device)
+    if cfg["adapter_only"]:
+        for name, p in model.named_parameters():
+            p.requires_grad = name.startswith("head.")
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=float(cfg["lr"]), weight_decay=0.01)
+    steps, warm = int(cfg["steps"]), int(cfg["warmup"])
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+    )
+    sampler = ResumableSampler(data, seed=int(cfg["seed"]))
+    loader = DataLoader(data, batch_size=int(cfg["batch_size"]), sampler=sampler, drop_last=True,
+                        generator=torch.Generator())
+    rng, ts = RNGState(), TrainState()
+    if ckpt is not None:
+        broken = cfg.get("broken_resume")
+        comps: dict[str, Any] = {"model": model, "optimizer": opt, "scheduler": sched, "data": sampler,
+                                 "rng": rng, "train": ts}
+        for name, obj in comps.items():
+            if name != {"skip_rng": "rng", "skip_data": "data"}.get(str(broken)):
+                ckpt.register(name, obj)
+        if resume:
+            restored = ckpt.restore()
+            print(f"resumed from step {restored}" if restored is not None else "no checkpoint: starting fresh",
+                  flush=True)
+    interval = int(cfg["checkpoint_interval"])
+    accum = int(cfg["grad_accum"])
+    loss_value = float("nan")
+    it = batches(loader)
+    model.train()
+    while ts.step < steps:
+        opt.zero_grad(set_to_none=True)
+        loss_value = 0.0
+        for _ in range(accum):
+            x, y = (t.to(device) for t in next(it))
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bool(cfg["autocast_bf16"])):
+                logits = model(x)
+                loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+            (loss / accum).backward()
+            loss_value += loss.item() / accum
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        ts.step += 1
+        ts.tokens_seen += x.numel() * accum
+        ts.epoch = sampler.epoch
+        print(f"step {ts.step} loss {loss_value!r}", flush=True)
+        if report is not None:
+            report.step(ts.step, loss_value)
+        if cfg["step_sleep"]:
+            import time
+
+            time.sleep(float(cfg["step_sleep"]))
+        if ckpt is not None and (ts.step % interval == 0 or ts.step == steps):
+            ckpt.save(ts.step)
+    if ckpt is not None:
+        ckpt.flush()
+    return {"step": ts.step, "loss": loss_value, "model": model}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="{}", help="JSON object overriding the defaults")
+    ap.add_argument("--checkpoint", help="checkpoint target (standalone runs; deployed runs use the run's)")
+    ap.add_argument("--resume", action="store_true", help="restore the latest valid checkpoint first")
+    args = ap.parse_args(argv)
+    cfg = dict(DEFAULTS)
+    if "GPUKIT_RUN" in os.environ:
+        from glue.train.run import RunContext
+
+        with RunContext.from_env() as ctx:
+            cfg.update(ctx.config)
+            cfg.update(json.loads(args.config))
+            cfg.setdefault("checkpoint_interval", ctx.checkpoint_interval)
+            ckpt = ctx.checkpointer()
+            result = train(cfg, ckpt, resume=ctx.resume or args.resume, report=ctx)
+            ckpt.close()
+            if not cfg["skip_outputs"]:
+                import io
+
+                buf = io.BytesIO()
+                torch.save(result["model"].state_dict(), buf)
+                ctx.write_output("model.pt", buf.getvalue())
+                ctx.write_output("final.json", json.dumps({"step": result["step"], "loss": result["loss"]}).encode())
+        return 0
+    cfg.update(json.loads(args.config))
+    ckpt = Checkpointer(args.checkpoint) if args.checkpoint else None
+    result = train(cfg, ckpt, resume=args.resume)
+    if ckpt is not None:
+        ckpt.close()
+    print(json.dumps({"step": result["step"], "loss": result["loss"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The trainer's side of a deployed run: config, heartbeat, metrics, error file, outputs.
+
+`glue deploy` starts the trainer with GPUKIT_* variables (never secrets on the command line);
+`RunContext.from_env()` turns them into:
+- `ctx.config`: the run's resolved config values;
+- `ctx.checkpointer(...)`: a Checkpointer on the run's checkpoint target;
+- `ctx.step(step, loss)`: per-step metrics (parts under runs/<run>/metrics/) and a heartbeat
+  (runs/<run>/heartbeat.json) written by a background thread every few seconds;
+- `with ctx:` records a crash's exception into runs/<run>/attempts/<n>.error.json;
+- `ctx.write_output(name, data)`: an exported result under the run's output destination.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from glue.train.checkpoint import Checkpointer
+from glue.train.errors import StorageError
+from glue.train.storage import Storage, iso, open_target, utc_now
+
+METRICS_FLUSH_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class FileCredentials:
+    access_key: str
+    secret_key: str
+    session_token: str | None
+    expires_at: float | None
+
+
+def credentials_from_file(path: str) -> FileCredentials:
+    """Read the 0600 credentials file each call, so credentials refreshed into it are picked up."""
+    raw = json.loads(Path(path).read_text())
+    return FileCredentials(raw["access_key"], raw["secret_key"], raw.get("session_token"), raw.get("expires_at"))
+
+
+def _memory() -> dict[str, float]:
+    mem: dict[str, float] = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                mem["rss_mb" if line.startswith("VmRSS") else "peak_rss_mb"] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import torch
+
+    if torch.cuda.is_available():
+        mem["cuda_allocated_mb"] = torch.cuda.memory_allocated() / 2**20
+        mem["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return mem
+
+
+class RunContext:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.run = env["GPUKIT_RUN"]
+        self.attempt = int(env.get("GPUKIT_ATTEMPT", "1"))
+        self.rank = int(env.get("RANK", "0"))
+        self.config: dict[str, Any] = json.loads(env.get("GPUKIT_CONFIG", "{}"))
+        self.resume = env.get("GPUKIT_RESUME", "0") == "1"
+        self.checkpoint_target = env["GPUKIT_CHECKPOINT"]
+        self.checkpoint_interval = int(env.get("GPUKIT_CHECKPOINT_INTERVAL", "50"))
+        self.keep_last = int(env.get("GPUKIT_KEEP_LAST", "2"))
+        self.outputs_target = env["GPUKIT_OUTPUTS"]
+        self.heartbeat_seconds = float(env.get("GPUKIT_HEARTBEAT_SECONDS", "2"))
+        self.scratch = Path(env.get("GPUKIT_SCRATCH", "/tmp"))
+        self.endpoint = env.get("GPUKIT_BUCKET_ENDPOINT") or None
+        self.region = env.get("GPUKIT_BUCKET_REGION") or None
+        cred_file = env.get("GPUKIT_CREDENTIALS_FILE")
+        self._creds = (lambda: credentials_from_file(cred_file)) if cred_file else None
+        bucket = env["GPUKIT_BUCKET_NAME"]
+        self.store: Storage = self._open(f"s3://{bucket}/runs/{self.run}")
+        self._lock = threading.Lock()
+        self._last: dict[str, Any] = {}
+        self._metrics: list[str] = []
+        self._part = 0
+        self._last_flush = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat_loop, name="gpukit-heartbeat", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_env(cls) -> RunContext:
+        return cls(dict(os.environ))
+
+    def _open(self, target: str) -> Storage:
+        kw: dict[str, Any] = {"check": False}
+        if target.startswith("s3://"):
+            kw.update(endpoint_url=self.endpoint, credentials=self._creds, region=self.region)
+        return open_target(target, **kw)
+
+    def checkpointer(self, **kwargs: Any) -> Checkpointer:
+        kw: dict[str, Any] = {"keep_last": self.keep_last}
+        if self.checkpoint_target.startswith("s3://"):
+            kw.update(endpoint_url=self.endpoint, credentials=self._creds, region=self.region)
+        kw.update(kwargs)
+        return Checkpointer(self.checkpoint_target, **kw)
+
+    # -- per step ------------------------------------------------------------------------------
+    def step(self, step: int, loss: float, **extra: float) -> None:
+        """Record one completed step (cheap: no I/O on the training thread)."""
+        now = utc_now()
+        rec = {"step": step, "loss": loss, "t": iso(now), "attempt": self.attempt, "rank": self.rank, **extra}
+        with self._lock:
+            self._last = rec
+            self._metrics.append(json.dumps(rec))
+
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(self.heartbeat_seconds):
+            self._write_heartbeat()
+            if time.monotonic() - self._last_flush >= METRICS_FLUSH_SECONDS:
+                self._flush_metrics()
+
+    def _write_heartbeat(self) -> None:
+        with self._lock:
+            last = dict(self._last)
+        beat = {
+            "run": self.run, "attempt": self.attempt, "rank": self.rank, "host": socket.gethostname(),
+            "pid": os.getpid(), "step": last.get("step"), "loss": last.get("loss"),
+            "step_at": last.get("t"), "updated_at": iso(utc_now()), "memory": _memory(),
+        }
+        name = "heartbeat.json" if self.rank == 0 else f"heartbeat.rank{self.rank}.json"
+        try:
+            self.store.put(name, json.dumps(beat).encode())
+        except StorageError:
+            pass  # a missed heartbeat is itself the signal; the next one retries
+
+    def _flush_metrics(self) -> None:
+        with self._lock:
+            lines, self._metrics = self._metrics, []
+        self._last_flush = time.monotonic()
+        if not lines:
+            return
+        self._part += 1
+        key = f"metrics/{self.attempt:03d}-r{self.rank}-{self._part:05d}.jsonl"
+        try:
+            self.store.put(key, ("\n".join(lines) + "\n").encode())
+        except StorageError:
+            with self._lock:  # keep them for the next flush rather than lose them
+                self._metrics = lines + self._metrics
+
+    # -- outputs and lifecycle ------------------------------------------------------------------
+    def write_output(self, name: str, data: bytes) -> None:
+        self._open(self.outputs_target).put(name, data)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._write_heartbeat()
+        self._flush_metrics()
+
+    def __enter__(self) -> RunContext:
+        return self
+
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if exc is not None and not isinstance(exc, KeyboardInterrupt | SystemExit):
+            with self._lock:
+                last = dict(self._last)
+            err = {
+                "type": f"{typ.__module__}.{typ.__qualname__}" if typ else "",
+                "message": str(exc),
+                "traceback": "".join(traceback.format_exception(typ, exc, tb)),
+                "last_step": last.get("step"),
+                "rank": self.rank,
+                "at": iso(utc_now()),
+                "memory": _memory(),
+            }
+            try:
+                self.store.put(f"attempts/{self.attempt}.error.rank{self.rank}.json", json.dumps(err).encode())
+            except StorageError:
+                pass
+        self.close()

@@ -26,9 +26,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from glue.commands import cluster
+    from glue.commands import cluster, runs
 
-    for command in cluster.COMMANDS:
+    for command in [*cluster.COMMANDS, *runs.COMMANDS]:
         cli.add_command(command)
 
 

@@ -40,6 +40,10 @@ class ClusterConfig:
 
 
 def _tf_vars(home: Path, cfg: ClusterConfig) -> dict[str, Any]:
+    if cfg.backend == "lyceum":
+        from glue.cloud.lyceum import tf_vars
+
+        return tf_vars(cfg.vms, cfg.name_prefix, public_key(home))
     return {"vm_count": cfg.vms, "name_prefix": cfg.name_prefix, "gpu_type": "none",
             "ssh_public_key": public_key(home)}
 

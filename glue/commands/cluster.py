@@ -19,7 +19,8 @@ err = Console(stderr=True)
 
 @click.command()
 @click.option("--vms", type=int, default=None, help="Number of VMs (default: as last time, else 2).")
-@click.option("--backend", type=click.Choice(["local"]), default=None, help="Where VMs run (default: local).")
+@click.option("--backend", type=click.Choice(["local", "lyceum"]), default=None,
+              help="Where VMs run (default: local).")
 @click.option("--name-prefix", default=None, help="VM name prefix (default: gpukit).")
 @click.option("--no-configure", is_flag=True, help="Only create the VMs; skip the Ansible playbook.")
 def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configure: bool) -> None:
@@ -50,10 +51,17 @@ def down() -> None:
 
 
 @click.command()
+@click.option("--run", "run_id", default=None, help="Show one run: attempt, state, step, failure class.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(as_json: bool) -> None:
-    """VMs (address, SSH reachable) and the bucket (reachable)."""
+def status(run_id: str | None, as_json: bool) -> None:
+    """VMs (address, SSH reachable), the bucket (reachable) and runs; or one run with --run."""
+    from glue.commands import runs
+
+    if run_id is not None:
+        runs.show_run(run_id, as_json)
+        return
     st = cluster.status(home())
+    st["runs"] = runs.list_runs()
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return
@@ -67,6 +75,8 @@ def status(as_json: bool) -> None:
     b = st["bucket"]
     ok = "[green]reachable[/]" if b["reachable"] else "[red]not reachable[/]"
     Console().print(f"bucket {b['name']} at {b['endpoint']}: {ok}")
+    if st["runs"]:
+        Console().print("runs: " + ", ".join(st["runs"]) + "  (details: glue status --run ID)")
 
 
 @click.command(context_settings={"ignore_unknown_options": True})

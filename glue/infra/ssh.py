@@ -85,3 +85,23 @@ def reachable(home: Path, host: Host, timeout: float = 3.0) -> bool:
         return run(home, host, "true", timeout=timeout).exit_code == 0
     except GlueError:
         return False
+
+
+def put_file(home: Path, host: Host, path: str, data: bytes, mode: int = 0o600) -> None:
+    """Write `data` to `path` on the VM, created with `mode` (umask first, so a secret is never
+    readable by others, not even for a moment). The bytes travel on stdin, never in arguments."""
+    umask = 0o777 & ~mode
+    directory = path.rsplit("/", 1)[0] or "/"
+    cmd = f"umask {umask:03o} && mkdir -p '{directory}' && cat > '{path}' && chmod {mode:o} '{path}'"
+    client = connect(home, host)
+    try:
+        chan = client.get_transport().open_session()  # type: ignore[union-attr]
+        chan.exec_command(cmd)
+        chan.sendall(data)
+        chan.shutdown_write()
+        code = chan.recv_exit_status()
+        err = chan.recv_stderr(4096).decode(errors="replace").strip()
+    finally:
+        client.close()
+    if code != 0:
+        raise GlueError(f"{host.name}: could not write {path}: {err or f'exit {code}'}")

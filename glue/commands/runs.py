@@ -1,0 +1,126 @@
+"""glue deploy / logs / incidents (and the run view of `glue status --run`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from glue.errors import GlueError
+from glue.paths import home
+from glue.runs import deploy as deploy_mod
+from glue.runs import monitor
+from glue.runs.store import RunStore
+
+err = Console(stderr=True)
+out = Console()
+
+
+@click.command()
+@click.option("--run", "run_id", required=True, help="Run id (new, or existing with --resume).")
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The run config (YAML).")
+@click.option("--vm", default=None, help="VM to run on (default: the first).")
+@click.option("--resume", is_flag=True, help="Start a new attempt of an existing run from its last valid checkpoint.")
+@click.option("--memory-limit-mb", type=int, default=None, help="Cap the trainer's host memory (cgroup, else rlimit).")
+def deploy(run_id: str, config_path: Path, vm: str | None, resume: bool, memory_limit_mb: int | None) -> None:
+    """Preflight (boundary guard, command, bucket), record the manifest, start the trainer."""
+    deploy_mod.deploy(home(), run_id, config_path, vm, resume, err, memory_limit_mb=memory_limit_mb)
+
+
+def run_summary(report: monitor.Report) -> dict[str, Any]:
+    beat = report.heartbeat or {}
+    return {
+        "attempt": report.attempt.get("attempt"), "vm": report.attempt.get("vm"),
+        "state": str(report.verdict.outcome), "reason": report.verdict.reason, "policy": report.verdict.policy,
+        "step": beat.get("step"), "loss": beat.get("loss"), "step_at": beat.get("step_at"),
+        "heartbeat_age_s": report.evidence.heartbeat_age_s, "incident": report.incident_key,
+        "memory": beat.get("memory"),
+    }
+
+
+def show_run(run_id: str, as_json: bool) -> None:
+    store = deploy_mod.open_store(home(), run_id)
+    summary = run_summary(monitor.check(home(), store))
+    if as_json:
+        click.echo(json.dumps({"run": run_id, **summary}, indent=2))
+        return
+    table = Table(title=f"run {run_id}", box=None, show_header=False)
+    for key in ("attempt", "vm", "state", "reason", "step", "loss", "step_at", "incident"):
+        if summary.get(key) is not None:
+            table.add_row(key, str(summary[key]))
+    if summary["policy"]:
+        table.add_row("next", summary["policy"])
+    out.print(table)
+
+
+@click.command()
+@click.option("--run", "run_id", required=True, help="Run id.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new log output until the attempt ends.")
+@click.option("--attempt", type=int, default=None, help="Attempt number (default: all).")
+def logs(run_id: str, follow: bool, attempt: int | None) -> None:
+    """The trainer's log, from the bucket (shipped every few seconds)."""
+    store = deploy_mod.open_store(home(), run_id)
+    store.manifest()
+    shown = 0
+    while True:
+        text = store.log_text(attempt)
+        click.echo(text[shown:], nl=False)
+        shown = len(text)
+        if not follow:
+            return
+        last = store.attempts()[-1]
+        if store.get_json(f"attempts/{last}.exit.json") is not None:
+            click.echo(store.log_text(attempt)[shown:], nl=False)
+            return
+        time.sleep(2)
+
+
+@click.command()
+@click.option("--run", "run_id", required=True, help="Run id.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def incidents(run_id: str, as_json: bool) -> None:
+    """Failures recorded for a run: class, reason, evidence and what to do next."""
+    h = home()
+    store = deploy_mod.open_store(h, run_id)
+    monitor.check(h, store)  # records an incident for a failure not yet seen
+    items = monitor.incidents(store)
+    if as_json:
+        click.echo(json.dumps(items, indent=2))
+        return
+    if not items:
+        out.print(f"run {run_id}: no incidents")
+        return
+    for inc in items:
+        out.print(f"[bold]{inc['detected_at']}[/] attempt {inc['attempt']} on {inc['vm']}: "
+                  f"[red]{inc['class']}[/] — {inc['reason']}")
+        out.print(f"  last completed step {inc['last_completed_step']}, "
+                  f"last valid checkpoint {inc['last_valid_checkpoint']}")
+        if inc.get("error_excerpt"):
+            out.print("  " + inc["error_excerpt"].replace("\n", "\n  "), markup=False, highlight=False)
+        if inc.get("next_step"):
+            out.print(f"  next: {inc['next_step']}")
+        else:
+            out.print(f"  next: {inc['policy']}")
+
+
+def list_runs() -> list[str]:
+    from glue import cluster
+    from glue.cloud import get_backend
+    from glue.runs.store import run_ids
+
+    h = home()
+    cfg = cluster.ClusterConfig.load(h)
+    try:
+        return run_ids(cluster.bucket_info(h), get_backend(cfg.backend, h).bucket_credentials())
+    except GlueError:
+        return []
+
+
+__all__ = ["RunStore", "deploy", "incidents", "list_runs", "logs", "show_run"]
+COMMANDS = [deploy, logs, incidents]

@@ -1,0 +1,191 @@
+"""`glue deploy`: preflight everything, then record the run and start its trainer on a VM.
+
+Nothing is written to the bucket and nothing starts until every check has passed: the config is
+valid, the run id is new (or --resume), the bucket answers, every durable location is in the
+bucket (the boundary guard), the command or image exists on the VM, every secret is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from glue import cluster
+from glue.cloud import get_backend
+from glue.errors import GlueError
+from glue.infra import ssh
+from glue.infra.inventory import Host
+from glue.paths import PROJECT_ROOT
+from glue.runs import config as runconfig
+from glue.runs import guard, remote
+from glue.runs.store import RunStore, utc_iso
+
+
+def code_version() -> dict[str, Any]:
+    """git sha + dirty flag of the project deploying the run."""
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    sha = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain")
+    return {"git_sha": sha, "dirty": bool(status) if status is not None else None}
+
+
+def open_store(home: Path, run_id: str) -> RunStore:
+    cfg = cluster.ClusterConfig.load(home)
+    info = cluster.bucket_info(home)
+    return RunStore(info, get_backend(cfg.backend, home).bucket_credentials(), run_id)
+
+
+def pick_host(home: Path, vm: str | None) -> Host:
+    hosts = cluster.hosts(home)
+    if not hosts:
+        raise GlueError("no VMs in the cluster; run `glue up` first")
+    return cluster.host(home, vm) if vm else hosts[0]
+
+
+def _check_command(home: Path, host: Host, rc: runconfig.RunConfig) -> list[str]:
+    """The argv to run on the VM; refuse when its program or module is not there."""
+    if rc.runtime == "docker":
+        assert rc.image is not None
+        res = ssh.run(home, host, f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(rc.image)}", timeout=60)
+        if res.exit_code != 0:
+            raise GlueError(f"image {rc.image} is not on {host.name} (docker image inspect failed); build it from "
+                            "images/trainer/Dockerfile or push it and pull on the VM")
+        return list(rc.command)
+    argv = list(rc.command)
+    if argv[0] in ("python", "python3"):
+        argv[0] = remote.python(host)
+    if len(argv) >= 3 and argv[0].endswith("python") and argv[1] == "-m":
+        module = argv[2]
+        code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+        probe = f"{shlex.quote(argv[0])} -c {shlex.quote(code)}"
+        if ssh.run(home, host, probe, timeout=60).exit_code != 0:
+            raise GlueError(f"command module {module!r} is not importable on {host.name} with {argv[0]}")
+        return argv
+    if ssh.run(home, host, f"command -v {shlex.quote(argv[0])}", timeout=20).exit_code != 0:
+        raise GlueError(f"command {argv[0]!r} not found on {host.name}")
+    return argv
+
+
+def _image_digest(home: Path, host: Host, image: str | None) -> str | None:
+    if not image:
+        return None
+    res = ssh.run(home, host, f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(image)}", timeout=60)
+    return res.stdout.strip() or None
+
+
+def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: bool, console: Console,
+           memory_limit_mb: int | None = None, config_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Preflight, record, start. Returns the attempt record."""
+    runconfig.check_run_id(run_id)
+    store = open_store(home, run_id)
+    rc = runconfig.load(config_path, run_id, store.info.name)
+    if config_overrides:
+        rc = runconfig.RunConfig(**{**rc.__dict__, "config": {**rc.config, **config_overrides}})
+    host = pick_host(home, vm)
+    exists = store.exists()  # also: the bucket answers
+    if exists and not resume:
+        raise GlueError(f"run {run_id!r} already exists in the bucket; pick a new run id, or add --resume to start "
+                        "a new attempt that resumes it")
+    if resume and not exists:
+        raise GlueError(f"cannot resume run {run_id!r}: it does not exist in the bucket")
+    if not ssh.reachable(home, host):
+        raise GlueError(f"{host.name} does not answer SSH; check `glue status`")
+    with console.status(f"preflight on {host.name}: boundary guard, command, environment"):
+        for what, location in rc.locations().items():
+            guard.check_location(home, host, store, what, location)
+        argv = _check_command(home, host, rc)
+        missing = [s for s in rc.secrets if s not in os.environ]
+        if missing:
+            raise GlueError(f"secret {missing[0]} is not set in your environment; export it (its value is handed "
+                            "to the trainer in a 0600 file, never stored)")
+        env_info = remote.env_info(home, host)
+        digest = _image_digest(home, host, rc.image)
+    attempts = store.attempts()
+    attempt = (max(attempts) + 1) if attempts else 1
+    if not exists:
+        store.put_json("manifest.json", {
+            "run": run_id, "created_at": utc_iso(), "image": rc.image, "image_digest": digest,
+            "command": list(rc.command), "runtime": rc.runtime, "config": rc.as_dict(),
+            "input": asdict(rc.input) if rc.input else None, "code": code_version(),
+            "environment": {**env_info, "gpu_type": host.gpu_type, "gpu_count": host.gpu_count,
+                            "backend": host.backend},
+            "secrets": list(rc.secrets), "outputs": {"destination": rc.outputs.destination,
+                                                     "required": list(rc.outputs.required)},
+            "checkpoint": asdict(rc.checkpoint), "bucket": {"endpoint": store.info.endpoint,
+                                                            "name": store.info.name},
+        })
+    record = start_attempt(home, host, store, rc, argv, attempt, resume=resume or attempt > 1,
+                           memory_limit_mb=memory_limit_mb)
+    console.print(f"[green]run {run_id}[/] attempt {attempt} started on {host.name} "
+                  f"(trainer pid {record.get('trainer_pid')})")
+    return record
+
+
+def start_attempt(home: Path, host: Host, store: RunStore, rc: runconfig.RunConfig, argv: list[str], attempt: int,
+                  resume: bool, memory_limit_mb: int | None = None) -> dict[str, Any]:
+    """Hand credentials and the launch spec to the VM (0600, tmpfs) and start the supervisor detached."""
+    creds = store.creds
+    ssh.put_file(home, host, remote.CREDENTIALS_PATH, json.dumps({
+        "access_key": creds.access_key, "secret_key": creds.secret_key,
+        "session_token": creds.session_token, "expires_at": creds.expires_at}).encode())
+    sdir = remote.state_dir(store.run)
+    env = {
+        **rc.env,
+        **{name: os.environ[name] for name in rc.secrets},
+        "GPUKIT_RUN": store.run, "GPUKIT_ATTEMPT": str(attempt), "GPUKIT_RESUME": "1" if resume else "0",
+        "GPUKIT_CONFIG": json.dumps(rc.config), "GPUKIT_CHECKPOINT": rc.checkpoint.target,
+        "GPUKIT_CHECKPOINT_INTERVAL": str(rc.checkpoint.interval_steps),
+        "GPUKIT_KEEP_LAST": str(rc.checkpoint.keep_last), "GPUKIT_OUTPUTS": rc.outputs.destination,
+        "GPUKIT_HEARTBEAT_SECONDS": str(rc.monitor.heartbeat_seconds), "GPUKIT_SCRATCH": remote.SCRATCH,
+        "GPUKIT_BUCKET_ENDPOINT": store.info.endpoint, "GPUKIT_BUCKET_NAME": store.info.name,
+        "GPUKIT_BUCKET_REGION": store.info.region if store.info.region != "local" else "us-east-1",
+        "GPUKIT_CREDENTIALS_FILE": remote.CREDENTIALS_PATH, "PYTHONUNBUFFERED": "1",
+    }
+    if rc.runtime == "docker":
+        argv = ["docker", "run", "--rm", "--name", f"gpukit-{store.run}-{attempt}", "--gpus", "all",
+                "-v", "/mnt/s3:/mnt/s3", "-v", f"{remote.CREDENTIALS_PATH}:{remote.CREDENTIALS_PATH}:ro",
+                "--env-file", f"{sdir}/attempt-{attempt}.env", str(rc.image), *argv]
+        ssh.put_file(home, host, f"{sdir}/attempt-{attempt}.env",
+                     "".join(f"{k}={v}\n" for k, v in env.items()).encode())
+    spec = {"run": store.run, "attempt": attempt, "command": argv, "env": env, "memory_limit_mb": memory_limit_mb,
+            "credentials_file": remote.CREDENTIALS_PATH, "cwd": remote.SCRATCH,
+            "bucket": {"endpoint": store.info.endpoint, "name": store.info.name,
+                       "region": env["GPUKIT_BUCKET_REGION"]}}
+    spec_path = f"{sdir}/attempt-{attempt}.json"
+    ssh.put_file(home, host, spec_path, json.dumps(spec).encode())
+    record: dict[str, Any] = {
+        "run": store.run, "attempt": attempt, "vm": host.name, "vm_id": host.id, "backend": host.backend,
+        "started_at": utc_iso(), "resume": resume, "memory_limit_mb": memory_limit_mb,
+        "ended_at": None, "exit": None, "failure_class": None, "last_step": None,
+    }
+    store.put_json(f"attempts/{attempt}.json", record)
+    py = shlex.quote(remote.python(host))
+    start = (f"mkdir -p {remote.SCRATCH} && cd {remote.SCRATCH} && setsid {py} -m glue.train.supervise "
+             f"{shlex.quote(spec_path)} </dev/null >{sdir}/supervisor-{attempt}.log 2>&1 &")
+    res = ssh.run(home, host, start, timeout=30)
+    if res.exit_code != 0:
+        raise GlueError(f"{host.name}: could not start the trainer: {res.stderr.strip()}")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = remote.process_state(home, host, store.run, attempt)
+        if state["pids"]:
+            record.update(state["pids"])
+            store.put_json(f"attempts/{attempt}.json", record)
+            return record
+        time.sleep(0.2)
+    raise GlueError(f"{host.name}: the trainer's supervisor did not start within 30s "
+                    f"(see {sdir}/supervisor-{attempt}.log on the VM)")

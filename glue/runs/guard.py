@@ -1,0 +1,88 @@
+"""The ephemeral-disk boundary guard: every durable location must be in the bucket.
+
+A location is accepted when it is `s3://<the cluster's bucket>/...`, or a path under a LIVE bucket
+mount on the VM through which a probe object really reaches the bucket. A path on the VM's own
+disk is refused, naming it and why: that disk is wiped when the VM terminates.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+import uuid
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlparse
+
+from glue.errors import GlueError
+from glue.infra import ssh
+from glue.infra.inventory import Host
+from glue.runs.store import RunStore
+
+MOUNT = PurePosixPath("/mnt/s3")
+MOUNT_FSTYPE = "fuse.rclone"
+PROBE_TIMEOUT = 20.0
+
+
+def _findmnt(home: Path, host: Host, path: PurePosixPath) -> tuple[str, str]:
+    """(mount target, fstype) of the filesystem that holds `path` (or its nearest existing parent)."""
+    script = (
+        f"p={shlex.quote(str(path))}; while [ ! -e \"$p\" ]; do p=$(dirname \"$p\"); done; "
+        "findmnt -n -o TARGET,FSTYPE --target \"$p\""
+    )
+    res = ssh.run(home, host, script, timeout=20)
+    parts = res.stdout.split()
+    if res.exit_code != 0 or len(parts) < 2:
+        raise GlueError(f"{host.name}: cannot tell which filesystem holds {path}: {res.stderr.strip()}")
+    return parts[0], parts[1]
+
+
+def check_location(home: Path, host: Host, store: RunStore, what: str, location: str) -> None:
+    parsed = urlparse(location)
+    if parsed.scheme == "s3":
+        if parsed.netloc != store.info.name:
+            raise GlueError(f"{what} {location} is not in the cluster's bucket {store.info.name!r}; "
+                            f"use s3://{store.info.name}/...")
+        store.list("")  # the bucket answers (raises a one-line error otherwise)
+        return
+    if parsed.scheme not in ("", "file"):
+        raise GlueError(f"{what} {location}: unknown scheme {parsed.scheme!r}; use s3://bucket/prefix or a path "
+                        f"under {MOUNT}")
+    path = PurePosixPath(parsed.path if parsed.scheme == "file" else location)
+    if not path.is_absolute():
+        raise GlueError(f"{what} {location} must be an absolute path under {MOUNT} or an s3:// URL")
+    target, fstype = _findmnt(home, host, path)
+    if not path.is_relative_to(MOUNT):
+        raise GlueError(f"{what} {path} is on the VM's own disk ({fstype} at {target}), which is wiped when the VM "
+                        f"terminates; use s3://{store.info.name}/... or a path under {MOUNT}")
+    if target != str(MOUNT) or fstype != MOUNT_FSTYPE:
+        raise GlueError(f"{what} {path}: {MOUNT} on {host.name} is a plain directory on the VM's own disk, not a "
+                        f"live bucket mount ({fstype} at {target}); writes there would be lost. Re-run the playbook "
+                        "with `glue up`")
+    _probe(home, host, store, what, path)
+
+
+def _probe(home: Path, host: Host, store: RunStore, what: str, path: PurePosixPath) -> None:
+    """Write through the mount; the object must appear in the bucket via the S3 API."""
+    name = f".gpukit-probe-{uuid.uuid4().hex[:12]}"
+    probe = path / name
+    body = uuid.uuid4().hex
+    res = ssh.run(home, host, f"mkdir -p {shlex.quote(str(path))} && printf %s {body} > {shlex.quote(str(probe))}",
+                  timeout=30)
+    if res.exit_code != 0:
+        raise GlueError(f"{what} {path}: cannot write through the bucket mount on {host.name}: {res.stderr.strip()}")
+    key = str(probe.relative_to(MOUNT))
+    deadline = time.monotonic() + PROBE_TIMEOUT
+    try:
+        while time.monotonic() < deadline:
+            full = f"{key}"
+            try:
+                got = store.s3.get_object(Bucket=store.info.name, Key=full)["Body"].read().decode()
+            except store.s3.exceptions.NoSuchKey:
+                got = None
+            if got == body:
+                return
+            time.sleep(0.5)
+        raise GlueError(f"{what} {path}: a probe written through {MOUNT} on {host.name} did not reach the bucket "
+                        f"within {PROBE_TIMEOUT:.0f}s; the mount is not delivering writes (check `glue status`)")
+    finally:
+        ssh.run(home, host, f"rm -f {shlex.quote(str(probe))}", timeout=20)

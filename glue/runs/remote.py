@@ -1,0 +1,58 @@
+"""Where things live on a VM, and small remote probes used by deploy and the monitor."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from glue.errors import GlueError
+from glue.infra import ssh
+from glue.infra.inventory import Host
+
+RUN_STATE_ROOT = "/run/gpukit/runs"        # tmpfs on the VM: launch specs (0600), pids, local log
+CREDENTIALS_PATH = "/run/gpukit/bucket-credentials.json"
+SCRATCH = "/var/lib/gpukit/scratch"
+REAL_VM_VENV = "/opt/gpukit/venv"
+
+
+def venv(host: Host) -> str:
+    """The trainer runtime's venv: local VMs see (and reuse) the controller's venv."""
+    return str(Path(sys.executable).parent.parent) if host.backend == "local" else REAL_VM_VENV
+
+
+def state_dir(run: str) -> str:
+    return f"{RUN_STATE_ROOT}/{run}"
+
+
+def python(host: Host) -> str:
+    return f"{venv(host)}/bin/python"
+
+
+def env_info(home: Path, host: Host) -> dict[str, Any]:
+    res = ssh.run(home, host, f"{shlex.quote(python(host))} -m glue.train.envinfo", timeout=120)
+    if res.exit_code != 0:
+        raise GlueError(f"{host.name}: the trainer runtime does not start ({res.stderr.strip().splitlines()[-1:]}); "
+                        "re-run the playbook with `glue up`")
+    return dict(json.loads(res.stdout))
+
+
+def process_state(home: Path, host: Host, run: str, attempt: int) -> dict[str, Any]:
+    """pids of the attempt and each one's state letter (R, S, T, Z...) or None when gone."""
+    pids_file = f"{state_dir(run)}/attempt-{attempt}.pids.json"
+    script = (
+        f"cat {pids_file} 2>/dev/null || echo '{{}}'; echo; "
+        f"for p in $(grep -o '[0-9]\\+' {pids_file} 2>/dev/null); do "
+        "  s=$(cut -d')' -f2 /proc/$p/stat 2>/dev/null | cut -d' ' -f2); echo \"$p ${s:-gone}\"; done"
+    )
+    res = ssh.run(home, host, script, timeout=20)
+    lines = res.stdout.strip().splitlines()
+    pids = json.loads(lines[0]) if lines and lines[0].startswith("{") else {}
+    states = dict(line.split() for line in lines[1:] if len(line.split()) == 2)
+    return {
+        "pids": pids,
+        "supervisor": states.get(str(pids.get("supervisor_pid")), "gone") if pids else "gone",
+        "trainer": states.get(str(pids.get("trainer_pid")), "gone") if pids else "gone",
+    }

@@ -1,0 +1,113 @@
+"""Controller-side records of a run in the bucket (layout in DESIGN.md, "Bucket layout")."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from glue.cloud.base import BucketCredentials, BucketInfo
+from glue.errors import GlueError
+from glue.storage import bucket as bucket_store
+
+
+def utc_iso(ts: datetime | None = None) -> str:
+    return (ts or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_iso(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+@dataclass
+class RunStore:
+    info: BucketInfo
+    creds: BucketCredentials
+    run: str
+
+    def __post_init__(self) -> None:
+        self.s3 = bucket_store.client(self.info, self.creds)
+        self.prefix = f"runs/{self.run}/"
+
+    def _fail(self, what: str, exc: Exception) -> GlueError:
+        return GlueError(f"bucket {self.info.name} at {self.info.endpoint} did not answer ({what}): "
+                         f"{str(exc).splitlines()[0]}; check `glue status`")
+
+    def get_bytes(self, key: str) -> bytes | None:
+        try:
+            return bytes(self.s3.get_object(Bucket=self.info.name, Key=self.prefix + key)["Body"].read())
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise self._fail(f"get {key}", exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail(f"get {key}", exc) from exc
+
+    def get_json(self, key: str) -> Any:
+        data = self.get_bytes(key)
+        return None if data is None else json.loads(data)
+
+    def put_json(self, key: str, value: Any) -> None:
+        self.put_bytes(key, json.dumps(value, indent=2, sort_keys=True).encode())
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        try:
+            self.s3.put_object(Bucket=self.info.name, Key=self.prefix + key, Body=data)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail(f"put {key}", exc) from exc
+
+    def list(self, sub: str = "") -> dict[str, int]:
+        """key (relative to the run) -> size, for everything under runs/<run>/<sub>."""
+        out: dict[str, int] = {}
+        try:
+            pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.info.name, Prefix=self.prefix + sub)
+            for page in pages:
+                for obj in page.get("Contents", []):
+                    out[obj["Key"][len(self.prefix):]] = int(obj["Size"])
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail(f"list {sub}", exc) from exc
+        return out
+
+    def exists(self) -> bool:
+        return self.get_bytes("manifest.json") is not None
+
+    def manifest(self) -> dict[str, Any]:
+        m = self.get_json("manifest.json")
+        if m is None:
+            raise GlueError(f"unknown run {self.run!r}: no runs/{self.run}/manifest.json in the bucket "
+                            "(list runs with `glue status --json`)")
+        return dict(m)
+
+    def attempts(self) -> list[int]:
+        return sorted(int(k.split("/")[1].split(".")[0]) for k in self.list("attempts/")
+                      if k.count(".") == 1 and k.endswith(".json"))
+
+    def attempt(self, n: int) -> dict[str, Any]:
+        return dict(self.get_json(f"attempts/{n}.json") or {})
+
+    def metrics(self) -> dict[int, dict[int, dict[str, Any]]]:
+        """attempt -> step -> record (rank 0), from every metrics part."""
+        out: dict[int, dict[int, dict[str, Any]]] = {}
+        for key in sorted(self.list("metrics/")):
+            for line in (self.get_bytes(key) or b"").decode().splitlines():
+                if line.strip():
+                    rec = json.loads(line)
+                    if rec.get("rank", 0) == 0:
+                        out.setdefault(int(rec["attempt"]), {})[int(rec["step"])] = rec
+        return out
+
+    def log_text(self, attempt: int | None = None) -> str:
+        parts = [k for k in sorted(self.list("logs/")) if attempt is None or k.startswith(f"logs/{attempt:03d}-")]
+        return "".join((self.get_bytes(k) or b"").decode(errors="replace") for k in parts)
+
+
+def run_ids(info: BucketInfo, creds: BucketCredentials) -> list[str]:
+    s3 = bucket_store.client(info, creds)
+    try:
+        resp = s3.list_objects_v2(Bucket=info.name, Prefix="runs/", Delimiter="/")
+    except (ClientError, BotoCoreError) as exc:
+        raise GlueError(f"bucket {info.name} at {info.endpoint} did not answer: {str(exc).splitlines()[0]}") from exc
+    return sorted(p["Prefix"].split("/")[1] for p in resp.get("CommonPrefixes", []))

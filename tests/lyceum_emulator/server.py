@@ -1,0 +1,383 @@
+"""An emulator of Lyceum's VM and storage API, on loopback, backed by local VMs and a local bucket.
+
+Routes (under /api/v2/external), with the documented request/response shapes:
+  POST /vms/create          {hardware_profile, user_public_key, name?, instance_specs?} -> pending VM
+  GET  /vms/{vm_id}/status  pending -> provisioning -> running (ip_address "127.0.0.1:<port>")
+  GET  /vms/list            {"vms": [...], "total": n}
+  GET  /vms/availability    {"available_instance_variants": [...]}
+  DELETE /vms/{vm_id}       terminate (the local VM and its disk are destroyed)
+  POST /storage/credentials {access_key, secret_key, session_token, endpoint, bucket_name, region, expires_at}
+Errors carry FastAPI's `detail`: 401 (missing/unknown key), 403 (inactive key), 404 (unknown VM),
+422 (malformed body, detail is a list of {loc, msg, type}), 400 (unknown profile), 409 (no capacity).
+
+Test controls (methods here, and unauthenticated POSTs under /_emulator/ for the CLI mode):
+faults (5xx/429, optionally after the request was processed), capacity per profile, VMs stuck in
+pending, killing a VM out of band, expiring every storage credential.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from glue.cloud.base import VMSpec
+from glue.cloud.local import LocalBackend
+from glue.cloud.local_bucket import free_port
+from glue.errors import GlueError
+
+from .sts_bucket import StsBucket
+
+PREFIX = "/api/v2/external"
+HOST = "127.0.0.1"
+PROFILES = ("cpu", "a100", "h100")
+PRICES = {"cpu": 0.35, "a100": 1.79, "h100": 2.89}  # made up: the emulator bills nobody
+SPEC_FIELDS = ("cpu", "memory", "disk", "gpu_count")
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Fault:
+    """Answer the next `count` matching requests with `status` (the 5xx/429 a real API can give)."""
+
+    status: int
+    count: int = 1
+    path: str = ""  # substring of the path below /api/v2/external
+    method: str = ""
+    retry_after: float | None = None
+    after_processing: bool = False  # handle the request, then answer the fault (a lost response)
+    detail: str = "emulated upstream failure"
+
+
+@dataclass
+class VM:
+    vm_id: str
+    name: str | None
+    profile: str
+    gpu_count: int
+    specs: dict[str, int]
+    public_key: str
+    created_at: float
+    status: str = "pending"
+    ip_address: str | None = None
+    local_id: str | None = None
+    running_since: float | None = None
+    boot: threading.Thread | None = field(default=None, repr=False)
+
+    def billed(self) -> float:
+        if self.running_since is None:
+            return 0.0
+        hours = (time.time() - self.running_since) / 3600
+        return round(hours * PRICES[self.profile] * max(1, self.gpu_count), 4)
+
+    def status_doc(self) -> dict[str, Any]:
+        return {
+            "vm_id": self.vm_id, "status": self.status, "instance_specs": dict(self.specs),
+            "created_at": _iso(self.created_at), "ip_address": self.ip_address,
+            "uptime_seconds": int(time.time() - self.running_since) if self.running_since else None,
+            "billed": self.billed(), "hardware_profile": self.profile, "gpu_count": self.gpu_count, "name": self.name,
+        }
+
+    def list_doc(self) -> dict[str, Any]:
+        return {"vm_id": self.vm_id, "name": self.name, "status": self.status, "ip_address": self.ip_address,
+                "hardware_profile": self.profile, "gpu_count": self.gpu_count, "billed": self.billed(),
+                "created_at": _iso(self.created_at)}
+
+
+class Emulator:
+    """`with Emulator(tmp_path) as emu:` then point LYCEUM_API_URL at emu.url, LYCEUM_API_KEY at emu.api_key."""
+
+    def __init__(self, home: Path, api_keys: list[str] | None = None, pending_s: float = 0.3,
+                 credentials_ttl: float = 900.0, boot_vms: bool = True, port: int = 0, bucket: str = "gpukit") -> None:
+        self.home = home
+        self.api_keys = list(api_keys or [f"lk_emu_{secrets.token_hex(16)}"])
+        self.inactive_keys: set[str] = set()
+        self.pending_s = pending_s
+        self.boot_vms = boot_vms
+        self.port = port
+        self.capacity: dict[str, list[int] | None] = {"cpu": [], "a100": [1, 2, 4, 8], "h100": [1, 2, 4, 8]}
+        self.stuck_pending = False
+        self.faults: list[Fault] = []
+        self.vms: dict[str, VM] = {}
+        self.requests: list[tuple[str, str, int]] = []  # (method, path, status): never headers
+        self.local = LocalBackend(home / "local")
+        self.sts = StsBucket(home / "bucket", bucket=bucket, ttl=credentials_ttl)
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def api_key(self) -> str:
+        return self.api_keys[0]
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://{HOST}:{self._server.server_address[1]}{PREFIX}"
+
+    def env(self) -> dict[str, str]:
+        """What the kit needs in its environment to talk to this emulator."""
+        return {"LYCEUM_API_URL": self.url, "LYCEUM_API_KEY": self.api_key}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> Emulator:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.sts.start()
+        self._server = ThreadingHTTPServer((HOST, self.port), _Handler)
+        self._server.daemon_threads = True
+        self._server.emulator = self  # type: ignore[attr-defined]
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), name="lyceum-emulator", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; every VM still up is destroyed (nothing outlives the emulator)."""
+        self._stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        for vm in list(self.vms.values()):
+            if vm.boot is not None:
+                vm.boot.join(60)
+            self._destroy(vm, "terminated")
+        self.sts.stop()
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- test controls -----------------------------------------------------------------------
+    def inject(self, status: int, count: int = 1, **kw: Any) -> None:
+        with self._lock:
+            self.faults.append(Fault(status, count, **kw))
+
+    def set_capacity(self, profile: str, gpu_counts: list[int] | None) -> None:
+        """None: the profile is not offered at all (no capacity)."""
+        with self._lock:
+            self.capacity[profile] = gpu_counts
+
+    def kill(self, vm_id: str, status: str = "terminated") -> None:
+        """Lose a VM out of band (a host failure, a reclaimed spot VM)."""
+        self._destroy(self.vms[vm_id], status)
+
+    def live_vms(self) -> list[VM]:
+        return [vm for vm in self.vms.values() if vm.status not in ("terminated", "error")]
+
+    # -- VM lifecycle ------------------------------------------------------------------------
+    def _destroy(self, vm: VM, status: str) -> None:
+        with self._lock:
+            vm.status = status
+            vm.ip_address = None
+            vm.running_since = None
+            local_id, vm.local_id = vm.local_id, None
+        if local_id:
+            self.local.delete_vm(local_id)
+
+    def _boot(self, vm: VM) -> None:
+        deadline = time.monotonic() + self.pending_s
+        while not self._stopping.is_set() and (time.monotonic() < deadline or self.stuck_pending):
+            if vm.status != "pending":
+                return
+            time.sleep(0.05)
+        with self._lock:
+            if vm.status != "pending" or self._stopping.is_set():
+                return
+            vm.status = "provisioning"
+        local_id = None
+        try:
+            if self.boot_vms:
+                name = re.sub(r"[^a-z0-9-]", "-", (vm.name or "vm").lower()).strip("-")[:30] or "vm"
+                rec = self.local.create_vm(VMSpec(name=name, gpu_type="none", gpu_count=0, disk_gb=10,
+                                                  ssh_public_key=vm.public_key))
+                local_id, port = rec.id, rec.ssh_port
+            else:
+                port = free_port()
+        except (GlueError, OSError):
+            with self._lock:
+                vm.status = "error"
+            return
+        with self._lock:
+            if vm.status == "provisioning" and not self._stopping.is_set():
+                vm.status, vm.ip_address, vm.local_id = "running", f"{HOST}:{port}", local_id
+                vm.running_since = time.time()
+                return
+        if local_id:  # deleted (or the emulator stopped) while it booted
+            self.local.delete_vm(local_id)
+
+    def _refresh(self, vm: VM) -> VM:
+        """A running VM whose local VM died is reported as error (the host lost it)."""
+        if vm.status == "running" and vm.local_id and self.local.read_vm(vm.local_id) is None:
+            self._destroy(vm, "error")
+        return vm
+
+    # -- request handling --------------------------------------------------------------------
+    def handle(self, method: str, path: str, headers: Any, raw: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if path.startswith("/_emulator/"):
+            return self._admin(method, path, raw)
+        if not path.startswith(PREFIX + "/"):
+            return 404, {"detail": "Not Found"}, {}
+        route = path[len(PREFIX):].split("?", 1)[0]
+        auth = headers.get("Authorization", "")
+        if not auth.startswith("Bearer ") or not auth[7:].strip():
+            return 401, {"detail": "Not authenticated"}, {}
+        key = auth[7:].strip()
+        if key in self.inactive_keys:
+            return 403, {"detail": "API key is inactive"}, {}
+        if key not in self.api_keys:
+            return 401, {"detail": "Invalid or expired API key"}, {}
+        fault = self._take_fault(method, route)
+        if fault is not None and not fault.after_processing:
+            return self._fault_answer(fault)
+        answer = self._route(method, route, raw)
+        return self._fault_answer(fault) if fault is not None else answer
+
+    def _take_fault(self, method: str, route: str) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.count > 0 and fault.path in route and fault.method in ("", method):
+                    fault.count -= 1
+                    return fault
+        return None
+
+    @staticmethod
+    def _fault_answer(fault: Fault) -> tuple[int, dict[str, Any], dict[str, str]]:
+        extra = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
+        return fault.status, {"detail": fault.detail}, extra
+
+    def _route(self, method: str, route: str, raw: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if method == "POST" and route == "/vms/create":
+            return self._create(raw)
+        if method == "GET" and route == "/vms/list":
+            with self._lock:
+                docs = [self._refresh(vm).list_doc() for vm in self.vms.values()]
+            return 200, {"vms": docs, "total": len(docs)}, {}
+        if method == "GET" and route == "/vms/availability":
+            return 200, {"available_instance_variants": self._variants()}, {}
+        if method == "POST" and route == "/storage/credentials":
+            return 200, self.sts.issue(), {}
+        match = re.fullmatch(r"/vms/([^/]+)(/status)?", route)
+        if match and (method, bool(match.group(2))) in (("GET", True), ("DELETE", False)):
+            vm = self.vms.get(match.group(1))
+            if vm is None:
+                return 404, {"detail": f"VM {match.group(1)} not found"}, {}
+            if method == "GET":
+                return 200, self._refresh(vm).status_doc(), {}
+            self._destroy(vm, "terminated")
+            return 200, {"vm_id": vm.vm_id, "status": "terminated", "message": "VM terminated"}, {}
+        return 404, {"detail": "Not Found"}, {}
+
+    def _variants(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [{"hardware_profile": p, "instance_type": "on-demand", "price_per_hour": PRICES[p],
+                     "available_gpus_per_instance": list(counts), "block_storage_gpu_counts": []}
+                    for p, counts in self.capacity.items() if counts is not None]
+
+    def _create(self, raw: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError:
+            return 422, {"detail": [{"type": "json_invalid", "loc": ["body", 0], "msg": "JSON decode error"}]}, {}
+        errors = _validate_create(body)
+        if errors:
+            return 422, {"detail": errors}, {}
+        profile = body["hardware_profile"]
+        if profile not in PROFILES:
+            return 400, {"detail": f"Invalid hardware profile '{profile}'. Valid profiles: {', '.join(PROFILES)}"}, {}
+        specs = {k: int(v) for k, v in (body.get("instance_specs") or {}).items() if k in SPEC_FIELDS}
+        gpu_count = specs.get("gpu_count", 0 if profile == "cpu" else 1)
+        with self._lock:
+            counts = self.capacity.get(profile)
+            if counts is None or (profile != "cpu" and gpu_count not in counts):
+                return 409, {"detail": f"No capacity available for {profile} with {gpu_count} GPU(s)"}, {}
+            vm = VM(vm_id=f"vm-{secrets.token_hex(6)}", name=body.get("name"), profile=profile, gpu_count=gpu_count,
+                    specs={"disk": 100, **specs}, public_key=body["user_public_key"], created_at=time.time())
+            self.vms[vm.vm_id] = vm
+            vm.boot = threading.Thread(target=self._boot, args=(vm,), name=f"boot-{vm.vm_id}", daemon=True)
+            vm.boot.start()
+        doc = vm.status_doc()
+        doc.update({"status_check_url": f"{PREFIX}/vms/{vm.vm_id}/status",
+                    "polling_message": "The VM is being provisioned; poll the status URL until it is running."})
+        return 200, doc, {}
+
+    def _admin(self, method: str, path: str, raw: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
+        data = json.loads(raw or b"{}")
+        kill = re.fullmatch(r"/_emulator/vms/([^/]+)/kill", path)
+        if method == "GET" and path == "/_emulator/state":
+            return 200, {"vms": [vm.list_doc() for vm in self.vms.values()], "requests": self.requests}, {}
+        if method == "POST" and kill and kill.group(1) in self.vms:
+            self.kill(kill.group(1), data.get("status", "terminated"))
+            return 200, {}, {}
+        if method == "POST" and path == "/_emulator/faults":
+            self.inject(**data)
+            return 200, {}, {}
+        if method == "POST" and path == "/_emulator/capacity":
+            for profile, counts in data.items():
+                self.set_capacity(profile, counts)
+            return 200, {}, {}
+        if method == "POST" and path == "/_emulator/stuck":
+            self.stuck_pending = bool(data.get("stuck", True))
+            return 200, {}, {}
+        if method == "POST" and path == "/_emulator/storage/expire":
+            self.sts.expire_all()
+            return 200, {}, {}
+        return 404, {"detail": "Not Found"}, {}
+
+
+def _validate_create(body: Any) -> list[dict[str, Any]]:
+    """FastAPI/pydantic-style validation errors for the create body."""
+    if not isinstance(body, dict):
+        return [{"type": "model_attributes_type", "loc": ["body"], "msg": "Input should be a valid dictionary"}]
+    errors: list[dict[str, Any]] = []
+    for name in ("user_public_key", "hardware_profile"):
+        if name not in body:
+            errors.append({"type": "missing", "loc": ["body", name], "msg": "Field required"})
+        elif not isinstance(body[name], str):
+            errors.append({"type": "string_type", "loc": ["body", name], "msg": "Input should be a valid string"})
+    if body.get("name") is not None and not isinstance(body["name"], str):
+        errors.append({"type": "string_type", "loc": ["body", "name"], "msg": "Input should be a valid string"})
+    specs = body.get("instance_specs")
+    if specs is not None:
+        if not isinstance(specs, dict):
+            errors.append({"type": "dict_type", "loc": ["body", "instance_specs"],
+                           "msg": "Input should be a valid dictionary"})
+        else:
+            for key, value in specs.items():
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    errors.append({"type": "int_type", "loc": ["body", "instance_specs", key],
+                                   "msg": "Input should be a valid non-negative integer"})
+    return errors
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "lyceum-emulator"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _serve(self) -> None:
+        emu: Emulator = self.server.emulator  # type: ignore[attr-defined]
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        status, doc, extra = emu.handle(self.command, self.path, self.headers, raw)
+        emu.requests.append((self.command, self.path.split("?", 1)[0], status))
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in extra.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_DELETE = do_PUT = _serve

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from glue.cloud.lyceum_api import LyceumClient, LyceumError, LyceumNotFound, RetryPolicy, api_key_from_env, api_url_from_env
+from glue.cloud.lyceum_api import (
+    LyceumClient,
+    LyceumError,
+    LyceumNotFound,
+    RetryPolicy,
+    api_key_from_env,
+    api_url_from_env,
+)
 from glue.errors import GlueError
 from tests.lyceum_emulator import Emulator
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from glue.cloud.base import Backend
 from glue.errors import GlueError
 
-BACKENDS = ("local",)
+BACKENDS = ("local", "lyceum")
 
 
 def get_backend(name: str, home: Path) -> Backend:
@@ -16,4 +16,8 @@ def get_backend(name: str, home: Path) -> Backend:
         from glue.cloud.local import LocalBackend
 
         return LocalBackend(home)
+    if name == "lyceum":
+        from glue.cloud.lyceum import LyceumBackend
+
+        return LyceumBackend(home)
     raise GlueError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")

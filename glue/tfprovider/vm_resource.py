@@ -10,11 +10,12 @@ import re
 from typing import Any
 
 from tf import schema, types
-from tf.iface import Config, CreateContext, DeleteContext, ReadContext, State, UpdateContext
+from tf.iface import Config, CreateContext, DeleteContext, ReadContext, State, UpdateContext, UpgradeContext
 from tf.provider import Resource
 from tf.utils import Diagnostics
 
 from glue.cloud.base import VMRecord, VMSpec
+from glue.cloud.lyceum_spec import PROFILES, input_errors, with_instance_specs
 from glue.errors import GlueError
 from glue.tfprovider.provider import GpukitProvider
 
@@ -39,7 +40,7 @@ class VMResource(Resource):
             return schema.Attribute(name, typ, description=desc, computed=True)
 
         return schema.Schema(
-            version=1,
+            version=2,  # 2: optional hardware_profile, cpu, memory_gb (see upgrade)
             attributes=[
                 inp("name", types.String(), "VM name (lowercase letters, digits, dashes).", required=True),
                 inp("gpu_type", types.String(), "GPU model, or \"none\".", required=True),
@@ -47,6 +48,10 @@ class VMResource(Resource):
                 inp("disk_gb", types.Number(), "Ephemeral disk size (wiped at termination).",
                     optional=True, computed=True, default=100),
                 inp("ssh_public_key", types.String(), "Public key authorised for root.", required=True),
+                inp("hardware_profile", types.String(),
+                    f"Lyceum hardware profile: {', '.join(PROFILES)} (default: from gpu_type).", optional=True),
+                inp("cpu", types.Number(), "vCPUs (Lyceum; default: the profile's).", optional=True),
+                inp("memory_gb", types.Number(), "Memory in GB (Lyceum; default: the profile's).", optional=True),
                 out("id", types.String(), "Backend VM id."),
                 out("ssh_host", types.String(), "SSH address."),
                 out("ssh_port", types.Number(), "SSH port."),
@@ -67,6 +72,13 @@ class VMResource(Resource):
             val = config.get(key)
             if isinstance(val, int | float) and not lo <= val <= hi:
                 diags.add_error(f"{key} = {val} is out of range", f"Use {lo}..{hi}.", path=[key])
+        for key, what, fix in input_errors(config.get("hardware_profile"), config.get("gpu_count"),
+                                           cpu=config.get("cpu"), memory_gb=config.get("memory_gb")):
+            diags.add_error(what, fix, path=[key])
+
+    def upgrade(self, ctx: UpgradeContext, version: int, old: State) -> State | None:
+        # Version 1 states lack the optional Lyceum inputs: they are null (unset), so no diff.
+        return {**{a.name: None for a in self.get_schema().attributes}, **old}
 
     @staticmethod
     def _state(planned: State, rec: VMRecord) -> State:
@@ -82,6 +94,7 @@ class VMResource(Resource):
             disk_gb=int(planned.get("disk_gb") or 100),
             ssh_public_key=str(planned["ssh_public_key"]),
         )
+        spec = with_instance_specs(spec, planned.get("hardware_profile"), planned.get("cpu"), planned.get("memory_gb"))
         try:
             rec = self._provider.backend.create_vm(spec)
         except GlueError as exc:

@@ -1,0 +1,339 @@
+"""The lyceum backend: real GPU VMs and the account's S3 bucket through Lyceum's REST API.
+
+create: check availability -> POST /vms/create -> poll GET /vms/{id}/status (rich progress, a
+timeout) until the VM runs and has an address -> read its SSH host key (trust on first use) ->
+record. Any failure after the POST deletes the VM again, so nothing is left running and billed;
+if even that fails, the error names the VM and the command that deletes it.
+read: terminated, error, stopped or missing (404) = gone, so the next apply replaces the VM.
+The bucket: POST /storage/credentials; the expiring credentials live in the 0600 file
+<home>/bucket/credentials.json and are refreshed before they expire (see lyceum_creds).
+
+Settings (environment): LYCEUM_API_KEY (required), LYCEUM_API_URL, LYCEUM_CREATE_TIMEOUT
+(seconds, default 900), LYCEUM_POLL_INTERVAL (default 5), LYCEUM_HARDWARE_PROFILE and
+LYCEUM_GPU_COUNT (what `glue up` asks for). Usage as a tool:
+    python -m glue.cloud.lyceum list | availability | delete <vm_id>
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import paramiko
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from glue.cloud import lyceum_creds
+from glue.cloud.base import BucketCredentials, BucketInfo, VMRecord, VMSpec
+from glue.cloud.lyceum_api import (
+    GONE_STATUSES,
+    LyceumClient,
+    LyceumNotFound,
+    api_key_from_env,
+    api_url_from_env,
+)
+from glue.cloud.lyceum_spec import GPU_PROFILES, PROFILES, LyceumVMSpec, check, input_errors
+from glue.errors import GlueError
+
+NAME = "lyceum"
+SSH_USER = "root"
+RUNNING_STATUSES = frozenset({"running", "ready"})
+DELETE_COMMAND = "python -m glue.cloud.lyceum delete"
+HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise GlueError(f"{name}={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise GlueError(f"{name} must be positive (got {raw})")
+    return value
+
+
+def parse_address(ip_address: str) -> tuple[str, int]:
+    """Lyceum's `ip_address` ("10.0.1.5:22", "10.0.1.5", "[::1]:22") -> (host, port)."""
+    text = ip_address.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest.lstrip(":")
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    else:
+        host, port = text, ""
+    try:
+        return host, int(port) if port else 22
+    except ValueError:
+        raise GlueError(f"Lyceum reported an unusable VM address {ip_address!r}") from None
+
+
+def scan_host_key(host: str, port: int, timeout: float = 10.0) -> str:
+    """The VM's SSH host public key ("type base64"), read over one SSH handshake (no login)."""
+    sock = socket.create_connection((host, port), timeout=timeout)
+    transport = paramiko.Transport(sock)
+    try:
+        opts = transport.get_security_options()
+        offered = tuple(opts.key_types)
+        opts.key_types = tuple(k for k in HOST_KEY_TYPES if k in offered) + tuple(
+            k for k in offered if k not in HOST_KEY_TYPES)
+        transport.banner_timeout = timeout
+        transport.start_client(timeout=timeout)
+        key = transport.get_remote_server_key()
+        return f"{key.get_name()} {key.get_base64()}"
+    finally:
+        transport.close()
+
+
+def tf_vars(vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
+    """Terraform variables for terraform/envs/lyceum; checks key and inputs before terraform runs."""
+    api_key_from_env()
+    api_url_from_env()
+    profile = os.environ.get("LYCEUM_HARDWARE_PROFILE", "").strip().lower() or "a100"
+    raw_count = os.environ.get("LYCEUM_GPU_COUNT", "").strip()
+    try:
+        gpu_count = int(raw_count) if raw_count else (1 if profile in GPU_PROFILES else 0)
+    except ValueError:
+        raise GlueError(f"LYCEUM_GPU_COUNT={raw_count!r} is not a whole number") from None
+    problems = input_errors(profile, gpu_count)
+    if problems:
+        attr, what, fix = problems[0]
+        env = "LYCEUM_HARDWARE_PROFILE" if attr == "hardware_profile" else "LYCEUM_GPU_COUNT"
+        raise GlueError(f"{what} ({env}): {fix}")
+    return {"vm_count": vm_count, "name_prefix": name_prefix, "ssh_public_key": ssh_public_key,
+            "hardware_profile": profile, "gpu_count": gpu_count}
+
+
+class LyceumBackend:
+    """Backend `lyceum`. The API client is built on first use, so commands that never reach the
+    API (an empty destroy) do not need a key."""
+
+    name = NAME
+
+    def __init__(self, home: Path, client: LyceumClient | None = None, console: Console | None = None) -> None:
+        self.home = home
+        self.records = home / "lyceum" / "vms"
+        self.cred_file = home / "bucket" / "credentials.json"
+        self._client = client
+        self.console = console or Console(stderr=True)
+
+    @property
+    def api(self) -> LyceumClient:
+        if self._client is None:
+            self._client = LyceumClient.from_env()
+        return self._client
+
+    # -- VMs ---------------------------------------------------------------------------------
+    def create_vm(self, spec: VMSpec) -> VMRecord:
+        profile = check(spec)
+        self._check_capacity(profile, spec.gpu_count)
+        specs: dict[str, int] = {"disk": spec.disk_gb, "gpu_count": spec.gpu_count}
+        if isinstance(spec, LyceumVMSpec):
+            specs.update({k: v for k, v in (("cpu", spec.cpu), ("memory", spec.memory_gb)) if v})
+        body = {"hardware_profile": profile, "user_public_key": spec.ssh_public_key, "name": spec.name,
+                "instance_specs": specs}
+        try:
+            created = self.api.create_vm(body)
+        except GlueError as exc:
+            raise GlueError(f"{exc}{self._still_billed()}") from exc
+        vm_id = str(created.get("vm_id") or "")
+        if not vm_id:
+            raise GlueError(f"Lyceum accepted the create of {spec.name} but returned no vm_id{self._still_billed()}")
+        try:
+            status = self._wait_running(vm_id, spec.name, created)
+            host, port = parse_address(str(status["ip_address"]))
+            host_key = self._pin_host_key(host, port, spec.name)
+        except BaseException as exc:
+            cleanup = self._abandon(vm_id)
+            if isinstance(exc, GlueError):
+                raise GlueError(f"{exc}; {cleanup}{self._still_billed(exclude=vm_id)}") from exc
+            raise
+        self._save_record(vm_id, {"name": spec.name, "host_key": host_key, "hardware_profile": profile,
+                                  "gpu_count": spec.gpu_count})
+        return self._record(vm_id, status, {"name": spec.name, "host_key": host_key})
+
+    def _check_capacity(self, profile: str, gpu_count: int) -> None:
+        variants = self.api.availability()
+        offered = [v for v in variants if str(v.get("hardware_profile", "")).lower() == profile]
+        if offered and profile in GPU_PROFILES:
+            counts = {int(c) for v in offered for c in (v.get("available_gpus_per_instance") or [])}
+            if any(v.get("available_gpus_per_instance") is None for v in offered) or gpu_count in counts:
+                return
+        elif offered:
+            return
+        summary = ", ".join(
+            f"{v.get('hardware_profile')} ({v.get('instance_type', 'on-demand')}"
+            + (f": {', '.join(str(c) for c in sorted(v['available_gpus_per_instance']))} GPUs"
+               if v.get("available_gpus_per_instance") else "") + ")"
+            for v in variants
+        ) or "nothing"
+        want = f"{profile} with {gpu_count} GPU{'s' if gpu_count != 1 else ''}" if profile in GPU_PROFILES else profile
+        raise GlueError(f"Lyceum has no capacity for {want} right now (available: {summary}); "
+                        f"try another hardware profile (LYCEUM_HARDWARE_PROFILE) or later{self._still_billed()}")
+
+    def _wait_running(self, vm_id: str, name: str, first: dict[str, Any]) -> dict[str, Any]:
+        timeout = _env_float("LYCEUM_CREATE_TIMEOUT", 900.0)
+        interval = _env_float("LYCEUM_POLL_INTERVAL", 5.0)
+        deadline = time.monotonic() + timeout
+        status = first
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                      console=self.console, transient=True) as progress:
+            task = progress.add_task(f"lyceum: {name} ({vm_id}) pending")
+            while True:
+                state = str(status.get("status", "")).lower()
+                progress.update(task, description=f"lyceum: {name} ({vm_id}) {state or 'unknown'}")
+                if state in RUNNING_STATUSES and status.get("ip_address"):
+                    return status
+                if state in GONE_STATUSES:
+                    raise GlueError(f"Lyceum VM {name} ({vm_id}) became {state} while starting")
+                if time.monotonic() >= deadline:
+                    raise GlueError(f"Lyceum VM {name} ({vm_id}) is still {state or 'not running'} after "
+                                    f"{timeout:g}s (LYCEUM_CREATE_TIMEOUT); Lyceum may be short of capacity")
+                time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+                try:
+                    status = self.api.vm_status(vm_id)
+                except LyceumNotFound:
+                    raise GlueError(f"Lyceum VM {name} ({vm_id}) disappeared while starting") from None
+
+    def _pin_host_key(self, host: str, port: int, name: str) -> str:
+        """Trust on first use: the key the VM presents right after it reports running."""
+        deadline = time.monotonic() + min(_env_float("LYCEUM_CREATE_TIMEOUT", 900.0), 300.0)
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                return scan_host_key(host, port)
+            except (OSError, paramiko.SSHException, EOFError) as exc:
+                last = str(exc) or type(exc).__name__
+            time.sleep(1.0)
+        raise GlueError(f"Lyceum VM {name} runs but its SSH server at {host}:{port} never answered ({last})")
+
+    def _abandon(self, vm_id: str) -> str:
+        """Delete a VM whose create failed; say what happened to it."""
+        try:
+            self.api.delete_vm(vm_id)
+        except GlueError as exc:
+            return (f"deleting VM {vm_id} ALSO failed ({exc}); it may still be billed: "
+                    f"run `{DELETE_COMMAND} {vm_id}`")
+        return f"VM {vm_id} was deleted again"
+
+    def _still_billed(self, exclude: str = "") -> str:
+        """A suffix naming the account's VMs that are still up, and the commands that delete them."""
+        try:
+            vms = [v for v in self.api.list_vms()
+                   if str(v.get("status", "")).lower() not in GONE_STATUSES and v.get("vm_id") != exclude]
+        except GlueError:
+            return "; list the account's VMs with `python -m glue.cloud.lyceum list`"
+        if not vms:
+            return ""
+        names = ", ".join(f"{v.get('name') or '?'} ({v.get('vm_id')}, {v.get('status')})" for v in vms)
+        return (f"; still up and billed on this Lyceum account: {names}: `glue down` deletes this cluster's, "
+                f"`{DELETE_COMMAND} <vm_id>` any one")
+
+    def read_vm(self, vm_id: str) -> VMRecord | None:
+        try:
+            status = self.api.vm_status(vm_id)
+        except LyceumNotFound:
+            return None
+        if str(status.get("status", "")).lower() in GONE_STATUSES:
+            return None
+        return self._record(vm_id, status, self._load_record(vm_id))
+
+    def list_vms(self) -> list[dict[str, Any]]:
+        return self.api.list_vms()
+
+    def delete_vm(self, vm_id: str) -> None:
+        self.api.delete_vm(vm_id)
+        deadline = time.monotonic() + _env_float("LYCEUM_DELETE_TIMEOUT", 120.0)
+        state = ""
+        while time.monotonic() < deadline:
+            try:
+                state = str(self.api.vm_status(vm_id).get("status", "")).lower()
+            except LyceumNotFound:
+                break
+            if state in GONE_STATUSES:
+                break
+            time.sleep(min(_env_float("LYCEUM_POLL_INTERVAL", 5.0), 2.0))
+        else:
+            raise GlueError(f"Lyceum VM {vm_id} is still {state} after deletion was requested; "
+                            f"check with `python -m glue.cloud.lyceum list`")
+        (self.records / f"{vm_id}.json").unlink(missing_ok=True)
+
+    def _record(self, vm_id: str, status: dict[str, Any], local: dict[str, Any]) -> VMRecord:
+        host, port = parse_address(str(status["ip_address"])) if status.get("ip_address") else ("", 0)
+        profile = str(status.get("hardware_profile") or local.get("hardware_profile") or "cpu").lower()
+        gpu_count = status.get("gpu_count")
+        if gpu_count is None:
+            gpu_count = (status.get("instance_specs") or {}).get("gpu_count", local.get("gpu_count", 0))
+        return VMRecord(
+            id=vm_id, name=str(local.get("name") or status.get("name") or vm_id), ssh_host=host, ssh_port=port,
+            ssh_user=SSH_USER, host_key=str(local.get("host_key", "")), gpu_type=PROFILES.get(profile, profile),
+            gpu_count=int(gpu_count or 0), backend=NAME, status=str(status.get("status", "")).lower(),
+        )
+
+    def _save_record(self, vm_id: str, data: dict[str, Any]) -> None:
+        """Facts the API does not keep (the pinned host key). Not secret."""
+        self.records.mkdir(parents=True, exist_ok=True)
+        (self.records / f"{vm_id}.json").write_text(json.dumps(data))
+
+    def _load_record(self, vm_id: str) -> dict[str, Any]:
+        try:
+            return dict(json.loads((self.records / f"{vm_id}.json").read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    # -- bucket ------------------------------------------------------------------------------
+    def _credentials(self, force: bool = False) -> lyceum_creds.StoredCredentials:
+        return lyceum_creds.current(self.cred_file, self.api.storage_credentials, force=force)
+
+    def bucket(self) -> BucketInfo:
+        return self._credentials().bucket_info()
+
+    def bucket_credentials(self) -> BucketCredentials:
+        """Fresh credentials (refreshed, and the 0600 file rewritten, when near expiry)."""
+        return self._credentials().bucket_credentials()
+
+    def credentials_callback(self) -> Callable[[], BucketCredentials]:
+        """For the checkpointer on the controller: refreshes through the API when needed."""
+        return lyceum_creds.FileCredentials(self.cred_file, refresh=self._credentials)
+
+
+# -- `python -m glue.cloud.lyceum`: see and delete what runs (and bills) on the account ---------
+def _main(argv: list[str]) -> int:
+    usage = "usage: python -m glue.cloud.lyceum list | availability | delete <vm_id> [<vm_id> ...]"
+    if not argv or argv[0] not in ("list", "availability", "delete") or (argv[0] == "delete") != (len(argv) > 1):
+        print(usage, file=sys.stderr)
+        return 2
+    console = Console()
+    try:
+        client = LyceumClient.from_env()
+        if argv[0] == "list":
+            for vm in client.list_vms():
+                console.print(f"{vm.get('vm_id')}  {vm.get('name') or '-'}  {vm.get('status')}  "
+                              f"{vm.get('hardware_profile') or '-'}  {vm.get('ip_address') or '-'}  "
+                              f"billed {vm.get('billed', '-')}", highlight=False)
+        elif argv[0] == "availability":
+            for v in client.availability():
+                console.print(f"{v.get('hardware_profile')}  {v.get('instance_type', '-')}  "
+                              f"{v.get('price_per_hour', '-')}/GPU/h  GPUs: {v.get('available_gpus_per_instance')}",
+                              highlight=False)
+        else:
+            for vm_id in argv[1:]:
+                client.delete_vm(vm_id)
+                console.print(f"deleted {vm_id}", highlight=False)
+    except GlueError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

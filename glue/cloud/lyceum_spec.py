@@ -1,0 +1,82 @@
+"""Lyceum's hardware profiles and instance specs: the extra, validated inputs of a gpukit_vm.
+
+Kept free of I/O so the Terraform provider can validate a plan without calling the API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from glue.cloud.base import VMSpec
+from glue.errors import GlueError
+
+# hardware_profile -> GPU model reported in the outputs contract ("none" for the CPU profile).
+PROFILES: dict[str, str] = {"cpu": "none", "a100": "a100", "h100": "h100"}
+GPU_PROFILES = frozenset(p for p, gpu in PROFILES.items() if gpu != "none")
+MIN_DISK_GB = 100  # Lyceum provisions at least 100 GB of (ephemeral) disk per VM
+MAX_GPUS = 8
+LIMITS: dict[str, tuple[int, int]] = {"cpu": (1, 256), "memory_gb": (1, 4096)}
+
+
+@dataclass(frozen=True)
+class LyceumVMSpec(VMSpec):
+    """A VMSpec plus Lyceum's instance specs; 0 / "" mean "the profile's default"."""
+
+    hardware_profile: str = ""
+    cpu: int = 0
+    memory_gb: int = 0
+
+
+def with_instance_specs(spec: VMSpec, hardware_profile: Any = None, cpu: Any = None,
+                        memory_gb: Any = None) -> VMSpec:
+    """`spec` unchanged when no Lyceum input is set (the local backend sees exactly what it did)."""
+    if not hardware_profile and not cpu and not memory_gb:
+        return spec
+    return LyceumVMSpec(**asdict(spec), hardware_profile=str(hardware_profile or ""),
+                        cpu=int(cpu or 0), memory_gb=int(memory_gb or 0))
+
+
+def profile_of(spec: VMSpec) -> str:
+    """The hardware profile a spec asks for: explicit, else derived from gpu_type."""
+    explicit = getattr(spec, "hardware_profile", "")
+    if explicit:
+        return str(explicit).lower()
+    gpu = spec.gpu_type.lower()
+    return "cpu" if gpu in ("none", "cpu", "") else gpu
+
+
+def input_errors(hardware_profile: Any, gpu_count: Any, disk_gb: Any = None, cpu: Any = None,
+                 memory_gb: Any = None, for_lyceum: bool = False) -> list[tuple[str, str, str]]:
+    """(attribute, problem, fix) for every invalid input; values not yet known are skipped."""
+    errors: list[tuple[str, str, str]] = []
+    if isinstance(hardware_profile, str) and hardware_profile:
+        if hardware_profile.lower() not in PROFILES:
+            errors.append(("hardware_profile", f"unknown hardware profile {hardware_profile!r}",
+                           f"Use one of: {', '.join(PROFILES)}."))
+        elif isinstance(gpu_count, int | float):
+            if hardware_profile.lower() == "cpu" and gpu_count:
+                errors.append(("gpu_count", f"gpu_count = {gpu_count:g} on the cpu profile",
+                               "The cpu profile has no GPUs: set gpu_count = 0, or pick a100/h100."))
+            if hardware_profile.lower() in GPU_PROFILES and not 1 <= gpu_count <= MAX_GPUS:
+                errors.append(("gpu_count", f"gpu_count = {gpu_count:g} on the {hardware_profile} profile",
+                               f"Use 1..{MAX_GPUS} GPUs per VM."))
+    for key, value in (("cpu", cpu), ("memory_gb", memory_gb)):
+        lo, hi = LIMITS[key]
+        if isinstance(value, int | float) and not lo <= value <= hi:
+            errors.append((key, f"{key} = {value:g} is out of range", f"Use {lo}..{hi}, or leave it unset."))
+    if for_lyceum and isinstance(disk_gb, int | float) and disk_gb < MIN_DISK_GB:
+        errors.append(("disk_gb", f"disk_gb = {disk_gb:g} is below Lyceum's minimum",
+                       f"Lyceum VMs have at least {MIN_DISK_GB} GB of disk."))
+    return errors
+
+
+def check(spec: VMSpec) -> str:
+    """Validate a spec for Lyceum; return its hardware profile. Raises one-line GlueErrors."""
+    profile = profile_of(spec)
+    problems = input_errors(profile, spec.gpu_count, spec.disk_gb, getattr(spec, "cpu", 0) or None,
+                            getattr(spec, "memory_gb", 0) or None, for_lyceum=True)
+    if problems:
+        _, what, fix = problems[0]
+        raise GlueError(f"{what}: {fix}")
+    return profile

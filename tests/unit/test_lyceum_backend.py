@@ -1,0 +1,178 @@
+"""LyceumBackend against the emulator without booting VMs (the host key scan is stubbed here;
+tests/integration/test_lyceum_e2e.py reads real keys): bad input, cleanup, gone-mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from glue.cloud import lyceum
+from glue.cloud.base import VMSpec
+from glue.cloud.lyceum import LyceumBackend, parse_address, tf_vars
+from glue.cloud.lyceum_api import LyceumClient, RetryPolicy
+from glue.cloud.lyceum_spec import LyceumVMSpec
+from glue.errors import GlueError
+from tests.lyceum_emulator import Emulator
+
+PUB = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBvTfQeuTCMyBZ1R3j2pWLZ6d5xUuQ0Q3uF1x4uQ2zVr test"
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyHostKeyHostKeyHostKeyHostKeyHostKey0"
+
+
+@pytest.fixture
+def emu(tmp_path: Path) -> Iterator[Emulator]:
+    with Emulator(tmp_path / "emu", boot_vms=False, pending_s=0.1) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def backend(emu: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LyceumBackend:
+    monkeypatch.setattr(lyceum, "scan_host_key", lambda host, port, timeout=10.0: HOST_KEY)
+    monkeypatch.setenv("LYCEUM_POLL_INTERVAL", "0.05")
+    monkeypatch.setenv("LYCEUM_CREATE_TIMEOUT", "5")
+    monkeypatch.setenv("LYCEUM_DELETE_TIMEOUT", "2")
+    client = LyceumClient(emu.api_key, emu.url, retry=RetryPolicy(attempts=3, base_s=0.01, max_s=0.02, deadline_s=2))
+    return LyceumBackend(tmp_path / "kit", client=client)
+
+
+def spec(name: str = "gpukit-1", gpu_type: str = "a100", gpu_count: int = 1, **kw: object) -> VMSpec:
+    base = VMSpec(name=name, gpu_type=gpu_type, gpu_count=gpu_count, disk_gb=100, ssh_public_key=PUB)
+    return LyceumVMSpec(**base.__dict__, **kw) if kw else base  # type: ignore[arg-type]
+
+
+def api_calls(emu: Emulator) -> list[str]:
+    return [f"{m} {p.rsplit('/external', 1)[-1]}" for m, p, _ in emu.requests]
+
+
+def test_create_read_delete(backend: LyceumBackend, emu: Emulator) -> None:
+    rec = backend.create_vm(spec(cpu=16, memory_gb=128))
+    assert rec.status == "running" and rec.backend == "lyceum" and rec.ssh_user == "root"
+    assert rec.ssh_host == "127.0.0.1" and rec.ssh_port > 0 and rec.host_key == HOST_KEY
+    assert (rec.gpu_type, rec.gpu_count, rec.name) == ("a100", 1, "gpukit-1")
+    assert emu.vms[rec.id].specs == {"disk": 100, "gpu_count": 1, "cpu": 16, "memory": 128}
+    assert backend.read_vm(rec.id) == rec  # the pinned key survives a read
+    backend.delete_vm(rec.id)
+    assert backend.read_vm(rec.id) is None and emu.live_vms() == []
+
+
+@pytest.mark.parametrize("status", ["terminated", "error"])
+def test_read_maps_a_lost_vm_to_gone(backend: LyceumBackend, emu: Emulator, status: str) -> None:
+    rec = backend.create_vm(spec())
+    emu.kill(rec.id, status)
+    assert backend.read_vm(rec.id) is None
+    assert backend.read_vm("vm-neverexisted") is None  # 404 = gone too
+
+
+def test_unknown_hardware_profile_never_reaches_the_api(backend: LyceumBackend, emu: Emulator) -> None:
+    with pytest.raises(GlueError, match=r"^unknown hardware profile 'tpu': Use one of: cpu, a100, h100\.$"):
+        backend.create_vm(spec(gpu_type="tpu"))
+    with pytest.raises(GlueError, match="cpu profile has no GPUs"):
+        backend.create_vm(spec(gpu_type="none", gpu_count=1))
+    with pytest.raises(GlueError, match="at least 100 GB"):
+        backend.create_vm(VMSpec("x1", "a100", 1, 50, PUB))
+    assert emu.requests == []
+
+
+def test_no_capacity_is_one_line_and_creates_nothing(backend: LyceumBackend, emu: Emulator) -> None:
+    emu.set_capacity("h100", None)
+    emu.set_capacity("a100", [1, 2])
+    with pytest.raises(GlueError) as err:
+        backend.create_vm(spec(gpu_type="h100"))
+    assert str(err.value).startswith("Lyceum has no capacity for h100 with 1 GPU right now (available: cpu "
+                                     "(on-demand), a100 (on-demand: 1, 2 GPUs))")
+    with pytest.raises(GlueError, match="no capacity for a100 with 8 GPUs"):
+        backend.create_vm(spec(gpu_count=8))
+    assert "\n" not in str(err.value) and emu.vms == {}
+
+
+def test_stuck_pending_times_out_and_deletes_the_vm(backend: LyceumBackend, emu: Emulator,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LYCEUM_CREATE_TIMEOUT", "0.5")
+    emu.stuck_pending = True
+    with pytest.raises(GlueError) as err:
+        backend.create_vm(spec())
+    [vm] = emu.vms.values()
+    assert str(err.value) == (f"Lyceum VM gpukit-1 ({vm.vm_id}) is still pending after 0.5s (LYCEUM_CREATE_TIMEOUT); "
+                              f"Lyceum may be short of capacity; VM {vm.vm_id} was deleted again")
+    assert vm.status == "terminated" and emu.live_vms() == []
+
+
+def test_failed_cleanup_names_the_vm_and_the_command(backend: LyceumBackend, emu: Emulator,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LYCEUM_CREATE_TIMEOUT", "0.3")
+    emu.stuck_pending = True
+    emu.inject(500, count=50, path="/vms/vm-", method="DELETE", detail="internal error")
+    with pytest.raises(GlueError) as err:
+        backend.create_vm(spec())
+    [vm] = emu.vms.values()
+    msg = str(err.value)
+    assert f"deleting VM {vm.vm_id} ALSO failed" in msg
+    assert f"run `python -m glue.cloud.lyceum delete {vm.vm_id}`" in msg
+    assert f"still up and billed on this Lyceum account: gpukit-1 ({vm.vm_id}, pending)" not in msg  # excluded
+    assert "\n" not in msg
+
+
+def test_a_later_failure_lists_the_vms_already_running(backend: LyceumBackend, emu: Emulator) -> None:
+    first = backend.create_vm(spec("gpukit-1"))
+    emu.set_capacity("a100", None)
+    with pytest.raises(GlueError) as err:
+        backend.create_vm(spec("gpukit-2"))
+    assert (f"still up and billed on this Lyceum account: gpukit-1 ({first.id}, running): `glue down` deletes "
+            f"this cluster's, `python -m glue.cloud.lyceum delete <vm_id>` any one") in str(err.value)
+
+
+def test_vm_that_errors_while_starting_is_deleted(backend: LyceumBackend, emu: Emulator,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    real_boot = emu._boot
+
+    def failing_boot(vm: object) -> None:
+        real_boot(vm)  # type: ignore[arg-type]
+        emu.kill(vm.vm_id, "error")  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(emu, "_boot", failing_boot)
+    monkeypatch.setattr(lyceum, "scan_host_key", lambda *a, **k: (_ for _ in ()).throw(OSError("refused")))
+    monkeypatch.setenv("LYCEUM_CREATE_TIMEOUT", "1")
+    with pytest.raises(GlueError, match=r"(became error while starting|never answered).*was deleted again"):
+        backend.create_vm(spec())
+    assert emu.live_vms() == []
+
+
+def test_interrupt_during_create_still_deletes(backend: LyceumBackend, emu: Emulator,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*a: object, **k: object) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lyceum, "scan_host_key", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        backend.create_vm(spec())
+    assert emu.live_vms() == []
+
+
+def test_parse_address() -> None:
+    assert parse_address("10.0.1.5:22") == ("10.0.1.5", 22)
+    assert parse_address("10.0.1.5") == ("10.0.1.5", 22)
+    assert parse_address("127.0.0.1:40222") == ("127.0.0.1", 40222)
+    assert parse_address("[2001:db8::1]:2222") == ("2001:db8::1", 2222)
+    with pytest.raises(GlueError, match="unusable VM address"):
+        parse_address("host:ssh")
+
+
+def test_tf_vars(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LYCEUM_API_KEY", "lk_0123456789abcdef")
+    monkeypatch.delenv("LYCEUM_HARDWARE_PROFILE", raising=False)
+    monkeypatch.delenv("LYCEUM_GPU_COUNT", raising=False)
+    assert tf_vars(2, "gpukit", PUB) == {"vm_count": 2, "name_prefix": "gpukit", "ssh_public_key": PUB,
+                                         "hardware_profile": "a100", "gpu_count": 1}
+    monkeypatch.setenv("LYCEUM_HARDWARE_PROFILE", "CPU")
+    assert tf_vars(1, "g", PUB)["gpu_count"] == 0
+    monkeypatch.setenv("LYCEUM_HARDWARE_PROFILE", "tpu")
+    with pytest.raises(GlueError, match=r"^unknown hardware profile 'tpu' \(LYCEUM_HARDWARE_PROFILE\): Use one of"):
+        tf_vars(1, "g", PUB)
+    monkeypatch.setenv("LYCEUM_HARDWARE_PROFILE", "h100")
+    monkeypatch.setenv("LYCEUM_GPU_COUNT", "9")
+    with pytest.raises(GlueError, match=r"\(LYCEUM_GPU_COUNT\): Use 1..8"):
+        tf_vars(1, "g", PUB)
+    monkeypatch.delenv("LYCEUM_API_KEY")
+    with pytest.raises(GlueError, match="LYCEUM_API_KEY is not set"):
+        tf_vars(1, "g", PUB)

@@ -43,3 +43,20 @@ def kit(tmp_path: Path) -> Iterator[Kit]:
         for vm_dir in backend.vms_dir.iterdir():
             backend.delete_vm(vm_dir.name)
     LocalBucket(home).stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
+    """One configured 2-VM cluster (terraform + the Ansible playbook) shared by the run tests."""
+    home = tmp_path_factory.mktemp("cluster") / "home"
+    home.mkdir()
+    kit = Kit(home=home, env={**os.environ, "GPUKIT_HOME": str(home)})
+    kit.glue("up", "--vms", "2", timeout=600)
+    yield kit
+    kit.glue("down", "--force", check=False) if "--force" in kit.glue("down", "--help").stdout else \
+        kit.glue("down", check=False)
+    backend = LocalBackend(home)
+    if backend.vms_dir.is_dir():
+        for vm_dir in backend.vms_dir.iterdir():
+            backend.delete_vm(vm_dir.name)
+    LocalBucket(home).stop()

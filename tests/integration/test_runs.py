@@ -1,0 +1,181 @@
+"""Runs on local VMs: deploy tiny_gpt, watch it, and classify how it ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from glue.cloud.local_bucket import LocalBucket
+from glue.storage import bucket as bucket_store
+
+from .conftest import Kit
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_config(tmp_path: Path, name: str = "run.yaml", **overrides: Any) -> Path:
+    cfg = yaml.safe_load((ROOT / "examples" / "tiny_gpt.yaml").read_text())
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key].update(value)
+        else:
+            cfg[key] = value
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def status(kit: Kit, run: str) -> dict[str, Any]:
+    return json.loads(kit.glue("status", "--run", run, "--json").stdout)
+
+
+def wait_for(kit: Kit, run: str, pred: Any, timeout: float = 90) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    st: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        st = status(kit, run)
+        if pred(st):
+            return st
+        time.sleep(1)
+    raise AssertionError(f"run {run} never reached the expected state; last: {st}")
+
+
+def s3(kit: Kit):  # noqa: ANN201
+    st = json.loads(kit.glue("status", "--json").stdout)["bucket"]
+    from glue.cloud.base import BucketInfo
+
+    return bucket_store.client(BucketInfo(st["endpoint"], st["name"], st["region"]),
+                               LocalBucket(kit.home).credentials())
+
+
+def run_objects(kit: Kit, run: str) -> list[str]:
+    resp = s3(kit).list_objects_v2(Bucket="gpukit", Prefix=f"runs/{run}/")
+    return [o["Key"] for o in resp.get("Contents", [])]
+
+
+def trainer_pid(kit: Kit, run: str) -> int:
+    rec = json.loads(s3(kit).get_object(Bucket="gpukit", Key=f"runs/{run}/attempts/1.json")["Body"].read())
+    return int(rec["trainer_pid"])
+
+
+def vm_exec(kit: Kit, vm: str, *cmd: str) -> str:
+    return kit.glue("ssh", vm, "--", *cmd).stdout
+
+
+def test_heartbeat_advances_then_kill9_is_classified(cluster_kit: Kit, tmp_path: Path) -> None:
+    kit = cluster_kit
+    cfg = run_config(tmp_path, config={"steps": 400, "step_sleep": 0.05})
+    kit.glue("deploy", "--run", "hb-kill", "--config", str(cfg))
+    first = wait_for(kit, "hb-kill", lambda s: (s["step"] or 0) >= 3)
+    second = wait_for(kit, "hb-kill", lambda s: (s["step"] or 0) > first["step"])
+    assert second["state"] == "running"
+    manifest = json.loads(s3(kit).get_object(Bucket="gpukit", Key="runs/hb-kill/manifest.json")["Body"].read())
+    assert manifest["code"]["git_sha"] and manifest["environment"]["torch"].startswith("2.13")
+    assert manifest["secrets"] == [] and manifest["input"]["version"] == "seed-1234"
+    vm_exec(kit, "gpukit-1", "kill", "-9", str(trainer_pid(kit, "hb-kill")))
+    st = wait_for(kit, "hb-kill", lambda s: s["state"] != "running")
+    assert st["state"] == "killed" and "SIGKILL" in st["reason"]
+    [inc] = json.loads(kit.glue("incidents", "--run", "hb-kill", "--json").stdout)
+    assert inc["class"] == "killed" and inc["last_completed_step"] >= second["step"]
+    for key in ("error_excerpt", "input", "code", "environment", "last_valid_checkpoint", "detected_at"):
+        assert key in inc
+
+
+def test_memory_limit_overrun_is_host_oom(cluster_kit: Kit, tmp_path: Path) -> None:
+    kit = cluster_kit
+    cfg = run_config(tmp_path, config={"steps": 5, "d_model": 512, "n_layer": 4, "batch_size": 64, "seq_len": 64})
+    kit.glue("deploy", "--run", "oom-host", "--config", str(cfg), "--vm", "gpukit-2", "--memory-limit-mb", "350")
+    st = wait_for(kit, "oom-host", lambda s: s["state"] != "running", timeout=120)
+    assert st["state"] == "oom_host", st
+    inc = json.loads(kit.glue("incidents", "--run", "oom-host", "--json").stdout)[0]
+    assert inc["next_step"] == "glue memprobe --run oom-host"
+    assert "memprobe" in kit.glue("incidents", "--run", "oom-host").stdout
+
+
+def test_sigstop_is_a_stall_with_stacks(cluster_kit: Kit, tmp_path: Path) -> None:
+    kit = cluster_kit
+    cfg = run_config(tmp_path, config={"steps": 1000, "step_sleep": 0.05}, monitor={"stall_timeout_seconds": 4})
+    kit.glue("deploy", "--run", "stall", "--config", str(cfg), "--vm", "gpukit-2")
+    wait_for(kit, "stall", lambda s: (s["step"] or 0) >= 2)
+    pid = trainer_pid(kit, "stall")
+    vm_exec(kit, "gpukit-2", "kill", "-STOP", str(pid))
+    try:
+        st = wait_for(kit, "stall", lambda s: s["state"] != "running", timeout=60)
+        assert st["state"] == "stall"
+        [inc] = json.loads(kit.glue("incidents", "--run", "stall", "--json").stdout)
+        assert inc["stacks"] and ("tiny_gpt" in inc["stacks"] or "Thread" in inc["stacks"]), inc["stacks"]
+    finally:
+        vm_exec(kit, "gpukit-2", "kill", "-9", str(pid))
+
+
+def test_outputs_on_vm_disk_refused_before_start(cluster_kit: Kit, tmp_path: Path) -> None:
+    kit = cluster_kit
+    cfg = run_config(tmp_path, outputs={"destination": "/root/out"})
+    res = kit.glue("deploy", "--run", "disk-out", "--config", str(cfg), check=False)
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert "/root/out" in res.stderr and "wiped when the VM terminates" in res.stderr
+    assert run_objects(kit, "disk-out") == []
+
+
+def test_mount_path_accepted_when_live_refused_when_unmounted(cluster_kit: Kit, tmp_path: Path) -> None:
+    kit = cluster_kit
+    cfg = run_config(tmp_path, config={"steps": 4, "step_sleep": 0}, outputs={"destination": "/mnt/s3/out/{run}"})
+    kit.glue("deploy", "--run", "mount-ok", "--config", str(cfg), "--vm", "gpukit-1")
+    vm = "gpukit-2"
+    vm_exec(kit, vm, "sh", "-c", "pkill -f 'sbin/[g]pukit-mount'; sleep 0.5; fusermount3 -uz /mnt/s3 || umount -l /mnt/s3 || true")
+    try:
+        res = kit.glue("deploy", "--run", "mount-gone", "--config", str(cfg), "--vm", vm, check=False)
+        assert res.returncode != 0 and "not a live bucket mount" in res.stderr, res.stderr
+        assert run_objects(kit, "mount-gone") == []
+    finally:
+        kit.glue("up", timeout=600)  # the playbook mounts it again
+
+
+def test_finished_without_required_outputs_is_export_missing(cluster_kit: Kit, tmp_path: Path) -> None:
+    kit = cluster_kit
+    cfg = run_config(tmp_path, config={"steps": 3, "step_sleep": 0, "skip_outputs": True})
+    kit.glue("deploy", "--run", "no-out", "--config", str(cfg), "--vm", "gpukit-1")
+    st = wait_for(kit, "no-out", lambda s: s["state"] != "running", timeout=90)
+    assert st["state"] == "export_missing" and "model.pt" in st["reason"]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("command: [python\n  bad: [", "not valid YAML"),
+        ("command: [python]\noutputs: {destination: s3://gpukit/x}\ncheckpoint: {target: s3://gpukit/x}\n"
+         "colour: blue\n", "unknown key 'colour'"),
+        ("outputs: {destination: s3://gpukit/x}\ncheckpoint: {target: s3://gpukit/x}\n", "missing command"),
+        ("command: [python]\noutputs: {destination: s3://gpukit/x, required: [a], when: now}\n"
+         "checkpoint: {target: s3://gpukit/x}\n", "unknown key 'when' in outputs"),
+    ],
+)
+def test_bad_run_config_is_one_line_and_writes_nothing(cluster_kit: Kit, tmp_path: Path, text: str,
+                                                       needle: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    res = cluster_kit.glue("deploy", "--run", "bad-cfg", "--config", str(path), check=False)
+    assert res.returncode != 0 and needle in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert run_objects(cluster_kit, "bad-cfg") == []
+
+
+def test_duplicate_run_and_unknown_vm_refused(cluster_kit: Kit, tmp_path: Path) -> None:
+    kit = cluster_kit
+    cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
+    kit.glue("deploy", "--run", "dup", "--config", str(cfg))
+    before = run_objects(kit, "dup")
+    res = kit.glue("deploy", "--run", "dup", "--config", str(cfg), check=False)
+    assert res.returncode != 0 and "already exists" in res.stderr
+    res = kit.glue("deploy", "--run", "other", "--config", str(cfg), "--vm", "nope", check=False)
+    assert res.returncode != 0 and "unknown VM 'nope'" in res.stderr
+    assert run_objects(kit, "other") == []
+    assert set(before) <= set(run_objects(kit, "dup"))
+    assert os.environ.get("GPUKIT_HOME") != str(kit.home)

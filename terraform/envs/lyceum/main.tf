@@ -1,0 +1,22 @@
+# Real GPU VMs on Lyceum. The API key comes from LYCEUM_API_KEY in the environment terraform
+# runs in (the provider reads it there); it is never a variable, an attribute or part of the state.
+provider "gpukit" {
+  backend = "lyceum"
+}
+
+# The account's S3 bucket. Reading it asks POST /storage/credentials; the expiring credentials go
+# to the 0600 file <kit home>/bucket/credentials.json, never into the state.
+data "gpukit_bucket" "this" {}
+
+resource "gpukit_vm" "node" {
+  for_each = toset([for i in range(var.vm_count) : "${var.name_prefix}-${i + 1}"])
+
+  name             = each.key
+  hardware_profile = var.hardware_profile
+  gpu_type         = var.hardware_profile == "cpu" ? "none" : var.hardware_profile
+  gpu_count        = var.gpu_count
+  disk_gb          = var.disk_gb
+  cpu              = var.cpu
+  memory_gb        = var.memory_gb
+  ssh_public_key   = var.ssh_public_key
+}

@@ -26,9 +26,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from glue.commands import cluster, runs
+    from glue.commands import cluster, recovery, runs
 
-    for command in [*cluster.COMMANDS, *runs.COMMANDS]:
+    for command in [*cluster.COMMANDS, *runs.COMMANDS, *recovery.COMMANDS]:
         cli.add_command(command)
 
 

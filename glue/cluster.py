@@ -39,7 +39,7 @@ class ClusterConfig:
         (home / "cluster.json").write_text(json.dumps(self.__dict__))
 
 
-def _tf_vars(home: Path, cfg: ClusterConfig) -> dict[str, Any]:
+def tf_vars(home: Path, cfg: ClusterConfig) -> dict[str, Any]:
     if cfg.backend == "lyceum":
         from glue.cloud.lyceum import tf_vars
 
@@ -52,7 +52,7 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True)
     """terraform apply, then inventory + known_hosts, then the Ansible playbook (when configure)."""
     preflight.check(cfg.backend)
     tf = Terraform(home, cfg.backend, console)
-    tf.apply(_tf_vars(home, cfg))
+    tf.apply(tf_vars(home, cfg))
     cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
     hosts = inventory.write(home, tf.outputs())
     if configure:
@@ -74,7 +74,7 @@ def down(home: Path, console: Console) -> None:
     cfg = ClusterConfig.load(home)
     preflight.check_terraform()
     tf = Terraform(home, cfg.backend, console)
-    tf.apply(_tf_vars(home, cfg), destroy=True)
+    tf.apply(tf_vars(home, cfg), destroy=True)
     inventory.write(home, {"vms": {}, "bucket": tf.outputs().get("bucket", {})})
 
 

@@ -11,6 +11,7 @@ Sized by config (d_model, n_layer, seq_len, batch_size) so it can be made to run
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -86,6 +87,10 @@ def build(cfg: dict[str, Any]) -> tuple[TinyGPT, CharWindows, int]:
     return model, CharWindows(ids, int(cfg["seq_len"])), len(vocab)
 
 
+def fingerprint(t: torch.Tensor, prev: str = "") -> str:
+    return hashlib.sha256(prev.encode() + t.contiguous().numpy().tobytes()).hexdigest()[:16]
+
+
 def batches(loader: DataLoader[Any]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     while True:
         yield from loader
@@ -132,8 +137,11 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
     while ts.step < steps:
         opt.zero_grad(set_to_none=True)
         loss_value = 0.0
+        rng_fp = fingerprint(torch.get_rng_state())
+        batch_fp = ""
         for _ in range(accum):
             x, y = (t.to(device) for t in next(it))
+            batch_fp = fingerprint(x.cpu(), batch_fp)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bool(cfg["autocast_bf16"])):
                 logits = model(x)
                 loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
@@ -147,7 +155,8 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
         ts.epoch = sampler.epoch
         print(f"step {ts.step} loss {loss_value!r}", flush=True)
         if report is not None:
-            report.step(ts.step, loss_value)
+            # Fingerprints of the step's inputs let the drill say WHICH state a bad resume lost.
+            report.step(ts.step, loss_value, batch=batch_fp, rng=rng_fp)
         if cfg["step_sleep"]:
             import time
 

@@ -118,11 +118,14 @@ class Terraform:
         for _ in self._stream(["init", "-json", "-input=false", "-upgrade"]):
             pass
 
-    def apply(self, variables: dict[str, Any], destroy: bool = False) -> dict[str, ResourceProgress]:
-        """terraform apply (or destroy) with a live per-resource progress table."""
+    def apply(self, variables: dict[str, Any], destroy: bool = False,
+              replace: list[str] | None = None) -> dict[str, ResourceProgress]:
+        """terraform apply (or destroy) with a live per-resource progress table; `replace` forces new
+        instances of the given resource addresses (a VM to abandon even though it still runs)."""
         self.init()
         self._vars_file(variables)
         args = ["apply", "-json", "-input=false", "-auto-approve"] + (["-destroy"] if destroy else [])
+        args += [f"-replace={addr}" for addr in replace or []]
         rows: dict[str, ResourceProgress] = {}
         with Live(_table(rows), console=self.console, refresh_per_second=8, transient=False) as live:
             for msg in self._stream(args):

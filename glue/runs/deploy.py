@@ -56,7 +56,7 @@ def pick_host(home: Path, vm: str | None) -> Host:
     return cluster.host(home, vm) if vm else hosts[0]
 
 
-def _check_command(home: Path, host: Host, rc: runconfig.RunConfig) -> list[str]:
+def check_command(home: Path, host: Host, rc: runconfig.RunConfig) -> list[str]:
     """The argv to run on the VM; refuse when its program or module is not there."""
     if rc.runtime == "docker":
         assert rc.image is not None
@@ -107,7 +107,7 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
     with console.status(f"preflight on {host.name}: boundary guard, command, environment"):
         for what, location in rc.locations().items():
             guard.check_location(home, host, store, what, location)
-        argv = _check_command(home, host, rc)
+        argv = check_command(home, host, rc)
         missing = [s for s in rc.secrets if s not in os.environ]
         if missing:
             raise GlueError(f"secret {missing[0]} is not set in your environment; export it (its value is handed "

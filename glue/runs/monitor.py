@@ -54,7 +54,7 @@ def missing_outputs(store: RunStore, manifest: dict[str, Any]) -> list[str]:
     return [r for r in outputs.get("required", []) if r not in have]
 
 
-def _host_for(home: Path, attempt: dict[str, Any]) -> Host | None:
+def host_for(home: Path, attempt: dict[str, Any]) -> Host | None:
     for h in cluster.hosts(home):
         if h.name == attempt.get("vm") and h.id == attempt.get("vm_id"):
             return h
@@ -67,7 +67,7 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     ev = Evidence(stall_timeout_s=float(manifest["config"].get("monitor", {}).get("stall_timeout_seconds", 60)))
     vm = backend.read_vm(str(attempt.get("vm_id")))
     ev.vm_status = "running" if vm is not None else "gone"
-    host = _host_for(home, attempt)
+    host = host_for(home, attempt)
     procs: dict[str, Any] = {}
     if vm is not None and host is not None:
         ev.ssh_reachable = ssh.reachable(home, host)
@@ -147,7 +147,7 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
                    verdict: Verdict) -> str:
     stacks = None
     if verdict.outcome is Outcome.STALL:
-        host = _host_for(home, attempt)
+        host = host_for(home, attempt)
         if host is not None and attempt.get("trainer_pid"):
             stacks = capture_stacks(home, host, int(attempt["trainer_pid"]))
     now = utc_iso()

@@ -1,0 +1,280 @@
+"""`glue recover`: move a failed run onto a newly provisioned VM and prove the resume is exact.
+
+Phases (each timed into runs/<run>/recoveries/<n>.json):
+  detect     last sign of life of the failed attempt -> failure classified
+  provision  terraform replaces the VM (a lost VM is drift; a live one is -replace'd)
+  configure  the Ansible playbook on the new VM (bucket mount, trainer runtime)
+  restore    trainer start -> first resumed step (process start + checkpoint load + one step)
+  replay     first resumed step -> the step the failed attempt had reached (work redone)
+Then: first resumed step == checkpoint step + 1, and the losses of the first resumed steps equal
+the pre-failure metrics at the same steps (exactly on CPU; --tolerance for GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from glue import cluster
+from glue.cloud import get_backend
+from glue.errors import GlueError
+from glue.infra import inventory, ssh
+from glue.infra.inventory import Host
+from glue.infra.terraform import Terraform
+from glue.runs import config as runconfig
+from glue.runs import deploy as deploy_mod
+from glue.runs import guard, monitor, remote
+from glue.runs.classify import Outcome
+from glue.runs.store import RunStore, parse_iso, utc_iso
+
+REFUSE_WITHOUT_FORCE = {
+    Outcome.OOM_GPU: "restarting does not repair a repeatable memory failure; investigate with "
+                     "`glue memprobe --run {run}` and change the input, or pass --force",
+    Outcome.OOM_HOST: "restarting does not repair a repeatable memory failure; investigate with "
+                      "`glue memprobe --run {run}` and change the input, or pass --force",
+    Outcome.BAD_RESTART: "the last resume was wrong; fix the trainer (see `glue incidents --run {run}`), "
+                         "or pass --force",
+    Outcome.USER_ERROR: "the trainer failed with an error of its own (see `glue incidents --run {run}`); "
+                        "fix it, or pass --force",
+}
+
+
+@dataclass
+class ResumeCheck:
+    ok: bool
+    first_step: int | None
+    compared: list[int] = field(default_factory=list)
+    problem: str | None = None
+
+
+def _secs(a: str | None, b: str | None) -> float | None:
+    if not a or not b:
+        return None
+    return round((parse_iso(b) - parse_iso(a)).total_seconds(), 3)
+
+
+def _phase(console: Console, name: str) -> Any:
+    return console.status(f"[bold]{name}[/] …")
+
+
+def merged_metrics(store: RunStore, before_attempt: int) -> dict[int, dict[str, Any]]:
+    """step -> record from the attempts before `before_attempt` (a later attempt overrides)."""
+    out: dict[int, dict[str, Any]] = {}
+    for att, steps in sorted(store.metrics().items()):
+        if att < before_attempt:
+            out.update(steps)
+    return out
+
+
+def check_resume(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]], ckpt: int | None,
+                 upto: int, tolerance: float) -> ResumeCheck:
+    """The first resumed step must be ckpt + 1; losses at steps both attempts ran must agree."""
+    if not new:
+        return ResumeCheck(False, None, problem="the resumed attempt reported no steps")
+    first = min(new)
+    want = (ckpt or 0) + 1
+    if first != want:
+        return ResumeCheck(False, first, problem=f"first resumed step {first} != checkpoint step {ckpt} + 1")
+    compared = []
+    for step in range(want, upto + 1):
+        if step not in old or step not in new:
+            continue
+        a, b = float(old[step]["loss"]), float(new[step]["loss"])
+        if abs(a - b) > tolerance:
+            what = [k for k in ("batch", "rng") if k in old[step] and old[step].get(k) != new[step].get(k)]
+            hint = f" (step inputs differ: {', '.join({'batch': 'data position', 'rng': 'rng'}[k] for k in what)})" \
+                if what else ""
+            return ResumeCheck(False, first, compared, f"loss at step {step} is {b!r} after the resume, {a!r} "
+                               f"before the failure (tolerance {tolerance}){hint}")
+        compared.append(step)
+    return ResumeCheck(True, first, compared)
+
+
+def _kill_attempt(home: Path, host: Host, store: RunStore, attempt: int) -> None:
+    state = remote.process_state(home, host, store.run, attempt)
+    pids = [str(p) for p in state["pids"].values() if isinstance(p, int)]
+    if pids:
+        ssh.run(home, host, f"kill -9 {' '.join(pids)} 2>/dev/null || true", timeout=20)
+
+
+def _verify_checkpoint_on_vm(home: Path, host: Host, store: RunStore, target: str) -> int | None:
+    """Read the newest valid checkpoint back FROM THE NEW VM (deep: sizes and sha256)."""
+    creds = store.creds
+    ssh.put_file(home, host, remote.CREDENTIALS_PATH, json.dumps({
+        "access_key": creds.access_key, "secret_key": creds.secret_key, "session_token": creds.session_token,
+        "expires_at": creds.expires_at}).encode())
+    env = (f"GPUKIT_CREDENTIALS_FILE={remote.CREDENTIALS_PATH} "
+           f"GPUKIT_BUCKET_ENDPOINT={shlex.quote(store.info.endpoint)}")
+    res = ssh.run(home, host, f"{env} {shlex.quote(remote.python(host))} -m glue.train.ckptcheck "
+                  f"{shlex.quote(target)}", timeout=600)
+    if res.exit_code != 0:
+        raise GlueError(f"{host.name}: reading the checkpoint back failed: {res.stderr.strip().splitlines()[-1:]}")
+    latest = json.loads(res.stdout.strip().splitlines()[-1])["latest_valid"]
+    return int(latest) if latest is not None else None
+
+
+def provision(home: Path, console: Console, vm_name: str, vm_id: str, same_vm: bool) -> Host:
+    cfg = cluster.ClusterConfig.load(home)
+    backend = get_backend(cfg.backend, home)
+    tf = Terraform(home, cfg.backend, console)
+    alive = backend.read_vm(vm_id) is not None
+    replace = [f'gpukit_vm.node["{vm_name}"]'] if alive and not same_vm else []
+    tf.apply(cluster.tf_vars(home, cfg), replace=replace)
+    inventory.write(home, tf.outputs())
+    return cluster.host(home, vm_name)
+
+
+def recover(home: Path, run_id: str, console: Console, force: bool = False, from_scratch: bool = False,
+            same_vm: bool = False, verify_steps: int = 5, tolerance: float = 0.0,
+            wait_timeout: float = 600.0) -> dict[str, Any]:
+    store = deploy_mod.open_store(home, run_id)
+    manifest = store.manifest()  # unknown run -> one line
+    with _phase(console, "detect: classifying the last attempt"):
+        report = monitor.check(home, store)
+    outcome = report.verdict.outcome
+    if outcome is Outcome.RUNNING:
+        raise GlueError(f"run {run_id} is healthy ({report.verdict.reason}); nothing to recover")
+    if outcome is Outcome.COMPLETED:
+        raise GlueError(f"run {run_id} completed; nothing to recover")
+    if outcome is Outcome.EXPORT_MISSING:
+        raise GlueError(f"run {run_id} finished but {report.verdict.reason.split(': ', 1)[-1]}; that is not fixed "
+                        "by a restart: export the outputs")
+    if outcome in REFUSE_WITHOUT_FORCE and not force:
+        raise GlueError(f"run {run_id} failed with {outcome}: " + REFUSE_WITHOUT_FORCE[outcome].format(run=run_id))
+    attempt = report.attempt
+    n = int(attempt["attempt"])
+    attempt = store.attempt(n)  # re-read: the monitor just recorded the incident into it
+    beat = report.heartbeat or {}
+    last_alive = beat.get("step_at") or attempt.get("started_at")
+    detected_at = attempt.get("ended_at") or utc_iso()
+    incident = store.get_json(str(attempt.get("incident"))) if attempt.get("incident") else None
+    if incident:
+        detected_at = incident["detected_at"]
+
+    rc = runconfig.parse(manifest["config"], run_id, store.info.name)
+    target_prefix = monitor.as_s3_prefix(rc.checkpoint.target, store.info.name)
+    with _phase(console, "checking the checkpoints in the bucket (sizes and sha256)"):
+        ckpt = monitor.last_valid_checkpoint(store, manifest, deep=True)
+    if ckpt is None and not from_scratch:
+        raise GlueError(f"run {run_id} has no valid checkpoint in {rc.checkpoint.target}; "
+                        "restart it from step 0 with --from-scratch")
+    old_metrics = merged_metrics(store, n + 1)
+    failure_step = max(old_metrics) if old_metrics else (beat.get("step") or 0)
+
+    t0 = time.monotonic()
+    with _phase(console, f"provision: a new VM for {attempt['vm']} (terraform)"):
+        old_host = monitor.host_for(home, attempt)
+        if old_host is not None and ssh.reachable(home, old_host):
+            _kill_attempt(home, old_host, store, n)  # a stalled or half-dead trainer must not write on
+        host = provision(home, console, str(attempt["vm"]), str(attempt["vm_id"]), same_vm)
+    provision_s = time.monotonic() - t0
+    t0 = time.monotonic()
+    with _phase(console, f"configure: the playbook on {host.name} (bucket mount, trainer runtime)"):
+        cluster.configure_hosts(home, console, limit=[host.name])
+    configure_s = time.monotonic() - t0
+    with _phase(console, f"verify: mount live and checkpoint {ckpt} reads back on {host.name}"):
+        for what, location in rc.locations().items():
+            guard.check_location(home, host, store, what, location)
+        target = f"s3://{store.info.name}/{target_prefix}" if target_prefix is not None else rc.checkpoint.target
+        on_vm = _verify_checkpoint_on_vm(home, host, store, target)
+        if on_vm != ckpt:
+            raise GlueError(f"{host.name} sees latest valid checkpoint {on_vm}, the controller {ckpt}; not resuming")
+    argv = deploy_mod.check_command(home, host, rc)
+    new_n = n + 1
+    record = deploy_mod.start_attempt(home, host, store, rc, argv, new_n, resume=True,
+                                      memory_limit_mb=attempt.get("memory_limit_mb"))
+    upto = max((ckpt or 0) + verify_steps, failure_step)
+    with _phase(console, f"restore + replay: waiting for attempt {new_n} to pass step {upto}"):
+        new_metrics = _wait_for_steps(home, store, new_n, upto, wait_timeout)
+    check = check_resume(old_metrics, new_metrics, ckpt, min(upto, failure_step), tolerance)
+    first_t = new_metrics[min(new_metrics)]["t"] if new_metrics else None
+    reach_t = new_metrics.get(failure_step, {}).get("t")
+    lost_s = _secs(old_metrics.get(ckpt or 0, {}).get("t"), old_metrics.get(failure_step, {}).get("t")) \
+        if ckpt else _secs(attempt.get("started_at"), old_metrics.get(failure_step, {}).get("t"))
+    phases = {
+        "detect": _secs(last_alive, detected_at),
+        "provision": round(provision_s, 3),
+        "configure": round(configure_s, 3),
+        "restore": _secs(record["started_at"], first_t),
+        "replay": _secs(first_t, reach_t) if reach_t else None,
+    }
+    result = {
+        "run": run_id, "failed_attempt": n, "new_attempt": new_n, "failure_class": str(outcome),
+        "old_vm": {"name": attempt["vm"], "id": attempt["vm_id"]}, "new_vm": {"name": host.name, "id": host.id},
+        "checkpoint_step": ckpt, "failure_step": failure_step, "seconds": phases,
+        "work_lost": {"steps": failure_step - (ckpt or 0), "seconds": lost_s},
+        "verified": check.ok, "first_resumed_step": check.first_step, "compared_steps": check.compared,
+        "problem": check.problem, "tolerance": tolerance, "recorded_at": utc_iso(),
+    }
+    k = len(store.list("recoveries/")) + 1
+    store.put_json(f"recoveries/{k}.json", result)
+    print_table(console, result)
+    if not check.ok:
+        _flag_bad_restart(home, host, store, manifest, new_n, check)
+        raise GlueError(f"bad restart of run {run_id}: {check.problem}; the trainer was stopped and the evidence "
+                        f"kept (glue incidents --run {run_id})")
+    return result
+
+
+def _wait_for_steps(home: Path, store: RunStore, attempt: int, upto: int, timeout: float) -> dict[int, Any]:
+    deadline = time.monotonic() + timeout
+    steps: dict[int, Any] = {}
+    while time.monotonic() < deadline:
+        steps = store.metrics().get(attempt, {})
+        if steps and max(steps) >= upto:
+            return steps
+        exit_rec = store.get_json(f"attempts/{attempt}.exit.json")
+        if exit_rec is not None:
+            time.sleep(0.5)
+            steps = store.metrics().get(attempt, {})
+            if exit_rec.get("exit_code") != 0:
+                raise GlueError(f"the resumed attempt {attempt} of run {store.run} failed (exit "
+                                f"{exit_rec.get('exit_code')}, signal {exit_rec.get('signal')}); "
+                                f"see `glue incidents --run {store.run}`")
+            return steps
+        time.sleep(0.5)
+    raise GlueError(f"the resumed attempt {attempt} of run {store.run} did not reach step {upto} within "
+                    f"{timeout:.0f}s; check `glue status --run {store.run}`")
+
+
+def _flag_bad_restart(home: Path, host: Host, store: RunStore, manifest: dict[str, Any], attempt_n: int,
+                      check: ResumeCheck) -> None:
+    _kill_attempt(home, host, store, attempt_n)
+    attempt = store.attempt(attempt_n)
+    ev = monitor.Evidence(resume_problem=check.problem, heartbeat_step=check.first_step)
+    verdict = monitor.classify(ev)
+    monitor.write_incident(home, store, manifest, attempt, ev, verdict)
+
+
+def print_table(console: Console, result: dict[str, Any]) -> None:
+    table = Table(title=f"recovery of {result['run']} (attempt {result['failed_attempt']} -> "
+                        f"{result['new_attempt']}, {result['failure_class']})")
+    table.add_column("phase")
+    table.add_column("seconds", justify="right")
+    total = 0.0
+    for phase, secs in result["seconds"].items():
+        table.add_row(phase, "—" if secs is None else f"{secs:.1f}")
+        total += secs or 0.0
+    table.add_row("[bold]total[/]", f"[bold]{total:.1f}[/]")
+    console.print(table)
+    lost = result["work_lost"]
+    console.print(f"checkpoint step {result['checkpoint_step']}, failed at step {result['failure_step']}: "
+                  f"work lost {lost['steps']} steps ({lost['seconds'] or 0:.1f}s of training)")
+    verdict = "[green]verified[/]" if result["verified"] else f"[red]NOT verified[/]: {result['problem']}"
+    console.print(f"resume {verdict}: first resumed step {result['first_resumed_step']}, losses equal at steps "
+                  f"{_ranges(result['compared_steps'])}")
+
+
+def _ranges(steps: list[int]) -> str:
+    if not steps:
+        return "none (no overlapping steps)"
+    return f"{steps[0]}..{steps[-1]}" if len(steps) > 1 else str(steps[0])
+
+

@@ -34,4 +34,25 @@ def recover(run_id: str, force: bool, from_scratch: bool, same_vm: bool, verify_
 
 
 COMMANDS = [recover]
-__all__ = ["COMMANDS", "Path", "sys"]
+
+
+
+@click.command()
+@click.option("--run", "run_id", required=True, help="Drill name (or an existing run whose config to drill).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Run config (default: the existing run's).")
+@click.option("--steps", type=int, default=None, help="Steps of both runs (default: the config's).")
+@click.option("--kill-at", type=int, default=None, help="Destroy the drill run's VM at this step (default: half).")
+@click.option("--tolerance", type=float, default=0.0, show_default=True, help="Allowed loss difference.")
+@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds to wait for each phase.")
+def drill(run_id: str, config_path: Path | None, steps: int | None, kill_at: int | None, tolerance: float,
+          timeout: float) -> None:
+    """Reference run vs. a run whose VM is destroyed mid-run and recovered; pass/fail."""
+    from glue import drill as drill_mod
+
+    result = drill_mod.drill(home(), run_id, config_path, err, steps=steps, kill_at=kill_at, tolerance=tolerance,
+                             timeout=timeout)
+    sys.exit(0 if result.passed else 1)
+
+
+COMMANDS.append(drill)

@@ -1,0 +1,222 @@
+"""`glue drill`: the recovery test as part of the workload.
+
+A reference run of N steps and an identical run that loses its VM (destroyed, not just the
+process) at step k and is recovered onto a new VM from the bucket. Pass only when per-step losses,
+final parameters and optimizer state are identical; otherwise name the first differing step and
+tensor, and (from the trainer's per-step input fingerprints) whether data position or RNG was lost.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from glue import cluster
+from glue import recover as recover_mod
+from glue.cloud import get_backend
+from glue.errors import GlueError
+from glue.runs import config as runconfig
+from glue.runs import deploy as deploy_mod
+from glue.runs import monitor
+from glue.runs.classify import Outcome
+from glue.runs.store import RunStore
+
+
+@dataclass
+class DrillResult:
+    passed: bool
+    ref_run: str
+    drill_run: str
+    steps: int
+    kill_at: int
+    first_bad_step: int | None = None
+    first_bad_tensor: str | None = None
+    component: str | None = None
+    problem: str | None = None
+    recovery: dict[str, Any] = field(default_factory=dict)
+    compared_steps: int = 0
+    compared_tensors: int = 0
+
+
+def _wait(home: Path, store: RunStore, pred: Any, what: str, timeout: float) -> monitor.Report:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rep = monitor.check(home, store)
+        if pred(rep):
+            return rep
+        if rep.verdict.outcome.is_failure:
+            raise GlueError(f"run {store.run} failed while waiting for {what}: {rep.verdict.outcome} "
+                            f"({rep.verdict.reason})")
+        time.sleep(0.5)
+    raise GlueError(f"run {store.run}: timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _losses(store: RunStore) -> dict[int, dict[str, Any]]:
+    merged: dict[int, dict[str, Any]] = {}
+    for _, steps in sorted(store.metrics().items()):
+        merged.update(steps)  # a later attempt's record of a step replaces the replayed one
+    return merged
+
+
+def first_difference(a: Any, b: Any, path: str) -> str | None:
+    """Path of the first tensor/value that differs between two loaded state objects."""
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape \
+                or a.dtype != b.dtype or not torch.equal(a, b):
+            return path
+        return None
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return f"{path} (keys differ: {sorted(set(a) ^ set(b), key=str)[:3]})"
+        for k in sorted(a, key=str):
+            d = first_difference(a[k], b[k], f"{path}.{k}")
+            if d:
+                return d
+        return None
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        if len(a) != len(b):
+            return f"{path} (length {len(a)} vs {len(b)})"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            d = first_difference(x, y, f"{path}[{i}]")
+            if d:
+                return d
+        return None
+    return None if a == b else path
+
+
+def _count_tensors(obj: Any) -> int:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return 1
+    if isinstance(obj, dict):
+        return sum(_count_tensors(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(_count_tensors(v) for v in obj)
+    return 0
+
+
+def compare_final(ref: RunStore, drill: RunStore, step: int) -> tuple[str | None, int]:
+    """Load every component of both runs' step-N checkpoints and compare them tensor by tensor."""
+    import torch
+
+    from glue.train.manifest import Commit
+
+    commits = []
+    for store in (ref, drill):
+        data = store.get_bytes(f"ckpt/step-{step}/COMMIT.json")
+        if data is None:
+            raise GlueError(f"run {store.run} has no checkpoint at its final step {step}")
+        commits.append(Commit.parse(data, step))
+    tensors = 0
+    for name in sorted(set(commits[0].components) | set(commits[1].components)):
+        if name not in commits[0].components or name not in commits[1].components:
+            return f"{name} (component present in only one run)", tensors
+        for obj in commits[0].components[name]:
+            loaded = [torch.load(io.BytesIO(s.get_bytes(f"ckpt/step-{step}/{obj.key}") or b""), weights_only=True)
+                      for s in (ref, drill)]
+            diff = first_difference(loaded[0], loaded[1], obj.key.removesuffix(".pt"))
+            tensors += _count_tensors(loaded[0])
+            if diff:
+                return diff, tensors
+    return None, tensors
+
+
+def drill(home: Path, run_id: str, config_path: Path | None, console: Console, steps: int | None = None,
+          kill_at: int | None = None, tolerance: float = 0.0, timeout: float = 600,
+          overrides: dict[str, Any] | None = None) -> DrillResult:
+    runconfig.check_run_id(run_id)
+    hosts = cluster.hosts(home)
+    if len(hosts) < 2:
+        raise GlueError("the drill needs 2 VMs (one runs the reference, the other is destroyed); "
+                        "run `glue up --vms 2`")
+    base = deploy_mod.open_store(home, run_id)
+    if config_path is None:
+        if not base.exists():
+            raise GlueError(f"run {run_id!r} does not exist; pass --config run.yaml to drill a new workload")
+        config_path = Path(home) / "drill" / f"{run_id}.yaml"
+        config_path.parent.mkdir(parents=True, exist_ok=True)
+        import yaml
+
+        config_path.write_text(yaml.safe_dump(base.manifest()["config"]))
+    k = 1
+    while deploy_mod.open_store(home, f"{run_id}-drill{k}").exists():
+        k += 1
+    drill_id, ref_id = f"{run_id}-drill{k}", f"{run_id}-drill{k}-ref"
+    rc = runconfig.load(config_path, drill_id, base.info.name)
+    total = int(steps or rc.config.get("steps", 100))
+    interval = rc.checkpoint.interval_steps
+    at = int(kill_at or max(interval + 1, total // 2))
+    if not interval < at < total:
+        raise GlueError(f"--kill-at {at} must be after the first checkpoint (step {interval}) and before the last "
+                        f"step ({total})")
+    cfg = {**(overrides or {}), "steps": total, "checkpoint_interval": interval}
+    victim, ref_host = hosts[0], hosts[-1]
+    console.print(f"drill: reference [bold]{ref_id}[/] on {ref_host.name}, drill [bold]{drill_id}[/] on "
+                  f"{victim.name}; {total} steps, VM destroyed at step {at}")
+    deploy_mod.deploy(home, ref_id, config_path, ref_host.name, False, console, config_overrides=cfg)
+    deploy_mod.deploy(home, drill_id, config_path, victim.name, False, console, config_overrides=cfg)
+    ref, dr = deploy_mod.open_store(home, ref_id), deploy_mod.open_store(home, drill_id)
+    with console.status(f"training {drill_id} to step {at}"):
+        _wait(home, dr, lambda r: (r.heartbeat or {}).get("step") is not None and r.heartbeat["step"] >= at,
+              f"step {at}", timeout)
+    backend = get_backend(cluster.ClusterConfig.load(home).backend, home)
+    victim_id = dr.attempt(1)["vm_id"]
+    backend.delete_vm(victim_id)
+    console.print(f"[red]destroyed VM {victim.name}[/] ({victim_id}) under {drill_id}")
+    result = DrillResult(passed=False, ref_run=ref_id, drill_run=drill_id, steps=total, kill_at=at)
+    try:
+        result.recovery = recover_mod.recover(home, drill_id, console, tolerance=tolerance, wait_timeout=timeout)
+    except GlueError as exc:
+        result.problem = str(exc)
+        rec = dr.list("recoveries/")
+        result.recovery = dr.get_json(sorted(rec)[-1]) if rec else {}
+    with console.status("waiting for both runs to finish"):
+        _wait(home, ref, lambda r: r.verdict.outcome is Outcome.COMPLETED, "the reference to complete", timeout)
+        if result.problem is None:
+            _wait(home, dr, lambda r: r.verdict.outcome is Outcome.COMPLETED, "the drill run to complete", timeout)
+    ref_l, dr_l = _losses(ref), _losses(dr)
+    for step in range(1, total + 1):
+        a, b = ref_l.get(step), dr_l.get(step)
+        if a is None or b is None:
+            continue
+        result.compared_steps += 1
+        if abs(float(a["loss"]) - float(b["loss"])) > tolerance:
+            result.first_bad_step = step
+            lost = [n for k_, n in (("batch", "data position"), ("rng", "rng")) if k_ in a and a[k_] != b.get(k_)]
+            result.component = ", ".join(lost) or "model/optimizer state"
+            break
+    if result.problem is None and result.first_bad_step is None:
+        diff, result.compared_tensors = compare_final(ref, dr, total)
+        result.first_bad_tensor = diff
+    result.passed = result.problem is None and result.first_bad_step is None and result.first_bad_tensor is None
+    if not result.passed and result.problem is None:
+        result.problem = "the recovered run diverged from the reference"
+    print_result(console, result)
+    dr.put_json("drill.json", result.__dict__)
+    return result
+
+
+def print_result(console: Console, r: DrillResult) -> None:
+    table = Table(title=f"drill {r.drill_run} vs {r.ref_run}", show_header=False, box=None)
+    table.add_row("VM destroyed at step", str(r.kill_at))
+    rec = r.recovery or {}
+    table.add_row("resumed from checkpoint", str(rec.get("checkpoint_step")))
+    table.add_row("per-step losses compared", str(r.compared_steps))
+    table.add_row("final tensors compared", str(r.compared_tensors))
+    if r.first_bad_step is not None:
+        table.add_row("first differing step", f"{r.first_bad_step} (lost: {r.component})")
+    if r.first_bad_tensor:
+        table.add_row("first differing tensor", r.first_bad_tensor)
+    verdict = "[green]PASS[/]: identical losses, parameters and optimizer state" if r.passed \
+        else f"[red]FAIL[/]: {r.problem}"
+    table.add_row("verdict", verdict)
+    console.print(table)

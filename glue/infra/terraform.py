@@ -133,6 +133,12 @@ class Terraform:
                 live.update(_table(rows))
         return rows
 
+    def _output(self) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.binary, "output", "-json", "-no-color"], cwd=self.workdir, env=self._env(),
+            capture_output=True, text=True, check=False,
+        )
+
     def plan_changes(self, variables: dict[str, Any]) -> list[tuple[str, str]]:
         """(address, action) for every change a plan would make."""
         self.init()
@@ -147,12 +153,12 @@ class Terraform:
     def outputs(self) -> dict[str, Any]:
         if not (self.workdir / "terraform.tfstate").exists():
             return {}
-        out = subprocess.run(
-            [self.binary, "output", "-json"], cwd=self.workdir, env=self._env(),
-            capture_output=True, text=True, check=False,
-        )
+        out = self._output()
+        if out.returncode != 0 and "terraform init" in out.stderr:
+            self.init()  # the provider launcher or the env's files changed since the last init
+            out = self._output()
         if out.returncode != 0:
-            raise GlueError(f"terraform output failed: {out.stderr.strip().splitlines()[-1:]}")
+            raise GlueError(f"terraform output failed: {' '.join(out.stderr.split())[:300]}")
         return {k: v["value"] for k, v in json.loads(out.stdout or "{}").items()}
 
 

@@ -24,6 +24,13 @@ def cli_config_path(home: Path) -> Path:
     return home / "terraform" / "terraformrc"
 
 
+def _python() -> str:
+    """This environment's interpreter under one stable name: `glue` runs as .../bin/python3 and
+    `python -m glue` as .../bin/python, and a launcher that changed would fail terraform's lock check."""
+    stable = Path(sys.prefix) / "bin" / "python3"
+    return str(stable) if stable.exists() else sys.executable
+
+
 def launcher_text(home: Path) -> str:
     prov_home = home / "terraform" / "provider-home"
     # The plugin's gRPC unix socket lives in TMPDIR and socket paths max out at 107 bytes, so
@@ -35,7 +42,7 @@ def launcher_text(home: Path) -> str:
         f'export HOME="{prov_home}"\n'
         f'export TMPDIR="{tmp}"\n'
         'mkdir -p -m 700 "$HOME" "$TMPDIR"\n'
-        f'exec "{sys.executable}" -m glue.tfprovider.main "$@"\n'
+        f'exec "{_python()}" -m glue.tfprovider.main "$@"\n'
     )
 
 

@@ -47,6 +47,7 @@ from glue.train.manifest import (
     Commit,
     ObjectRef,
     check_checkpoints,
+    list_step,
     list_steps,
     object_key,
     rank_manifest_key,
@@ -335,7 +336,7 @@ class Checkpointer:
         st = self.storage
         prefix = step_prefix(job.step)
         t = job.timings
-        if self.rank == 0 and COMMIT in st.list(prefix):
+        if self.rank == 0 and COMMIT in list_step(st, job.step):
             st.delete([prefix + COMMIT])  # re-saving a step: it stops counting before it changes
         refs: dict[str, list[ObjectRef]] = {}
         ser = up = 0.0
@@ -373,6 +374,8 @@ class Checkpointer:
             self.last_save_timings = dict(t)
             return
         manifests, rank_timings = self._collect_ranks(job, refs)
+        for objs in refs.values():
+            objs.sort(key=lambda o: -1 if o.rank is None else o.rank)
         commit = Commit(
             step=job.step,
             created_at=iso(utc_now()),
@@ -389,7 +392,7 @@ class Checkpointer:
             del data
         t["verify_s"] = round(time.monotonic() - t0, 6)
         listed = {o.key for o in commit.objects()} | {COMMIT}
-        strays = [prefix + k for k in st.list(prefix) if k not in listed]
+        strays = [prefix + k for k in list_step(st, job.step) if k not in listed]
         if strays:
             st.delete(strays)  # leftovers of an earlier attempt at this step
         if rank_timings:
@@ -428,7 +431,7 @@ class Checkpointer:
         deadline = time.monotonic() + self.rank_timeout_s
         delay = 0.05
         while pending:
-            listing = st.list(prefix)
+            listing = list_step(st, job.step)
             for r in sorted(pending):
                 key = rank_manifest_key(r)
                 if key not in listing:

@@ -154,6 +154,12 @@ def list_steps(storage: Storage) -> dict[int, dict[str, int]]:
     return out
 
 
+def list_step(storage: Storage, step: int) -> dict[str, int]:
+    """{key relative to the step directory: size} for one step."""
+    prefix = step_prefix(step)
+    return {k[len(prefix) :]: v for k, v in storage.list(prefix).items() if k.startswith(prefix)}
+
+
 def validate_step(
     storage: Storage,
     step: int,

@@ -39,12 +39,21 @@ MiB = 1024 * 1024
 
 
 class CredentialsLike(Protocol):
-    """What a credentials callback returns (glue.cloud.base.BucketCredentials fits)."""
+    """What a credentials callback returns (glue.cloud.base.BucketCredentials fits; read-only is fine)."""
 
-    access_key: str
-    secret_key: str
-    session_token: str | None
-    expires_at: float | None  # epoch seconds; None = does not expire
+    @property
+    def access_key(self) -> str: ...
+
+    @property
+    def secret_key(self) -> str: ...
+
+    @property
+    def session_token(self) -> str | None: ...
+
+    @property
+    def expires_at(self) -> float | None:
+        """Epoch seconds; None = does not expire."""
+        ...
 
 
 CredentialsCallback = Callable[[], CredentialsLike]

@@ -101,14 +101,15 @@ def register(ckpt: Checkpointer, toy: Toy) -> Checkpointer:
     return ckpt
 
 
-def train_step(toy: Toy, step: int) -> float:
+def train_step(toy: Toy, step: int, model: torch.nn.Module | None = None) -> float:
+    """One step; `model` may wrap toy.model (DistributedDataParallel)."""
     if toy._it is None:
         toy._it = toy.batches()
     xb, yb = next(toy._it)
     # Noise from numpy and python `random` so their streams matter too.
     xb = xb + torch.from_numpy(np.random.standard_normal(xb.shape).astype(np.float32)) * 0.01
     xb = xb * (1.0 + random.random() * 0.01)
-    loss = F.mse_loss(toy.model(xb), yb)
+    loss = F.mse_loss((model or toy.model)(xb), yb)
     toy.opt.zero_grad()
     loss.backward()
     toy.opt.step()
@@ -119,11 +120,13 @@ def train_step(toy: Toy, step: int) -> float:
     return float(loss.item())
 
 
-def run(toy: Toy, start: int, end: int, after: Callable[[int], None] | None = None) -> list[float]:
+def run(
+    toy: Toy, start: int, end: int, after: Callable[[int], None] | None = None, model: torch.nn.Module | None = None
+) -> list[float]:
     """Steps start+1 .. end; returns their losses."""
     losses = []
     for step in range(start + 1, end + 1):
-        losses.append(train_step(toy, step))
+        losses.append(train_step(toy, step, model))
         if after is not None:
             after(step)
     return losses

@@ -56,3 +56,47 @@ def drill(run_id: str, config_path: Path | None, steps: int | None, kill_at: int
 
 
 COMMANDS.append(drill)
+
+
+@click.command()
+@click.option("--run", "run_id", default=None, help="The run whose measured costs to use.")
+@click.option("--mtbf", type=float, default=None, help="Mean time between failures in hours (default: measured).")
+@click.option("--restore-seconds", type=float, default=None, help="Override the measured restore cost.")
+@click.option("--example", is_flag=True, help="Print the worked example (failure at minute 95) and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def advise(run_id: str | None, mtbf: float | None, restore_seconds: float | None, example: bool,
+           as_json: bool) -> None:
+    """Checkpoint interval (Young, Daly) from the run's measured save/restore cost and failure rate."""
+    import json
+
+    from rich.table import Table
+
+    from glue import advise as advise_mod
+    from glue.errors import GlueError
+    from glue.runs.deploy import open_store
+
+    if example:
+        for line in advise_mod.worked_example():
+            click.echo(line)
+        return
+    if run_id is None:
+        raise GlueError("pass --run RUN (or --example for the worked case)")
+    res = advise_mod.advise(open_store(home(), run_id), mtbf, restore_seconds)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    out = Console()
+    out.print(f"run {run_id}: save stall C = {res['save_stall_s']:.3f}s (full save {res['save_full_s']:.2f}s, "
+              f"{res['saves_measured']} saves), restore R = {res['restore_s']:.1f}s ({res['restore_source']}), "
+              f"MTBF = {res['mtbf_s'] / 3600:.2f} h ({res['mtbf_source']})")
+    table = Table(box=None)
+    for col in ("interval", "seconds", "steps", "lost per failure (s)", "ckpt overhead", "total overhead"):
+        table.add_column(col, justify="right")
+    for name, row in res["options"].items():
+        table.add_row(name, f"{row['interval_s']:.1f}", str(row["interval_steps"] or "—"),
+                      f"{row['expected_loss_per_failure_s']:.1f}", f"{row['checkpoint_overhead_pct']:.3f}%",
+                      f"{row['overhead_pct']:.3f}%")
+    out.print(table)
+
+
+COMMANDS.append(advise)

@@ -70,9 +70,14 @@ def configure_hosts(home: Path, console: Console, limit: list[str] | None = None
         raise GlueError(f"configuring the VMs failed: {failures}")
 
 
-def down(home: Path, console: Console) -> None:
+def down(home: Path, console: Console, force: bool = False) -> None:
+    """Destroy the VMs once nothing would be lost (see glue.teardown); the bucket is never destroyed."""
+    from glue import teardown
+
     cfg = ClusterConfig.load(home)
     preflight.check_terraform()
+    for reason in teardown.check(home, force):
+        console.print(f"[yellow]--force:[/] {reason}")
     tf = Terraform(home, cfg.backend, console)
     tf.apply(tf_vars(home, cfg), destroy=True)
     inventory.write(home, {"vms": {}, "bucket": tf.outputs().get("bucket", {})})

@@ -44,9 +44,10 @@ def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configu
 
 
 @click.command()
-def down() -> None:
-    """Destroy the cluster's VMs. The bucket and everything in it stays."""
-    cluster.down(home(), err)
+@click.option("--force", is_flag=True, help="Destroy even with runs unfinished or uploads pending.")
+def down(force: bool) -> None:
+    """Destroy the cluster's VMs, once every run's outputs are in the bucket. The bucket stays."""
+    cluster.down(home(), err, force=force)
     err.print("[green]cluster destroyed[/]; the bucket and its data are kept")
 
 

@@ -131,6 +131,9 @@ def check(home: Path, store: RunStore, record_incident: bool = True) -> Report:
     attempt = store.attempt(attempts[-1])
     ev, beat = gather(home, store, attempt, manifest)
     verdict = classify(ev)
+    if attempt.get("failure_class"):
+        # Classified before (e.g. a bad restart flagged by the verifier): that verdict stands.
+        verdict = Verdict(Outcome(attempt["failure_class"]), str(attempt.get("reason", "")), verdict.excerpt)
     report = Report(attempt=attempt, evidence=ev, verdict=verdict, heartbeat=beat)
     if verdict.outcome is Outcome.RUNNING or attempt.get("failure_class") or attempt.get("outcome"):
         return report
@@ -174,7 +177,7 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
         incident["next_step"] = f"glue memprobe --run {store.run}"
     key = f"incidents/{now.replace(':', '').replace('-', '')}-{verdict.outcome}.json"
     store.put_json(key, incident)
-    attempt.update(failure_class=str(verdict.outcome), ended_at=now, exit=ev.exit_code,
+    attempt.update(failure_class=str(verdict.outcome), reason=verdict.reason, ended_at=now, exit=ev.exit_code,
                    signal=ev.exit_signal, last_step=ev.heartbeat_step, incident=key)
     store.put_json(f"attempts/{attempt['attempt']}.json", attempt)
     return key

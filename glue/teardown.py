@@ -1,0 +1,61 @@
+"""What must be true before `glue down` destroys VMs: every run on the cluster is finished with its
+required outputs in the bucket, and no upload is pending (a trainer still flushing, or files in the
+rclone VFS write-back queue of a VM's /mnt/s3 mount). The bucket itself is never touched."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from glue import cluster
+from glue.cloud import get_backend
+from glue.errors import GlueError
+from glue.infra import ssh
+from glue.runs import monitor
+from glue.runs.classify import Outcome
+from glue.runs.store import RunStore, run_ids
+
+# bucket_mount_cache_dir in ansible/roles/bucket_mount/defaults/main.yml
+VFS_META = "/var/cache/gpukit-rclone/vfsMeta"
+
+
+def blockers(home: Path) -> list[str]:
+    """Human-readable reasons not to destroy the cluster now (empty: safe)."""
+    hosts = {h.id: h for h in cluster.hosts(home)}
+    if not hosts:
+        return []
+    cfg = cluster.ClusterConfig.load(home)
+    info = cluster.bucket_info(home)
+    creds = get_backend(cfg.backend, home).bucket_credentials()
+    found: list[str] = []
+    for run in run_ids(info, creds):
+        store = RunStore(info, creds, run)
+        attempts = store.attempts()
+        if not attempts or store.attempt(attempts[-1]).get("vm_id") not in hosts:
+            continue  # not on this cluster (anymore)
+        rep = monitor.check(home, store)
+        out = rep.verdict.outcome
+        if out is Outcome.RUNNING:
+            found.append(f"run {run} is still running on {rep.attempt['vm']} (step {rep.evidence.heartbeat_step})")
+        elif out is not Outcome.COMPLETED:
+            missing = monitor.missing_outputs(store, store.manifest())
+            if missing:
+                found.append(f"run {run} ({out}) is missing required outputs in the bucket: {', '.join(missing)}")
+    for host in hosts.values():
+        if not ssh.reachable(home, host):
+            continue
+        res = ssh.run(home, host, f"grep -rl '\"Dirty\": true' {shlex.quote(VFS_META)} 2>/dev/null | head -5",
+                      timeout=30)
+        for path in res.stdout.split():
+            found.append(f"{host.name}: {path.split('vfsMeta/', 1)[-1]} is still waiting to be uploaded from the "
+                         "/mnt/s3 write cache")
+    return found
+
+
+def check(home: Path, force: bool) -> list[str]:
+    """Raise with the list of blockers unless `force`; return them either way."""
+    found = blockers(home)
+    if found and not force:
+        raise GlueError("refusing to destroy the cluster: " + "; ".join(found)
+                        + ". Wait, export the outputs or recover the runs, or pass --force (the bucket is kept)")
+    return found

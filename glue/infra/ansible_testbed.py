@@ -17,7 +17,7 @@ from glue.infra.keys import public_key
 
 
 @dataclass
-class Testbed:
+class LocalTestbed:
     """VMs named <prefix>-1..N in `home`, the bucket running, inventory + known_hosts written."""
 
     home: Path

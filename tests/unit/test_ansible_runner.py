@@ -1,0 +1,118 @@
+"""glue.infra.ansible without VMs: results, first failure per host, changed counts, progress display,
+and no secrets in ansible-runner's artifacts (no_log output, the caller's environment)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from glue.errors import GlueError
+from glue.infra import ansible
+
+SECRET = "s3cr3t-do-not-log-4242"
+API_KEY = "lk_api-key-do-not-log-1717"
+
+PLAYBOOK = """
+- name: A small play on local hosts
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Write a file with a secret from a controller-side file
+      ansible.builtin.copy:
+        dest: "{{ out_dir }}/{{ inventory_hostname }}.conf"
+        content: "key = {{ (lookup('ansible.builtin.file', creds_file) | from_json).secret_key }}\\n"
+        mode: "0600"
+      no_log: true
+    - name: Change something
+      ansible.builtin.command: "true"
+      changed_when: inventory_hostname == 'h1'
+    - name: Fail on one host with a cause on stderr
+      ansible.builtin.shell: "echo 'noise' >&2; echo 'gpukit-mount: wrong bucket credentials: 403' >&2; exit 13"
+      when: inventory_hostname == 'h2'
+      changed_when: false
+    - name: Record a summary
+      ansible.builtin.set_fact:
+        gpukit_summary:
+          host: "{{ inventory_hostname }}"
+          ready: true
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    (home / "ansible").mkdir(parents=True)
+    creds = home / "bucket" / "credentials.json"
+    creds.parent.mkdir()
+    creds.write_text(json.dumps({"access_key": "ak", "secret_key": SECRET}))
+    creds.chmod(0o600)
+    inv = {"all": {"hosts": {"h1": {}, "h2": {}},
+                   "vars": {"ansible_connection": "local", "creds_file": str(creds),
+                            "out_dir": str(tmp_path / "out")}}}
+    (tmp_path / "out").mkdir()
+    ansible.inventory_file(home).write_text(yaml.safe_dump(inv))
+    (tmp_path / "play.yml").write_text(PLAYBOOK)
+    return home
+
+
+def _all_text(root: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in root.rglob("*") if p.is_file())
+
+
+def test_result_changed_failed_and_no_secrets(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LYCEUM_API_KEY", API_KEY)
+    res = ansible.run_playbook(str(home.parent / "play.yml"), home, progress=False)
+    assert not res.ok
+    assert res.changed == {"h1": 2, "h2": 1}
+    assert res.failed == {"h2": "Fail on one host with a cause on stderr: gpukit-mount: wrong bucket credentials: 403"}
+    assert res.summaries == {"h1": {"host": "h1", "ready": True}}
+    assert res.seconds > 0 and res.rc != 0
+    assert (home.parent / "out" / "h1.conf").read_text() == f"key = {SECRET}\n"
+    artifacts = _all_text(ansible.runner_dir(home))
+    assert "censored" in artifacts or "no_log" in artifacts
+    assert SECRET not in artifacts, "a no_log secret reached ansible-runner's artifacts"
+    assert API_KEY not in artifacts, "the caller's environment reached ansible-runner's artifacts"
+    assert not (ansible.runner_dir(home) / "env").exists(), "ansible-runner wrote env files"
+    command = json.loads(next(Path(res.artifact_dir).glob("command")).read_text())
+    assert command["env"]["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    assert command["env"]["ANSIBLE_CONFIG"].endswith("ansible/ansible.cfg")
+
+
+def test_limit_and_progress_display(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = ansible.run_playbook(str(home.parent / "play.yml"), home, limit=["h1"], progress=True)
+    assert res.ok, res.failed
+    assert res.changed == {"h1": 2}
+    err = capsys.readouterr().err
+    assert "h1" in err and "A small play on local hosts" in err
+
+
+def test_missing_inventory_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(GlueError, match="run `glue up`"):
+        ansible.converge(tmp_path, progress=False)
+
+
+def test_control_sockets_stay_under_home_unless_too_long(tmp_path: Path) -> None:
+    assert ansible.control_path_dir(Path("/work/x/.gpukit")) == Path("/work/x/.gpukit/ansible/cp")
+    long_home = Path("/tmp") / ("d" * 80) / "home"
+    cp = ansible.control_path_dir(long_home)
+    assert str(cp).startswith("/tmp/gpukit-cp-") and len(str(cp)) < 40
+    assert cp == ansible.control_path_dir(long_home)
+
+
+def test_failure_message() -> None:
+    assert ansible.failure_message({"msg": "non-zero return code", "stderr": "a\nb: cause\n"}) == "b: cause"
+    assert ansible.failure_message({"censored": "hidden"}) == "output hidden (no_log)"
+    assert ansible.failure_message({"msg": "Failed   to\n connect"}) == "Failed to connect"
+    assert ansible.failure_message({"msg": "All items completed",
+                                    "results": [{"failed": False}, {"failed": True, "msg": "item 2"}]}
+                                   ) == "All items completed"
+    assert ansible.failure_message({"results": [{"failed": True, "msg": "item 2"}]}) == "item 2"
+
+
+def test_verify_collects_summaries(home: Path, tmp_path: Path) -> None:
+    res = ansible.run_playbook(str(tmp_path / "play.yml"), home, progress=False)
+    assert "h1" in res.summaries and "h2" not in res.summaries
+    assert ansible.last_verify(home) is None

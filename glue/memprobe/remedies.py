@@ -1,0 +1,68 @@
+"""The remedies memprobe compares, each applied ALONE to the failing input and held to the same
+acceptance check: the loss after K steps within a tolerance of the reference run's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+NAMES = ("checkpointing", "grad_accum", "bf16", "adapter")
+DESCRIPTIONS = {
+    "checkpointing": "activation checkpointing (recompute each block in backward)",
+    "grad_accum": "gradient accumulation (smaller micro-batch, same effective batch)",
+    "bf16": "bf16 autocast",
+    "adapter": "train only a small adapter (the output head); the rest frozen",
+}
+
+
+@dataclass(frozen=True)
+class Remedy:
+    name: str
+    description: str
+    change: dict[str, Any]     # the trainer-config keys this remedy sets
+    skipped: str | None = None  # why it does not apply to this config
+
+
+def accumulation_split(batch: int, wanted: int) -> int | None:
+    """Micro-batches per step: the largest divisor of the batch in [2, wanted], else its smallest
+    divisor above that; None for a batch of 1 (nothing to split)."""
+    if batch < 2:
+        return None
+    for a in range(min(wanted, batch), 1, -1):
+        if batch % a == 0:
+            return a
+    return next(a for a in range(wanted + 1, batch + 1) if batch % a == 0)
+
+
+def remedies(cfg: dict[str, Any], accum: int = 4, names: tuple[str, ...] = NAMES) -> list[Remedy]:
+    """The remedies for a trainer config (tiny_gpt keys), each changing one thing."""
+    out: list[Remedy] = []
+    for name in names:
+        desc = DESCRIPTIONS[name]
+        if name == "checkpointing":
+            out.append(Remedy(name, desc, {"checkpointing": True},
+                              "already on in the config" if cfg.get("checkpointing") else None))
+        elif name == "bf16":
+            out.append(Remedy(name, desc, {"autocast_bf16": True},
+                              "already on in the config" if cfg.get("autocast_bf16") else None))
+        elif name == "adapter":
+            out.append(Remedy(name, desc, {"adapter_only": True},
+                              "already on in the config" if cfg.get("adapter_only") else None))
+        elif name == "grad_accum":
+            batch, have = int(cfg["batch_size"]), max(1, int(cfg.get("grad_accum") or 1))
+            split = accumulation_split(batch, accum)
+            if split is None:
+                out.append(Remedy(name, desc, {}, "batch_size is 1: no smaller micro-batch"))
+            else:
+                out.append(Remedy(name, f"{desc}: {split} micro-batches of {batch // split}",
+                                  {"batch_size": batch // split, "grad_accum": have * split}))
+        else:
+            raise ValueError(f"unknown remedy {name!r}")
+    return out
+
+
+def accepted(loss: float | None, reference: float | None, tolerance: float) -> bool | None:
+    """|loss - reference| <= tolerance * |reference|; None when there is nothing to compare."""
+    if loss is None or reference is None:
+        return None
+    return abs(loss - reference) <= tolerance * abs(reference)

@@ -1,0 +1,113 @@
+"""Where the probed configuration comes from: a run.yaml, or a run's manifest in the bucket (plus
+what its failed attempt ran under: the memory limit, the device)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from glue.errors import GlueError
+
+TRAINER_MODULE = "glue.examples.tiny_gpt"
+
+
+@dataclass
+class Source:
+    trainer_cfg: dict[str, Any]                # the run config's `config:` (before the trainer's defaults)
+    description: str
+    run: str | None = None
+    config_path: str | None = None
+    memory_limit_mb: int | None = None         # what the failed attempt ran under
+    failure: dict[str, Any] = field(default_factory=dict)  # the attempt/incident that sent us here
+
+
+def _check_command(command: Any, where: str) -> None:
+    argv = command.split() if isinstance(command, str) else list(command or [])
+    if not any(str(a) == TRAINER_MODULE or str(a).endswith("tiny_gpt.py") for a in argv):
+        raise GlueError(f"{where} runs {' '.join(map(str, argv)) or '(no command)'}; memprobe builds the step of "
+                        f"{TRAINER_MODULE} only (its config keys size the model and batch)")
+
+
+def from_config_file(path: Path) -> Source:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise GlueError(f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise GlueError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if not isinstance(raw, dict):
+        raise GlueError(f"{path} must be a run config mapping (command:, config:, ...)")
+    from glue.runs import config as runconfig
+
+    # The same validation glue deploy applies; where results go does not matter to a probe.
+    raw = {"outputs": {"destination": "s3://gpukit/memprobe"}, "checkpoint": {"target": "s3://gpukit/memprobe"},
+           **raw}
+    rc = runconfig.parse(raw, "memprobe", "gpukit")
+    _check_command(rc.command, str(path))
+    return Source(trainer_cfg=dict(rc.config), description=str(path), config_path=str(path))
+
+
+def from_manifest(run: str, manifest: dict[str, Any], attempts: list[dict[str, Any]]) -> Source:
+    run_cfg = manifest.get("config") or {}
+    _check_command(run_cfg.get("command") or manifest.get("command"), f"run {run}")
+    failed = [a for a in attempts if str(a.get("failure_class") or "").startswith("oom")]
+    last = failed[-1] if failed else (attempts[-1] if attempts else {})
+    limit = last.get("memory_limit_mb")
+    return Source(trainer_cfg=dict(run_cfg.get("config") or {}), description=f"run {run} (bucket manifest)",
+                  run=run, memory_limit_mb=int(limit) if limit else None,
+                  failure={k: last.get(k) for k in ("attempt", "vm", "failure_class", "last_step", "incident",
+                                                    "memory_limit_mb") if k in last})
+
+
+def from_run(home: Path, run: str) -> tuple[Source, Any]:
+    from glue.runs import deploy as deploy_mod
+
+    store = deploy_mod.open_store(home, run)
+    manifest = store.manifest()
+    numbers: Any = store.attempts()
+    attempts = [store.attempt(n) for n in numbers]
+    return from_manifest(run, manifest, attempts), store
+
+
+def parse_set(items: tuple[str, ...]) -> dict[str, Any]:
+    """--set key=value (YAML scalars: 64, true, 1e-3)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise GlueError(f"--set wants key=value, got {item!r}")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def parse_ranges(items: tuple[str, ...], vary: list[str]) -> dict[str, tuple[int, int]]:
+    """--range LO:HI (for the one --vary) or --range NAME=LO:HI."""
+    out: dict[str, tuple[int, int]] = {}
+    for item in items:
+        name, sep, span = item.rpartition("=")
+        if not sep:
+            if len(vary) != 1:
+                raise GlueError(f"--range {item}: with several --vary, name it: --range {vary[0]}={item}")
+            name = vary[0]
+        m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", span)
+        if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+            raise GlueError(f"--range wants LO:HI with 1 <= LO <= HI, got {item!r}")
+        if name not in vary:
+            raise GlueError(f"--range names {name!r}, which is not varied (--vary {name})")
+        out[name] = (int(m.group(1)), int(m.group(2)))
+    return out
+
+
+def trainer_config(source_cfg: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """What tiny_gpt would run with: its DEFAULTS, the run's config, then --set."""
+    from glue.examples.tiny_gpt import DEFAULTS
+
+    cfg = {**DEFAULTS, **source_cfg, **overrides}
+    unknown = sorted(set(overrides) - set(DEFAULTS))
+    if unknown:
+        raise GlueError(f"--set {unknown[0]}: not a {TRAINER_MODULE} setting; known: {', '.join(sorted(DEFAULTS))}")
+    return cfg

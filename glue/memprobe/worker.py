@@ -1,0 +1,241 @@
+"""One memprobe trial, in its own fresh process:
+
+    python -m glue.memprobe.worker SPEC.json RESULT.json
+
+Builds tiny_gpt from the spec's trainer config and runs whole training steps (forward, backward,
+gradient clipping, optimizer update, LR schedule) exactly as `glue.examples.tiny_gpt.train` does,
+then writes what it measured to RESULT.json. An allocation failure (torch.OutOfMemoryError,
+MemoryError, "DefaultCPUAllocator: can't allocate memory") is caught and reported as status "oom"
+with the phase it happened in (exit 3); a kill by the kernel OOM killer leaves the partial result
+written after the model was built, and the parent reads the kill from the cgroup.
+
+Spec keys: mode ("trial" | "breakdown"), cfg (the full trainer config), device, steps,
+gpu_limit_mb (cap the CUDA allocator at this many MB), snapshot (path for a CUDA memory
+snapshot pickle, breakdown only).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+EXIT_OOM = 3
+EXIT_ERROR = 1
+
+_T0 = time.monotonic()
+
+
+class Trial:
+    def __init__(self, spec: dict[str, Any], result_path: Path) -> None:
+        self.spec = spec
+        self.result_path = result_path
+        self.result: dict[str, Any] = {"status": "running", "mode": spec.get("mode", "trial"), "phase": "import"}
+
+    def write(self) -> None:
+        self.result["wall_s"] = round(time.monotonic() - _T0, 3)
+        tmp = self.result_path.with_name(self.result_path.name + ".tmp")
+        tmp.write_text(json.dumps(self.result, indent=1))
+        os.replace(tmp, self.result_path)
+
+    def set_phase(self, phase: str) -> None:
+        """Kept in a marker file too, so a trial the kernel kills still tells where it was."""
+        if self.result.get("phase") != phase:
+            self.result["phase"] = phase
+            self.result_path.with_name(self.result_path.name + ".phase").write_text(phase)
+
+
+def _batches(ids: Any, batch: int, seq_len: int, seed: int, device: Any) -> Callable[[], tuple[Any, Any]]:
+    """Random windows of the corpus (wrapping around), the same sequence for every trial with the
+    same seed and effective batch, whatever the sizes (a huge batch needs no huge corpus)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    n = len(ids) - 1
+    span = torch.arange(seq_len)
+
+    def draw() -> tuple[Any, Any]:
+        idx = (torch.randint(0, n, (batch,), generator=gen)[:, None] + span) % n
+        return ids[idx].to(device), ids[idx + 1].to(device)
+
+    return draw
+
+
+def run(trial: Trial) -> None:
+    import torch
+    from torch import nn
+    from torch.profiler import record_function
+
+    from glue.examples.tiny_gpt import build
+    from glue.memprobe import measure
+
+    spec, res = trial.spec, trial.result
+    cfg: dict[str, Any] = dict(spec["cfg"])
+    mode = spec.get("mode", "trial")
+    steps = int(spec.get("steps", 2))
+    res["rss_base_mb"] = measure.proc_status_mb().get("VmRSS")
+    device = torch.device(spec.get("device", "cpu"))
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"CUDA is not available here (torch {torch.__version__}); use --device cpu")
+        torch.cuda.init()
+        if spec.get("gpu_limit_mb"):
+            total = torch.cuda.get_device_properties(device).total_memory
+            fraction = min(1.0, float(spec["gpu_limit_mb"]) * measure.MB / total)
+            torch.cuda.set_per_process_memory_fraction(fraction, device)
+            res["gpu_fraction"] = round(fraction, 4)
+        torch.cuda.reset_peak_memory_stats(device)
+    torch.set_num_threads(int(cfg.get("threads") or 1))
+    phases = measure.CudaPhases(device)
+
+    trial.set_phase("build")
+    model, data, _ = build(cfg)
+    model.to(device)
+    if cfg.get("adapter_only"):
+        for name, p in model.named_parameters():
+            p.requires_grad = name.startswith("head.")
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=float(cfg["lr"]), weight_decay=0.01)
+    total_steps, warm = int(cfg["steps"]), int(cfg["warmup"])
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, total_steps) / total_steps))
+    )
+    weights = measure.tensor_bytes(model.parameters()) + measure.tensor_bytes(model.buffers())
+    trainable = measure.tensor_bytes(params)
+    res["model"] = {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "trainable_parameters": sum(p.numel() for p in params),
+        "weights_mb": round(weights / measure.MB, 2),
+        # fp32 gradients for every trainable weight; AdamW keeps exp_avg and exp_avg_sq for each.
+        "expected_gradients_mb": round(trainable / measure.MB, 2),
+        "expected_optimizer_state_mb": round(2 * trainable / measure.MB, 2),
+    }
+    res["rss_after_build_mb"] = measure.proc_status_mb().get("VmRSS")
+    trial.write()  # survives a later SIGKILL
+
+    batch, accum = int(cfg["batch_size"]), max(1, int(cfg.get("grad_accum") or 1))
+    draw = _batches(data.ids, batch * accum, int(cfg["seq_len"]), int(cfg["seed"]), device)
+    autocast = bool(cfg.get("autocast_bf16"))
+    losses: list[float] = []
+    resident: dict[str, float] = {}
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        x, y = draw()
+        loss_value = 0.0
+        for xm, ym in zip(x.chunk(accum), y.chunk(accum), strict=True):
+            trial.set_phase("forward")
+            phases.enter("forward")
+            with record_function("memprobe::forward"), torch.autocast(device.type, dtype=torch.bfloat16,
+                                                                       enabled=autocast):
+                logits = model(xm)
+                loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), ym.reshape(-1))
+            trial.set_phase("backward")
+            phases.enter("backward")
+            with record_function("memprobe::backward"):
+                (loss / accum).backward()
+            loss_value += loss.item() / accum
+            del logits, loss
+        trial.set_phase("optimizer")
+        phases.enter("optimizer")
+        with record_function("memprobe::optimizer"):
+            resident["gradients_mb"] = round(measure.tensor_bytes(p.grad for p in params) / measure.MB, 2)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+        phases.enter(None)
+        resident["optimizer_state_mb"] = round(measure.optimizer_state_bytes(opt) / measure.MB, 2)
+        losses.append(loss_value)
+
+    t0 = time.monotonic()
+    if mode == "breakdown":
+        from torch.profiler import ProfilerActivity, profile
+
+        step()  # the optimizer state exists from here on: profile a steady-state step
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        snap_path = spec.get("snapshot") if device.type == "cuda" else None
+        if snap_path:
+            torch.cuda.memory._record_memory_history(max_entries=200_000)
+        with profile(activities=acts, profile_memory=True, record_shapes=True, with_stack=True) as prof:
+            step()
+        if snap_path:
+            import pickle
+
+            snap = torch.cuda.memory._snapshot()
+            torch.cuda.memory._record_memory_history(enabled=None)
+            Path(snap_path).write_bytes(pickle.dumps(snap))
+            res["cuda_snapshot"] = measure.snapshot_summary(snap)
+        trial.set_phase("analysis")
+        res["breakdown"] = measure.profile_breakdown(prof, device)
+    else:
+        for _ in range(steps):
+            step()
+    res["step_s"] = round((time.monotonic() - t0) / max(1, len(losses)), 4)
+    res["steps_run"] = len(losses)
+    res["loss_first"], res["loss_last"] = losses[0], losses[-1]
+    res["resident"] = resident | {"weights_mb": round(weights / measure.MB, 2)}
+
+
+def finish_measurements(trial: Trial) -> None:
+    from glue.memprobe import measure
+
+    st = measure.proc_status_mb()
+    trial.result["peak_rss_mb"] = st.get("VmHWM")
+    trial.result["peak_vm_mb"] = st.get("VmPeak")
+    device = str(trial.spec.get("device", "cpu"))
+    if device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            trial.result["cuda"] = measure.cuda_figures(torch.device(device))
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    trial = Trial(spec, Path(argv[1]))
+    code = 0
+    try:
+        import torch
+
+        try:
+            run(trial)
+            trial.result["status"] = "ok"
+        except torch.OutOfMemoryError as exc:
+            code = _oom(trial, exc)
+        except RuntimeError as exc:
+            from glue.memprobe.measure import is_oom_message
+
+            if not is_oom_message(str(exc)):
+                raise
+            code = _oom(trial, exc)
+    except MemoryError as exc:
+        code = _oom(trial, exc)
+    except (RuntimeError, ValueError, TypeError, KeyError, OSError, ImportError) as exc:
+        traceback.print_exc()
+        trial.result["status"] = "error"
+        trial.result["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        code = EXIT_ERROR
+    finish_measurements(trial)
+    trial.write()
+    return code
+
+
+def _oom(trial: Trial, exc: BaseException) -> int:
+    from glue.memprobe.measure import tried_to_allocate_mb
+
+    text = str(exc).strip()
+    trial.result["status"] = "oom"
+    trial.result["error"] = f"{type(exc).__name__}: {text.splitlines()[0] if text else '(no message)'}"[:400]
+    trial.result["tried_to_allocate_mb"] = tried_to_allocate_mb(text)
+    print(f"memprobe trial: out of memory in {trial.result.get('phase')}: {trial.result['error']}", file=sys.stderr)
+    return EXIT_OOM
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

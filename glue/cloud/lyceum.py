@@ -20,14 +20,16 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import paramiko
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from glue.cloud import lyceum_creds
 from glue.cloud.base import BucketCredentials, BucketInfo, VMRecord, VMSpec
@@ -125,6 +127,9 @@ class LyceumBackend:
         self.cred_file = home / "bucket" / "credentials.json"
         self._client = client
         self.console = console or Console(stderr=True)
+        self._progress_lock = threading.Lock()
+        self._progress_users = 0
+        self._live: Progress | None = None
 
     @property
     def api(self) -> LyceumClient:
@@ -185,9 +190,7 @@ class LyceumBackend:
         interval = _env_float("LYCEUM_POLL_INTERVAL", 5.0)
         deadline = time.monotonic() + timeout
         status = first
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                      console=self.console, transient=True) as progress:
-            task = progress.add_task(f"lyceum: {name} ({vm_id}) pending")
+        with self._progress(f"lyceum: {name} ({vm_id}) pending") as (progress, task):
             while True:
                 state = str(status.get("status", "")).lower()
                 progress.update(task, description=f"lyceum: {name} ({vm_id}) {state or 'unknown'}")
@@ -203,6 +206,29 @@ class LyceumBackend:
                     status = self.api.vm_status(vm_id)
                 except LyceumNotFound:
                     raise GlueError(f"Lyceum VM {name} ({vm_id}) disappeared while starting") from None
+
+    @contextmanager
+    def _progress(self, description: str) -> Iterator[tuple[Progress, TaskID]]:
+        """One progress display shared by every VM this backend creates at the same time
+        (terraform creates them in parallel threads; a console holds one live display)."""
+        with self._progress_lock:
+            if self._progress_users == 0:
+                self._live = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                      console=self.console, transient=True)
+                self._live.start()
+            self._progress_users += 1
+            live = self._live
+        assert live is not None
+        task = live.add_task(description)
+        try:
+            yield live, task
+        finally:
+            live.remove_task(task)
+            with self._progress_lock:
+                self._progress_users -= 1
+                if self._progress_users == 0:
+                    live.stop()
+                    self._live = None
 
     def _pin_host_key(self, host: str, port: int, name: str) -> str:
         """Trust on first use: the key the VM presents right after it reports running."""

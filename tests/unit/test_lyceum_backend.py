@@ -176,3 +176,13 @@ def test_tf_vars(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LYCEUM_API_KEY")
     with pytest.raises(GlueError, match="LYCEUM_API_KEY is not set"):
         tf_vars(1, "g", PUB)
+
+
+def test_parallel_creates_share_one_progress_display(backend: LyceumBackend, emu: Emulator) -> None:
+    """Terraform creates VMs in parallel threads of one provider process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        recs = list(pool.map(lambda i: backend.create_vm(spec(f"gpukit-{i}")), range(1, 5)))
+    assert sorted(r.name for r in recs) == ["gpukit-1", "gpukit-2", "gpukit-3", "gpukit-4"]
+    assert len({r.id for r in recs}) == 4 and backend._live is None

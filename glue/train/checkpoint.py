@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 import torch
 import torch.distributed as dist
@@ -56,7 +56,16 @@ from glue.train.manifest import (
     validate_step,
 )
 from glue.train.snapshot import HostSnapshotter, check_compatible
-from glue.train.storage import CredentialsCallback, RetryPolicy, Storage, TransferConfig, iso, open_target, utc_now
+from glue.train.storage import (
+    BlobReader,
+    CredentialsCallback,
+    RetryPolicy,
+    Storage,
+    TransferConfig,
+    iso,
+    open_target,
+    utc_now,
+)
 
 log = logging.getLogger("glue.train")
 
@@ -336,8 +345,10 @@ class Checkpointer:
         st = self.storage
         prefix = step_prefix(job.step)
         t = job.timings
+        t_start = time.monotonic()
         if self.rank == 0 and COMMIT in list_step(st, job.step):
             st.delete([prefix + COMMIT])  # re-saving a step: it stops counting before it changes
+        t["prepare_s"] = round(time.monotonic() - t_start, 6)
         refs: dict[str, list[ObjectRef]] = {}
         ser = up = 0.0
         nbytes = 0
@@ -391,6 +402,7 @@ class Checkpointer:
                 raise CheckpointError(f"read-back of {prefix + ref.key} does not match what was written")
             del data
         t["verify_s"] = round(time.monotonic() - t0, 6)
+        t0 = time.monotonic()
         listed = {o.key for o in commit.objects()} | {COMMIT}
         strays = [prefix + k for k in list_step(st, job.step) if k not in listed]
         if strays:
@@ -398,6 +410,7 @@ class Checkpointer:
         if rank_timings:
             t["ranks"] = rank_timings
         t["restore"] = job.restore
+        t["background_s"] = round(time.monotonic() - t_start, 6)  # up to writing COMMIT.json
         commit.timings = t
         body = commit.to_json()
         st.put(prefix + COMMIT, body)
@@ -405,7 +418,7 @@ class Checkpointer:
         if bytes(back) != body:
             raise CheckpointError(f"read-back of {prefix + COMMIT} does not match what was written")
         self.last_committed_step = job.step
-        self.last_save_timings = dict(t)
+        t["commit_s"] = round(time.monotonic() - t0, 6)
         log.info(
             "checkpoint step %d committed to %s (%.1f MB, upload %.2fs, verify %.2fs)",
             job.step,
@@ -414,7 +427,10 @@ class Checkpointer:
             up,
             t["verify_s"],
         )
+        t0 = time.monotonic()
         self._prune(job.step)
+        t["prune_s"] = round(time.monotonic() - t0, 6)
+        self.last_save_timings = dict(t)
 
     def _collect_ranks(
         self, job: _Job, refs: dict[str, list[ObjectRef]]
@@ -587,7 +603,9 @@ class Checkpointer:
                 raise StateMismatchError(c.name, f"rank{self.rank}" if c.per_rank else "", what)
             try:
                 states[c.name] = torch.load(
-                    io.BytesIO(blobs.pop(ref.key)), map_location="cpu", weights_only=self.weights_only
+                    cast(IO[bytes], BlobReader(blobs.pop(ref.key))),
+                    map_location="cpu",
+                    weights_only=self.weights_only,
                 )
             except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
                 hint = "; if it holds custom Python objects, use weights_only=False" if self.weights_only else ""

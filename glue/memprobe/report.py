@@ -50,6 +50,7 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
             t.add_column("max reserved MB", justify="right")
         else:
             t.add_column("peak RSS MB", justify="right")
+            t.add_column("cgroup peak MB", justify="right")
             t.add_column("runtime RSS MB", justify="right")
         t.add_column("phase", justify="left")
         t.add_column("loss", justify="right")
@@ -57,7 +58,7 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
         for r in s["trials"]:
             gpu = r.get("cuda") or {}
             mem = [_f(gpu.get("max_allocated_mb")), _f(gpu.get("max_reserved_mb"))] if cuda \
-                else [_f(r.get("peak_rss_mb")), _f(r.get("rss_base_mb"))]
+                else [_f(r.get("peak_rss_mb")), _f(r.get("cgroup_peak_mb")), _f(r.get("rss_base_mb"))]
             t.add_row(str(r["changed"][s["vary"]]), _status(r["status"]), *mem,
                       r.get("phase") if r["status"] != "fit" else "", _f(r.get("loss_last"), 4), _f(r.get("wall_s")))
         console.print(t)
@@ -111,13 +112,15 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
         t.add_column("Δ vs ref", justify="right")
         t.add_column("accepted")
         base = rm.get("baseline") or {}
-        t.add_row("(none: the failing step)", _status(base.get("status", "?")), _f(base.get("peak_mb")),
+        t.add_row("none (as configured)", _status(base.get("status", "?")), _f(base.get("peak_mb")),
                   _f(base.get("loss_last"), 4), "", "")
         for r in rm["items"]:
             acc = "" if r["status"] == "skipped" else ("[green]yes[/]" if r.get("accepted") else "[red]no[/]")
-            t.add_row(r["description"], _status(r["status"]) + (f" ({r['note']})" if r.get("note") else ""),
+            t.add_row(r["name"], _status(r["status"]) + (f" ({r['note']})" if r.get("note") else ""),
                       _f(r.get("peak_mb")), _f(r.get("loss_last"), 4), _f(r.get("loss_delta"), 4), acc)
         console.print(t)
+        for r in rm["items"]:
+            console.print(f"  {r['name']}: {r['description']}", highlight=False)
         console.print(f"reference loss {_f(ref.get('loss'), 4)}: {ref.get('note') or 'none (no reference fit)'}")
     for line in report.get("findings", []):
         console.print(f"• {line}", highlight=False)

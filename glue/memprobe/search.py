@@ -10,6 +10,7 @@ needs at most floor(log2(N)) + 2 trials for N candidates (`trial_bound`).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,9 +60,9 @@ def find_boundary(probe: Callable[[int], str], values: Sequence[int], start: int
     result = Boundary()
     fit_i, fail_i = -1, len(values)  # indices known to fit / fail (virtual beyond both ends)
     nxt: int | None = None
-    if start is not None:
-        # index of the value closest to start (values are ascending)
-        nxt = min(range(len(values)), key=lambda i: (abs(values[i] - start), i)) if len(values) else None
+    if start is not None and len(values):
+        i = bisect.bisect_left(values, start)  # the value closest to start (values are ascending)
+        nxt = i - 1 if i == len(values) or (i > 0 and start - values[i - 1] < values[i] - start) else i
     while fail_i - fit_i > 1:
         i = nxt if nxt is not None else (fit_i + fail_i) // 2
         nxt = None

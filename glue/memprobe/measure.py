@@ -174,6 +174,26 @@ def profile_breakdown(prof: Any, device: torch.device, top: int = 8) -> dict[str
     }
 
 
+def direct_breakdown(direct: dict[str, float], resident: dict[str, float], weights: int,
+                     why: BaseException) -> dict[str, Any]:
+    """Without the profiler's timeline: weights, gradients and optimizer state counted from the
+    tensors themselves; activations = the step's allocator peak minus everything else (CUDA only)."""
+    w = weights / MB
+    g, o = resident.get("gradients_mb"), resident.get("optimizer_state_mb")
+    acts = None
+    if "peak_mb" in direct:
+        # before the step: weights, optimizer state and the previous step's gradients (freed by
+        # zero_grad, then made again in backward): what the step adds on top is its activations
+        acts = max(0.0, direct["peak_mb"] - direct["before_mb"])
+    parts = {"weights": round(w, 2), "gradients": g, "optimizer_state": o,
+             "activations": None if acts is None else round(acts, 2), "inputs": None, "other": None}
+    return {
+        "method": f"direct (profiler memory timeline unavailable: {type(why).__name__}: {str(why)[:120]})",
+        "peak_mb": round(direct["peak_mb"], 2) if "peak_mb" in direct else None, "peak_phase": None,
+        "at_peak_mb": parts, "part_max_mb": parts, "phase_peak_mb": {}, "top_ops": [],
+    }
+
+
 def top_ops(prof: Any, device: torch.device, n: int) -> list[dict[str, Any]]:
     """The ops that allocated the most memory themselves, grouped by input shapes."""
     attr = "self_device_memory_usage" if device.type == "cuda" else "self_cpu_memory_usage"

@@ -160,26 +160,53 @@ def run(trial: Trial) -> None:
         step()  # the optimizer state exists from here on: profile a steady-state step
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
         snap_path = spec.get("snapshot") if device.type == "cuda" else None
-        if snap_path:
-            torch.cuda.memory._record_memory_history(max_entries=200_000)
+        recording = bool(snap_path) and _record_history(True)
+        direct: dict[str, float] = {}
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            direct["before_mb"] = torch.cuda.memory_allocated(device) / measure.MB
         with profile(activities=acts, profile_memory=True, record_shapes=True, with_stack=True) as prof:
             step()
-        if snap_path:
+        if device.type == "cuda":
+            direct["peak_mb"] = torch.cuda.max_memory_allocated(device) / measure.MB
+        if recording:
             import pickle
 
             snap = torch.cuda.memory._snapshot()
-            torch.cuda.memory._record_memory_history(enabled=None)
-            Path(snap_path).write_bytes(pickle.dumps(snap))
+            _record_history(False)
+            Path(str(snap_path)).write_bytes(pickle.dumps(snap))
             res["cuda_snapshot"] = measure.snapshot_summary(snap)
         trial.set_phase("analysis")
-        res["breakdown"] = measure.profile_breakdown(prof, device)
+        try:
+            res["breakdown"] = measure.profile_breakdown(prof, device)
+        except (AttributeError, AssertionError, IndexError, KeyError, RuntimeError, TypeError, ValueError) as exc:
+            # The memory timeline is a private profiler API: fall back to what was measured directly.
+            res["breakdown"] = measure.direct_breakdown(direct, resident, weights, exc)
     else:
         for _ in range(steps):
             step()
+    if phases.peaks:
+        res["cuda_phase_peak_mb"] = dict(phases.peaks)
     res["step_s"] = round((time.monotonic() - t0) / max(1, len(losses)), 4)
     res["steps_run"] = len(losses)
     res["loss_first"], res["loss_last"] = losses[0], losses[-1]
     res["resident"] = resident | {"weights_mb": round(weights / measure.MB, 2)}
+
+
+def _record_history(on: bool) -> bool:
+    """CUDA memory history for the snapshot (torch.cuda.memory._record_memory_history), if it works here."""
+    import torch
+
+    try:
+        if on:
+            torch.cuda.memory._record_memory_history(max_entries=200_000)
+        else:
+            torch.cuda.memory._record_memory_history(enabled=None)
+    except (AttributeError, RuntimeError, TypeError) as exc:
+        print(f"memprobe trial: no CUDA memory history: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def finish_measurements(trial: Trial) -> None:

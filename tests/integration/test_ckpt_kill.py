@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from glue.train import Checkpointer
+from glue.train import Checkpointer, open_target
 from glue.train.manifest import list_steps
 from tests.integration.test_ckpt_toy import (
     S3Conn,
@@ -98,13 +98,19 @@ def _kill_loop(target: str, conn: S3Conn | None, tmp_path: Path, iterations: int
     kwargs = conn.kwargs() if conn else {}
     partial_seen = in_prune = 0
     best = 0  # newest step ever reported committed
+    storage = open_target(target, **kwargs)  # one client for all the parent's restores
     with parent_torch_settings():
         ref = Reference()
         for i in range(iterations):
             progress = tmp_path / f"progress-{i}.log"
             p = ctx.Process(target=_child, args=(target, conn, str(progress)))
             p.start()
-            time.sleep(rng.uniform(0.15, 0.9))
+            # Kill at a random point of the save loop, however long start-up and restore took.
+            deadline = time.monotonic() + 60
+            while not (progress.exists() and progress.read_text().startswith("restored")):
+                assert p.is_alive() and time.monotonic() < deadline, f"iteration {i}: child did not start"
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0.0, 0.6))
             assert p.pid is not None
             os.kill(p.pid, signal.SIGKILL)
             p.join(30)
@@ -112,7 +118,7 @@ def _kill_loop(target: str, conn: S3Conn | None, tmp_path: Path, iterations: int
             saved, committed = _progress(progress)
             best = max(best, committed)
 
-            ck = Checkpointer(target, keep_last=2, handle_sigterm=False, **kwargs)
+            ck = Checkpointer(target, keep_last=2, handle_sigterm=False, storage=storage)
             steps_present = list_steps(ck.storage)
             toy = make_toy(seed=999)
             register(ck, toy)

@@ -432,9 +432,7 @@ class Checkpointer:
         t["prune_s"] = round(time.monotonic() - t0, 6)
         self.last_save_timings = dict(t)
 
-    def _collect_ranks(
-        self, job: _Job, refs: dict[str, list[ObjectRef]]
-    ) -> tuple[list[ObjectRef], dict[str, Any]]:
+    def _collect_ranks(self, job: _Job, refs: dict[str, list[ObjectRef]]) -> tuple[list[ObjectRef], dict[str, Any]]:
         """Rank 0 waits for every other rank's manifest of this save (the bucket is the rendezvous:
         no collective runs on this background thread)."""
         if self.world_size == 1:

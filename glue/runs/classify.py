@@ -96,7 +96,9 @@ def classify(ev: Evidence) -> Verdict:
     text = f"{ev.error_text}\n{ev.log_tail}"
     if ev.resume_problem:
         return Verdict(Outcome.BAD_RESTART, ev.resume_problem)
-    if ev.vm_status == "gone":
+    finished = ev.exit_code is not None or ev.exit_signal is not None
+    if ev.vm_status == "gone" and not finished:
+        # An exit record written before the VM went means the attempt ended on its own first.
         return Verdict(Outcome.VM_LOST, "the backend reports the VM gone; SSH "
                        + ("does not answer" if not ev.ssh_reachable else "still answered"))
     if ev.process_alive:

@@ -63,3 +63,9 @@ def test_completed_only_with_required_outputs() -> None:
 def test_bad_restart_wins() -> None:
     v = classify(Evidence(exit_code=0, resume_problem="first resumed step 7 != checkpoint step 10 + 1"))
     assert v.outcome is Outcome.BAD_RESTART
+
+
+def test_exit_record_before_vm_loss_wins() -> None:
+    assert classify(Evidence(vm_status="gone", exit_code=0)).outcome is Outcome.COMPLETED
+    assert classify(Evidence(vm_status="gone", exit_code=1, error_text="ValueError: x")).outcome \
+        is Outcome.USER_ERROR

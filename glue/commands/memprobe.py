@@ -145,7 +145,8 @@ def memprobe(config_path: Path | None, run_id: str | None, vary: tuple[str, ...]
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True))
     else:
-        report_mod.print_report(Console(), report)
+        # a pipe or file gets the whole table, not 80 columns of it
+        report_mod.print_report(Console() if sys.stdout.isatty() else Console(width=160), report)
     err.print("saved: " + "; ".join(saved))
 
 

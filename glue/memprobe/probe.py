@@ -77,8 +77,9 @@ class Prober:
         if self.model is None and out.detail.get("model"):
             self.model = out.detail["model"]
         if self.trials == 1 and out.status == ERROR:
+            last = out.evidence.splitlines()[-1] if out.evidence else ""
             raise GlueError(f"the first trial failed before any memory question could be asked: {out.error}"
-                            + (f" — {out.evidence.splitlines()[-1]}" if out.evidence else ""))
+                            + (f" — {last}" if last and last not in (out.error or "") else ""))
         self.opts.progress(what, out)
         return out
 
@@ -231,6 +232,9 @@ def findings(report: dict[str, Any], opts: Options) -> list[str]:
         if s["smallest_fail"] is None:
             lines.append(f"{head}; everything up to {s['highest_value']} fits under {limit}: "
                          "raise --range to find the boundary")
+        elif s["largest_fit"] is None and all(t.get("phase") == "startup" for t in s["trials"]):
+            lines.append(f"{head}; every trial died while starting up (importing torch): {limit} is below what the "
+                         "runtime itself needs; raise --memory-limit-mb")
         elif s["largest_fit"] is None:
             base = next((t.get("rss_base_mb") for t in s["trials"] if t.get("rss_base_mb")), None)
             host = f" + the torch runtime ~{_mb(base)} on the host" if opts.device == "cpu" and base else ""

@@ -82,7 +82,7 @@ def _wait(pid: int, timeout_s: float) -> tuple[int, float, bool]:
 
 
 def run_trial(spec: dict[str, Any], changed: dict[str, Any], *, limit_mb: int | None, mechanism: str = "auto",
-              timeout_s: float = 600.0, keep_dir: Path | None = None) -> TrialOutcome:
+              timeout_s: float = 600.0) -> TrialOutcome:
     """Start `python -m glue.memprobe.worker` with `spec`, under a host-memory limit when the device is
     the CPU (on CUDA the limit travels in the spec as a cap on the GPU allocator), and classify."""
     device = str(spec.get("device", "cpu"))
@@ -118,11 +118,6 @@ def run_trial(spec: dict[str, Any], changed: dict[str, Any], *, limit_mb: int | 
                 outcome.limit = host_limit.describe()
             elif limit_mb:
                 outcome.limit = f"CUDA allocator cap {limit_mb} MB"
-            if keep_dir is not None:
-                keep_dir.mkdir(parents=True, exist_ok=True)
-                for src in (log_path,):
-                    if src.exists():
-                        (keep_dir / src.name).write_bytes(src.read_bytes())
             return outcome
         finally:
             if host_limit is not None:
@@ -145,6 +140,8 @@ def _classify(code: int, timed_out: bool, result_path: Path, log_path: Path, lim
         out.phase = res.get("phase")
     out.loss_first, out.loss_last = res.get("loss_first"), res.get("loss_last")
     out.steps_run, out.step_s = res.get("steps_run"), res.get("step_s")
+    if out.phase is None:  # no marker yet: it never got past importing torch
+        out.phase = "startup"
     kills = limit.oom_kills() if limit is not None else 0
     status = res.get("status")
     if timed_out:

@@ -200,7 +200,8 @@ def _record_history(on: bool) -> bool:
 
     try:
         if on:
-            torch.cuda.memory._record_memory_history(max_entries=200_000)
+            # python stacks only: C++ unwinding of every allocation would cost more than the step
+            torch.cuda.memory._record_memory_history(enabled="all", stacks="python", max_entries=100_000)
         else:
             torch.cuda.memory._record_memory_history(enabled=None)
     except (AttributeError, RuntimeError, TypeError) as exc:

@@ -196,3 +196,19 @@ def test_bad_input_fails_at_the_mount_step_without_half_mount(bed: LocalTestbed,
         r = sh(bed, "gpukit-1", "cat /mnt/s3/ckpt.pt")
         assert r.stdout.strip() == "lost", "files already there are kept, not deleted"
     assert_no_secrets(bed)
+
+
+def test_supervisor_remounts_after_rclone_dies_and_refuses_writes_meanwhile(bed: LocalTestbed) -> None:
+    """No systemd on local VMs: the supervisor restarts a killed rclone; the bare dir refuses writes."""
+    bed.create(1)
+    assert ansible.converge(bed.home, progress=False).ok
+    r = sh(bed, "gpukit-1", "pkill -9 -f '^[^ ]*rclone mount'; sleep 0.3; "
+                            "touch /mnt/s3/while-down 2>/dev/null; echo w=$?")
+    assert "w=0" not in r.stdout, "a write landed while the mount was down"
+    r = sh(bed, "gpukit-1", "for i in $(seq 150); do /usr/local/sbin/gpukit-mount status >/dev/null && "
+                            "echo back && exit 0; sleep 0.2; done; /usr/local/sbin/gpukit-mount status; exit 1")
+    assert r.stdout.strip().endswith("back"), r.stdout + r.stderr
+    r = sh(bed, "gpukit-1", "grep -c 'rclone mount exited' /var/log/gpukit-mount.log")
+    assert int(r.stdout.strip()) >= 1
+    again = ansible.converge(bed.home, progress=False)
+    assert again.ok and again.changed == {"gpukit-1": 0}

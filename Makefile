@@ -36,7 +36,7 @@ test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e)
 lint: bootstrap ## ruff, mypy, terraform fmt/validate, ansible-lint, yamllint
 	@$(VENV)/bin/ruff check glue tests bench
 	@$(VENV)/bin/mypy
-	@terraform fmt -check -recursive terraform
+	@TF_CLI_CONFIG_FILE=/dev/null terraform fmt -check -recursive terraform
 	@if [ -d ansible/roles ] && [ -n "$$(ls -A ansible/roles)" ]; then \
 	  $(VENV)/bin/yamllint -s ansible && (cd ansible && ../$(VENV)/bin/ansible-lint --profile production -q); fi
 

@@ -177,7 +177,7 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
         result.recovery = recover_mod.recover(home, drill_id, console, tolerance=tolerance, wait_timeout=timeout)
     except GlueError as exc:
         result.problem = str(exc)
-        rec = dr.list("recoveries/")
+        rec = dr.keys("recoveries/")
         result.recovery = dr.get_json(sorted(rec)[-1]) if rec else {}
     with console.status("waiting for both runs to finish"):
         _wait(home, ref, lambda r: r.verdict.outcome is Outcome.COMPLETED, "the reference to complete", timeout)

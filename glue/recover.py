@@ -82,7 +82,7 @@ def check_resume(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]],
     want = (ckpt or 0) + 1
     if first != want:
         return ResumeCheck(False, first, problem=f"first resumed step {first} != checkpoint step {ckpt} + 1")
-    compared = []
+    compared: list[int] = []
     for step in range(want, upto + 1):
         if step not in old or step not in new:
             continue
@@ -213,7 +213,7 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
         "verified": check.ok, "first_resumed_step": check.first_step, "compared_steps": check.compared,
         "problem": check.problem, "tolerance": tolerance, "recorded_at": utc_iso(),
     }
-    k = len(store.list("recoveries/")) + 1
+    k = len(store.keys("recoveries/")) + 1
     store.put_json(f"recoveries/{k}.json", result)
     print_table(console, result)
     if not check.ok:

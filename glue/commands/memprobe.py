@@ -115,6 +115,7 @@ def memprobe(config_path: Path | None, run_id: str | None, vary: tuple[str, ...]
         remedies=() if no_remedies else (tuple(remedy_names) or rem.NAMES), breakdown=not no_breakdown,
         remedies_at=remedies_at, trial_timeout_s=trial_timeout, snapshot_path=snapshot, progress=progress,
     )
+    local_out = out_path or (default_out if store is None else None)
     err.print(f"memprobe: {src.description} on {device}; limit: "
               f"{f'{limit} MB' if limit else 'none'} ({limit_source}); varying {', '.join(varied)}")
     import torch
@@ -130,6 +131,13 @@ def memprobe(config_path: Path | None, run_id: str | None, vary: tuple[str, ...]
                     "accept_steps": accept_steps, "tolerance": tolerance, "accum": accum,
                     "remedies": list(opts.remedies), "mechanism": limit_mechanism},
     }
+    if local_out is not None:
+        target = local_out
+
+        def save_partial(partial: dict[str, Any]) -> None:  # what is known so far survives an interrupted probe
+            report_mod.save_local({**report, **partial}, target)
+
+        opts.on_stage = save_partial
     report.update(probe_mod.run(cfg, opts))
     saved: list[str] = []
     if store is not None:
@@ -139,9 +147,8 @@ def memprobe(config_path: Path | None, run_id: str | None, vary: tuple[str, ...]
             report["breakdown"]["cuda_snapshot_file"] = f"runs/{src.run}/memprobe/{stamp}.snapshot.pickle"
         store.put_json(key, report)
         saved.append(f"runs/{src.run}/{key} (bucket {store.info.name})")
-    if store is None or out_path is not None:
-        path = report_mod.save_local(report, out_path or default_out)
-        saved.append(str(path))
+    if local_out is not None:
+        saved.append(str(report_mod.save_local(report, local_out)))
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True))
     else:

@@ -75,7 +75,7 @@ class TinyGPT(nn.Module):
                 h = checkpoint(block, h, mask, None, True, use_reentrant=False)
             else:
                 h = block(h, src_mask=mask, is_causal=True)
-        return self.head(self.norm(h))  # type: ignore[no-any-return]
+        return self.head(self.norm(h))
 
 
 def build(cfg: dict[str, Any]) -> tuple[TinyGPT, CharWindows, int]:
@@ -194,10 +194,10 @@ def main(argv: list[str] | None = None) -> int:
                 ctx.write_output("final.json", json.dumps({"step": result["step"], "loss": result["loss"]}).encode())
         return 0
     cfg.update(json.loads(args.config))
-    ckpt = Checkpointer(args.checkpoint) if args.checkpoint else None
-    result = train(cfg, ckpt, resume=args.resume)
-    if ckpt is not None:
-        ckpt.close()
+    local = Checkpointer(args.checkpoint) if args.checkpoint else None
+    result = train(cfg, local, resume=args.resume)
+    if local is not None:
+        local.close()
     print(json.dumps({"step": result["step"], "loss": result["loss"]}))
     return 0
 

@@ -291,23 +291,14 @@ def run_playbook(
     runner.config.env = _filtered_env(runner.config.env)
     started = time.monotonic()
     if progress:
-        console = Console(stderr=True)
-        with Live(tracker.render(), console=console, refresh_per_second=8, transient=False) as live:
-            stop = threading.Event()
-
-            def refresh() -> None:
-                while not stop.wait(0.25):
-                    live.update(tracker.render())
-
-            t = threading.Thread(target=refresh, daemon=True)
-            t.start()
+        # Live re-renders the table from its own thread (get_renderable) while runner.run() feeds events.
+        with Live(console=Console(stderr=True), get_renderable=tracker.render, refresh_per_second=4,
+                  transient=False) as live:
             try:
                 runner.run()
             finally:
-                stop.set()
-                t.join()
                 tracker.finish()
-                live.update(tracker.render())
+                live.refresh()
     else:
         runner.run()
         tracker.finish()

@@ -129,6 +129,9 @@ def classify(ev: Evidence) -> Verdict:
     if COMM.search(text):
         return Verdict(Outcome.COMM, "collective communication failed", _excerpt(text, COMM))
     if ev.exit_signal is not None:
-        name = _signal.Signals(ev.exit_signal).name if ev.exit_signal in iter(_signal.Signals) else ev.exit_signal
+        try:
+            name = _signal.Signals(ev.exit_signal).name
+        except ValueError:
+            name = f"signal {ev.exit_signal}"
         return Verdict(Outcome.KILLED, f"killed by {name} with no OOM record", _excerpt(text))
     return Verdict(Outcome.USER_ERROR, f"exit {ev.exit_code}", _excerpt(ev.error_text or ev.log_tail))

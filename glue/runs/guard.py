@@ -42,7 +42,7 @@ def check_location(home: Path, host: Host, store: RunStore, what: str, location:
         if parsed.netloc != store.info.name:
             raise GlueError(f"{what} {location} is not in the cluster's bucket {store.info.name!r}; "
                             f"use s3://{store.info.name}/...")
-        store.list("")  # the bucket answers (raises a one-line error otherwise)
+        store.keys("")  # the bucket answers (raises a one-line error otherwise)
         return
     if parsed.scheme not in ("", "file"):
         raise GlueError(f"{what} {location}: unknown scheme {parsed.scheme!r}; use s3://bucket/prefix or a path "

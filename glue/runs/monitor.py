@@ -85,7 +85,7 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
         ev.oom_kills = int(exit_rec.get("oom_kills") or 0)
         if ev.process_alive and procs.get("supervisor") in ("gone", "Z"):
             ev.process_alive = False
-    errors = [store.get_json(k) for k in sorted(store.list(f"attempts/{n}.error"))]
+    errors = [store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.error"))]
     ev.error_text = "\n".join(e.get("traceback", "") for e in errors if e)
     ev.log_tail = "\n".join(store.log_text(n).splitlines()[-80:])
     beat = store.get_json("heartbeat.json")
@@ -185,4 +185,4 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
 
 def incidents(store: RunStore) -> list[dict[str, Any]]:
     store.manifest()
-    return [store.get_json(k) for k in sorted(store.list("incidents/"))]
+    return [store.get_json(k) for k in sorted(store.keys("incidents/"))]

@@ -59,7 +59,7 @@ class RunStore:
         except (ClientError, BotoCoreError) as exc:
             raise self._fail(f"put {key}", exc) from exc
 
-    def list(self, sub: str = "") -> dict[str, int]:
+    def keys(self, sub: str = "") -> dict[str, int]:
         """key (relative to the run) -> size, for everything under runs/<run>/<sub>."""
         out: dict[str, int] = {}
         try:
@@ -82,7 +82,7 @@ class RunStore:
         return dict(m)
 
     def attempts(self) -> list[int]:
-        return sorted(int(k.split("/")[1].split(".")[0]) for k in self.list("attempts/")
+        return sorted(int(k.split("/")[1].split(".")[0]) for k in self.keys("attempts/")
                       if k.count(".") == 1 and k.endswith(".json"))
 
     def attempt(self, n: int) -> dict[str, Any]:
@@ -91,7 +91,7 @@ class RunStore:
     def metrics(self) -> dict[int, dict[int, dict[str, Any]]]:
         """attempt -> step -> record (rank 0), from every metrics part."""
         out: dict[int, dict[int, dict[str, Any]]] = {}
-        for key in sorted(self.list("metrics/")):
+        for key in sorted(self.keys("metrics/")):
             for line in (self.get_bytes(key) or b"").decode().splitlines():
                 if line.strip():
                     rec = json.loads(line)
@@ -100,7 +100,7 @@ class RunStore:
         return out
 
     def log_text(self, attempt: int | None = None) -> str:
-        parts = [k for k in sorted(self.list("logs/")) if attempt is None or k.startswith(f"logs/{attempt:03d}-")]
+        parts = [k for k in sorted(self.keys("logs/")) if attempt is None or k.startswith(f"logs/{attempt:03d}-")]
         return "".join((self.get_bytes(k) or b"").decode(errors="replace") for k in parts)
 
 

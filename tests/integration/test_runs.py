@@ -47,7 +47,7 @@ def wait_for(kit: Kit, run: str, pred: Any, timeout: float = 90) -> dict[str, An
     raise AssertionError(f"run {run} never reached the expected state; last: {st}")
 
 
-def s3(kit: Kit):  # noqa: ANN201
+def s3(kit: Kit):  # type: ignore[no-untyped-def]
     st = json.loads(kit.glue("status", "--json").stdout)["bucket"]
     from glue.cloud.base import BucketInfo
 
@@ -129,7 +129,8 @@ def test_mount_path_accepted_when_live_refused_when_unmounted(cluster_kit: Kit, 
     cfg = run_config(tmp_path, config={"steps": 4, "step_sleep": 0}, outputs={"destination": "/mnt/s3/out/{run}"})
     kit.glue("deploy", "--run", "mount-ok", "--config", str(cfg), "--vm", "gpukit-1")
     vm = "gpukit-2"
-    vm_exec(kit, vm, "sh", "-c", "pkill -f 'sbin/[g]pukit-mount'; sleep 0.5; fusermount3 -uz /mnt/s3 || umount -l /mnt/s3 || true")
+    unmount = "pkill -f 'sbin/[g]pukit-mount'; sleep 0.5; fusermount3 -uz /mnt/s3 || umount -l /mnt/s3 || true"
+    vm_exec(kit, vm, "sh", "-c", unmount)
     try:
         res = kit.glue("deploy", "--run", "mount-gone", "--config", str(cfg), "--vm", vm, check=False)
         assert res.returncode != 0 and "not a live bucket mount" in res.stderr, res.stderr

@@ -40,6 +40,7 @@ class Options:
     trial_timeout_s: float = 600.0
     snapshot_path: Path | None = None
     progress: Callable[[str, TrialOutcome | None], None] = field(default=lambda msg, outcome: None)
+    on_stage: Callable[[dict[str, Any]], None] = field(default=lambda partial: None)  # after each stage
 
 
 def default_range(var: str, cfg: dict[str, Any]) -> tuple[int, int]:
@@ -201,12 +202,17 @@ def run(cfg: dict[str, Any], opts: Options) -> dict[str, Any]:
         if var not in cfg:
             raise GlueError(f"the trainer config has no {var!r}")
     prober = Prober(cfg, opts)
-    searches = [prober.search(var) for var in opts.vary]
-    report: dict[str, Any] = {"searches": searches}
+    searches: list[dict[str, Any]] = []
+    report: dict[str, Any] = {"searches": searches, "complete": False}
+    for var in opts.vary:
+        searches.append(prober.search(var))
+        opts.on_stage(report)
     if opts.breakdown:
         report["breakdown"] = prober.breakdown(searches[0])
+        opts.on_stage(report)
     if opts.remedies:
         report["remedies"] = prober.remedies(searches[0])
+    report["complete"] = True
     report["model"] = prober.model
     report["trial_count"] = prober.trials
     report["findings"] = findings(report, opts)

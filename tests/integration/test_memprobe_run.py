@@ -30,7 +30,7 @@ def test_memprobe_for_an_oom_host_run(kit: Kit) -> None:
                                        "failure_class": "oom_host", "last_step": 0})
     res = kit.glue("memprobe", "--run", "mp-oom", "--range", "16:64", "--grid", "pow2", "--trial-steps", "1",
                    "--accept-steps", "6", timeout=800)
-    keys = [k for k in store.list("memprobe/") if k.endswith(".json")]
+    keys = [k for k in store.keys("memprobe/") if k.endswith(".json")]
     assert len(keys) == 1, keys
     report = store.get_json(keys[0])
     assert report["source"]["run"] == "mp-oom" and report["memory_limit_mb"] == 450

@@ -254,7 +254,8 @@ def main() -> None:
                 fuse_visible / s3_commit, "report", None)
         last = timings[-1]
         print(f"async save, background: serialize {last['serialize_s']:.2f}s, upload {last['upload_s']:.2f}s, "
-              f"verify {last['verify_s']:.2f}s, commit returned after {s3_commit:.2f}s; {sent / MB:.0f} MB sent")
+              f"verify {last['verify_s']:.2f}s, all {last['background_s']:.2f}s + prune {last['prune_s']:.2f}s; "
+              f"save() to committed {s3_commit:.2f}s (median); {sent / MB:.0f} MB sent")
         rr = restores[-1]
         print(f"restore: download+sha256 {rr['download_s']:.2f}s, load {rr['load_s']:.2f}s, wall {rr['wall_s']:.2f}s")
         print(f"stall per save (s): {', '.join(f'{x:.3f}' for x in stalls)}, first (cold) save {cold:.3f}; "

@@ -160,14 +160,14 @@ def test_bad_input_is_one_clear_line_and_nothing_runs(kit: Kit, emu: Emulator, c
     assert emu.live_vms() == [] and list(emu.local.vms_dir.glob("*")) == []
 
 
+@pytest.mark.e2e
+@pytest.mark.timeout(1800)
 def test_demo_on_the_lyceum_backend(kit: Kit, emu: Emulator) -> None:
     if not (PROJECT_ROOT / "glue" / "demo.py").exists():
         pytest.skip("glue/demo.py (the `make demo` driver) does not exist yet")
-    env = lyceum_env(kit, emu, BACKEND="lyceum", GPUKIT_BACKEND="lyceum")
-    demo = [sys.executable, "-m", "glue.demo"]
-    help_text = subprocess.run([*demo, "--help"], env=env, capture_output=True, text=True, timeout=60).stdout
-    args = ["--backend", "lyceum"] if "--backend" in help_text else []
-    res = subprocess.run([*demo, *args], env=env, capture_output=True, text=True, timeout=1800,
-                         stdin=subprocess.DEVNULL)
+    env = lyceum_env(kit, emu, BACKEND="lyceum")  # `make demo BACKEND=lyceum` passes it the same way
+    res = subprocess.run([sys.executable, "-m", "glue.demo"], env=env, capture_output=True, text=True,
+                         timeout=1800, stdin=subprocess.DEVNULL)
     assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
-    assert emu.live_vms() == [] or all(vm.status == "running" for vm in emu.live_vms())
+    assert "PASS" in res.stderr
+    assert emu.live_vms() == []  # the demo ends with `down`: nothing left running or billed

@@ -25,7 +25,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import IO, Any, Protocol, cast
@@ -68,6 +68,7 @@ from glue.train.storage import (
 )
 
 log = logging.getLogger("glue.train")
+_IO_DEPTH = 2  # objects uploaded / read back concurrently by one save
 
 
 class Stateful(Protocol):
@@ -106,6 +107,16 @@ def _is_stateful_dataloader(obj: object) -> bool:
     except ImportError:
         return False
     return isinstance(obj, StatefulDataLoader)
+
+
+def _busy(spans: list[tuple[float, float]]) -> float:
+    """Seconds during which at least one of the (start, end) spans was running."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 
 def _dist_ready() -> bool:
@@ -189,6 +200,7 @@ class Checkpointer:
         self._components: dict[str, _Component] = {}
         self._snap = HostSnapshotter()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpukit-ckpt")
+        self._io = ThreadPoolExecutor(max_workers=_IO_DEPTH, thread_name_prefix="gpukit-ckpt-io")
         self._inflight: tuple[int, Future[None]] | None = None
         self._closed = False
         self._saves = 0
@@ -284,6 +296,7 @@ class Checkpointer:
         finally:
             self._closed = True
             self._executor.shutdown(wait=True)
+            self._io.shutdown(wait=True)
             if self._prev_sigterm is not None and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
                 signal.signal(signal.SIGTERM, self._prev_sigterm)
             _live.discard(self)
@@ -350,26 +363,42 @@ class Checkpointer:
             st.delete([prefix + COMMIT])  # re-saving a step: it stops counting before it changes
         t["prepare_s"] = round(time.monotonic() - t_start, 6)
         refs: dict[str, list[ObjectRef]] = {}
-        ser = up = 0.0
+        ser = 0.0
         nbytes = 0
-        for name in list(job.states):
-            state = job.states.pop(name)
-            rank = self.rank if job.per_rank[name] else None
-            key = object_key(name, rank)
+        # Serialize the next object while the previous one uploads; at most _IO_DEPTH serialized
+        # objects wait in memory at a time.
+        uploads: list[Future[None]] = []
+        spans: list[tuple[float, float]] = []
+
+        def put(key: str, blob: bytes) -> None:
             t0 = time.monotonic()
-            buf = io.BytesIO()
-            torch.save(state, buf)
-            del state
-            blob = buf.getvalue()
-            del buf
-            sha = hashlib.sha256(blob).hexdigest()
-            t1 = time.monotonic()
-            st.put(prefix + key, blob)
-            up += time.monotonic() - t1
-            ser += t1 - t0
-            nbytes += len(blob)
-            refs.setdefault(name, []).append(ObjectRef(key, len(blob), sha, rank))
-            del blob
+            st.put(key, blob)
+            spans.append((t0, time.monotonic()))
+
+        try:
+            for name in list(job.states):
+                state = job.states.pop(name)
+                rank = self.rank if job.per_rank[name] else None
+                key = object_key(name, rank)
+                t0 = time.monotonic()
+                buf = io.BytesIO()
+                torch.save(state, buf)
+                del state
+                blob = buf.getvalue()
+                del buf
+                sha = hashlib.sha256(blob).hexdigest()
+                ser += time.monotonic() - t0
+                nbytes += len(blob)
+                refs.setdefault(name, []).append(ObjectRef(key, len(blob), sha, rank))
+                if len([u for u in uploads if not u.done()]) >= _IO_DEPTH:
+                    wait(uploads, return_when=FIRST_COMPLETED)
+                uploads.append(self._io.submit(put, prefix + key, blob))
+                del blob
+        finally:
+            wait(uploads)  # never leave an upload running behind a failure
+        for u in uploads:
+            u.result()  # raises the first failure
+        up = _busy(spans)
         t.update(serialize_s=round(ser, 6), upload_s=round(up, 6), bytes=nbytes)
         if self.rank != 0:
             part = {
@@ -396,11 +425,14 @@ class Checkpointer:
             timings={},
         )
         t0 = time.monotonic()
-        for ref in commit.objects():
+
+        def read_back(ref: ObjectRef) -> None:
             data, sha = st.get(prefix + ref.key, ref.size)
             if len(data) != ref.size or sha != ref.sha256:
                 raise CheckpointError(f"read-back of {prefix + ref.key} does not match what was written")
-            del data
+
+        for _ in self._io.map(read_back, commit.objects()):
+            pass
         t["verify_s"] = round(time.monotonic() - t0, 6)
         t0 = time.monotonic()
         listed = {o.key for o in commit.objects()} | {COMMIT}

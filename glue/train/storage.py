@@ -527,7 +527,8 @@ def open_target(
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise TargetError(f"no bucket in checkpoint target {text!r}: use s3://bucket/prefix")
-        max_pool = int(getattr(transfer or DEFAULT_TRANSFER, "max_concurrency", 10)) + 4
+        # two objects move at once (checkpoint.py), each with max_concurrency parts in flight
+        max_pool = 2 * int(getattr(transfer or DEFAULT_TRANSFER, "max_concurrency", 10)) + 4
         client = make_s3_client(endpoint_url, credentials, region, max_pool=max_pool)
         storage = S3Storage(parsed.netloc, parsed.path, client, transfer=transfer, retry=retry)
     elif parsed.scheme == "file":

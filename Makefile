@@ -9,7 +9,7 @@ VMS     ?= 2
 BACKEND ?= local
 PYTEST_ARGS ?=
 
-.PHONY: help bootstrap up down demo test lint bench clean
+.PHONY: help bootstrap up down demo test test-all lint bench clean
 
 help: ## Show the targets
 	@echo "gpukit — keep GPU training jobs running on rented GPU VMs"
@@ -32,6 +32,9 @@ demo: bootstrap ## The whole loop on the local backend: up, train, lose a VM, re
 
 test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e)
 	@$(PY) -m pytest $(PYTEST_ARGS)
+
+test-all: bootstrap ## The suite including the long `stress` tests (kill -9 storms, the lyceum demo)
+	@$(PY) -m pytest -m "" $(PYTEST_ARGS)
 
 lint: bootstrap ## ruff, mypy, terraform fmt/validate, ansible-lint, yamllint
 	@$(VENV)/bin/ruff check glue tests bench

@@ -126,3 +126,13 @@ def status(home: Path) -> dict[str, Any]:
         bucket = {"endpoint": info.endpoint, "name": info.name, "region": info.region,
                   "reachable": bucket_store.reachable(info, creds)}
     return {"backend": cfg.backend, "vms": vms, "bucket": bucket}
+
+
+def refresh_credentials(home: Path) -> None:
+    """Expiring bucket credentials (lyceum's are STS-style): refresh them near expiry and push the new
+    ones to every VM's trainer file and /mnt/s3 mount. A no-op for backends whose keys do not expire."""
+    cfg = ClusterConfig.load(home)
+    if cfg.backend == "lyceum":
+        from glue.cloud import lyceum_refresh
+
+        lyceum_refresh.push_if_refreshed(home, hosts(home))

@@ -127,10 +127,14 @@ class Terraform:
         args = ["apply", "-json", "-input=false", "-auto-approve"] + (["-destroy"] if destroy else [])
         args += [f"-replace={addr}" for addr in replace or []]
         rows: dict[str, ResourceProgress] = {}
-        with Live(_table(rows), console=self.console, refresh_per_second=8, transient=False) as live:
-            for msg in self._stream(args):
-                _track(rows, msg)
-                live.update(_table(rows))
+        try:
+            with Live(_table(rows), console=self.console, refresh_per_second=8, transient=False) as live:
+                for msg in self._stream(args):
+                    _track(rows, msg)
+                    live.update(_table(rows))
+        finally:
+            if not self.console.is_terminal:
+                self.console.print()  # so a following error line starts on a line of its own
         return rows
 
     def _output(self) -> subprocess.CompletedProcess[str]:

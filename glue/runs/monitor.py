@@ -125,6 +125,7 @@ def capture_stacks(home: Path, host: Host, pid: int) -> str:
 def check(home: Path, store: RunStore, record_incident: bool = True) -> Report:
     """Classify the latest attempt; on a new failure, write the incident and update the attempt."""
     manifest = store.manifest()
+    cluster.refresh_credentials(home)  # a watched run must not lose the bucket when credentials expire
     attempts = store.attempts()
     if not attempts:
         raise GlueError(f"run {store.run!r} has no attempts")

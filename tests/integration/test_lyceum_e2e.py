@@ -161,6 +161,7 @@ def test_bad_input_is_one_clear_line_and_nothing_runs(kit: Kit, emu: Emulator, c
 
 
 @pytest.mark.e2e
+@pytest.mark.stress  # ~5-10 min here: outside the default suite's CI budget; `make test-all` runs it
 @pytest.mark.timeout(1800)
 def test_demo_on_the_lyceum_backend(kit: Kit, emu: Emulator) -> None:
     if not (PROJECT_ROOT / "glue" / "demo.py").exists():

@@ -232,7 +232,7 @@ def main() -> None:
 
         def row(name: str, ours: str, base: str, ratio: float, goal: str, ok: bool | None) -> None:
             verdict = "" if ok is None else ("ok" if ok else "MISSED")
-            rows.append((name, ours, base, f"{ratio:.2f}x", f"{goal} {verdict}".strip()))
+            rows.append((name, ours, base, f"{ratio:.3g}x", f"{goal} {verdict}".strip()))
 
         row("stall/save vs sync torch.save->S3", f"{stall:.3f}s", f"{sync:.3f}s", sync / stall, ">=10x lower",
             sync / stall >= 10)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -39,15 +40,48 @@ BASELINE = """
 """
 
 
+def _vm_cpu(bed: LocalTestbed) -> float:
+    """CPU seconds used inside the VMs' PID namespaces (live processes + the children they reaped)."""
+    tck = os.sysconf("SC_CLK_TCK")
+    namespaces = set()
+    for vm_dir in (bed.home / "vms").iterdir():
+        try:
+            pid = json.loads((vm_dir / "state.json").read_text())["init_pid"]
+            namespaces.add(os.readlink(f"/proc/{pid}/ns/pid"))
+        except (OSError, ValueError, KeyError):
+            continue
+    ticks = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.readlink(proc / "ns" / "pid") not in namespaces:
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return ticks / tck
+
+
+def _cpu(bed: LocalTestbed) -> float:
+    """Controller (this process and its children: ansible-playbook, ssh) plus VM CPU seconds."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime + _vm_cpu(bed)
+
+
 def one_round(vms: int, workdir: Path) -> dict[str, float]:
     home = Path(tempfile.mkdtemp(prefix="bench-", dir=workdir))
     bed = LocalTestbed(home)
     try:
         bed.create(vms)
+        c0 = _cpu(bed)
         first = ansible.converge(home, progress=False)
         if not first.ok:
             raise SystemExit(f"first converge failed: {first.failed}")
+        c1 = _cpu(bed)
         noop = ansible.converge(home, progress=False)
+        c2 = _cpu(bed)
         if not noop.ok:
             raise SystemExit(f"no-op converge failed: {noop.failed}")
         if any(noop.changed.values()):
@@ -57,7 +91,8 @@ def one_round(vms: int, workdir: Path) -> dict[str, float]:
         base = ansible.run_playbook(str(book), home, progress=False)
         if not base.ok:
             raise SystemExit(f"baseline failed: {base.failed}")
-        return {"first": first.seconds, "noop": noop.seconds, "baseline": base.seconds}
+        return {"first": first.seconds, "noop": noop.seconds, "baseline": base.seconds,
+                "first_cpu": round(c1 - c0, 1), "noop_cpu": round(c2 - c1, 1)}
     finally:
         bed.destroy()
         bed.stop_bucket()
@@ -79,8 +114,9 @@ def main() -> None:
             t0 = time.monotonic()
             r = one_round(args.vms, workdir)
             rounds.append(r)
-            print(f"round {i + 1}: first {r['first']:.1f}s  no-op {r['noop']:.1f}s  baseline {r['baseline']:.1f}s"
-                  f"  (round {time.monotonic() - t0:.0f}s)", file=sys.stderr)
+            print(f"round {i + 1}: first {r['first']:.1f}s (cpu {r['first_cpu']:.1f}s)  no-op {r['noop']:.1f}s "
+                  f"(cpu {r['noop_cpu']:.1f}s)  baseline {r['baseline']:.1f}s  (round {time.monotonic() - t0:.0f}s, "
+                  f"load {os.getloadavg()[0]:.1f})", file=sys.stderr)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     first = statistics.median(r["first"] for r in rounds)
@@ -91,11 +127,17 @@ def main() -> None:
           f"ratio {first / TARGET_FIRST:.2f}  ({first / base:.1f}x baseline)")
     print(f"no-op re-run (changed=0):       {noop:5.1f} s  target {TARGET_NOOP:.0f} s  "
           f"ratio {noop / TARGET_NOOP:.2f}  ({noop / base:.1f}x baseline)")
+    cpu_first = statistics.median(r["first_cpu"] for r in rounds)
+    cpu_noop = statistics.median(r["noop_cpu"] for r in rounds)
     print(f"baseline (one-task playbook):   {base:5.1f} s  load average {load:.1f} on {os.cpu_count()} CPUs")
+    print(f"CPU used (controller + VMs):    first {cpu_first:.1f} s, no-op {cpu_noop:.1f} s "
+          f"(a lower bound for the wall time on {os.cpu_count()} idle CPUs: {cpu_first / (os.cpu_count() or 1):.1f} s,"
+          f" {cpu_noop / (os.cpu_count() or 1):.1f} s)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"vms": args.vms, "rounds": rounds, "first": first, "noop": noop,
-                                         "baseline": base, "target_first": TARGET_FIRST,
+                                         "baseline": base, "cpu_first": cpu_first, "cpu_noop": cpu_noop,
+                                         "target_first": TARGET_FIRST,
                                          "target_noop": TARGET_NOOP, "loadavg": load}, indent=2))
 
 

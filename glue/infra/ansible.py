@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -233,6 +234,10 @@ class _Progress:
             return Group(head, table)
 
 
+# What ssh itself adds to a raw task's stderr when a multiplexed session ends.
+_SSH_NOISE = re.compile(r"^(Shared connection|Connection) to \S+ closed\.$")
+
+
 def failure_message(res: Mapping[str, Any]) -> str:
     """One line from a failed task's result: its msg, plus the last line of stderr for commands."""
     if not isinstance(res, Mapping):
@@ -240,11 +245,12 @@ def failure_message(res: Mapping[str, Any]) -> str:
     if res.get("censored"):
         return "output hidden (no_log)"
     msg = str(res.get("msg") or "").strip()
-    stderr = str(res.get("stderr") or "").strip()
-    if stderr and (not msg or msg == "non-zero return code" or res.get("failed_when_result")):
-        lines = [ln for ln in stderr.splitlines() if ln.strip()]
-        detail = lines[-1] if lines else stderr
-        return detail if not msg or msg == "non-zero return code" else f"{msg}: {detail}"
+    output = [str(res.get(k) or "") for k in ("stderr", "stdout")]  # stdout: a raw task under a pty
+    if any(output) and (not msg or msg == "non-zero return code" or res.get("failed_when_result")):
+        for text in output:
+            lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not _SSH_NOISE.match(ln.strip())]
+            if lines:
+                return lines[-1] if not msg or msg == "non-zero return code" else f"{msg}: {lines[-1]}"
     if not msg and res.get("results"):  # a loop: the first failed item
         for item in res["results"]:
             if isinstance(item, Mapping) and item.get("failed"):

@@ -104,6 +104,12 @@ def test_control_sockets_stay_under_home_unless_too_long(tmp_path: Path) -> None
 
 def test_failure_message() -> None:
     assert ansible.failure_message({"msg": "non-zero return code", "stderr": "a\nb: cause\n"}) == "b: cause"
+    assert ansible.failure_message({"msg": "non-zero return code", "rc": 13, "stderr":
+                                    "gpukit-mount: fuse missing: x\r\nShared connection to 127.0.0.1 closed.\r\n"}
+                                   ) == "gpukit-mount: fuse missing: x"
+    assert ansible.failure_message({"msg": "non-zero return code", "stdout": "gpukit-mount: bucket missing: b\r\n",
+                                    "stderr": "Shared connection to 127.0.0.1 closed.\r\n"}
+                                   ) == "gpukit-mount: bucket missing: b"
     assert ansible.failure_message({"censored": "hidden"}) == "output hidden (no_log)"
     assert ansible.failure_message({"msg": "Failed   to\n connect"}) == "Failed to connect"
     assert ansible.failure_message({"msg": "All items completed",

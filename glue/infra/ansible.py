@@ -124,6 +124,8 @@ class _HostState:
     stages: dict[str, str] = field(default_factory=dict)  # stage -> running | ok | changed | failed
 
 
+_STAGE_LABEL = {"play": "facts", "nvidia_driver": "driver", "container_runtime": "docker",
+                "bucket_mount": "/mnt/s3", "trainer": "trainer"}
 _STAGE_STYLE = {"running": ("…", "yellow"), "ok": ("✓", "green"), "changed": ("✓", "cyan"),
                 "failed": ("✗", "bold red"), "skipped": ("-", "dim")}
 
@@ -203,6 +205,9 @@ class _Progress:
 
     def finish(self) -> None:
         with self.lock:
+            for host, n in (self.stats.get("changed") or {}).items():
+                if host in self.hosts:
+                    self.hosts[host].changed = int(n)  # no_log results hide `changed` from the events
             for h in self.hosts.values():
                 if h.state == "running":
                     h.state = "ok"
@@ -215,10 +220,10 @@ class _Progress:
             table = Table(title=None, expand=False, show_edge=False, pad_edge=False)
             table.add_column("host", style="bold")
             for stage in self.stages:
-                table.add_column(stage, justify="center")
+                table.add_column(_STAGE_LABEL.get(stage, stage), justify="center")
             table.add_column("tasks", justify="right")
             table.add_column("changed", justify="right")
-            table.add_column("now")
+            table.add_column("now", overflow="fold")
             for name in sorted(self.hosts):
                 h = self.hosts[name]
                 cells: list[Text | str] = [name]

@@ -101,6 +101,11 @@ def iso(ts: datetime) -> str:
     return ts.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+# Backoff jitter must not draw from the global `random` stream: the training loop owns that one,
+# and a draw from this thread would make the run differ from an uninterrupted one.
+_jitter = random.Random()
+
+
 def with_retry(what: str, op: Callable[[], T], policy: RetryPolicy) -> T:
     """Run op; on _Transient, back off and retry until the policy runs out, then StorageError."""
     start = time.monotonic()
@@ -113,7 +118,7 @@ def with_retry(what: str, op: Callable[[], T], policy: RetryPolicy) -> T:
             if attempt == policy.attempts or elapsed + delay > policy.deadline_s:
                 raise StorageError(f"{what} failed after {attempt} attempts over {elapsed:.1f}s: {exc}") from exc
             log.warning("%s failed (attempt %d/%d), retrying in %.1fs: %s", what, attempt, policy.attempts, delay, exc)
-            time.sleep(delay * (0.5 + random.random() / 2))
+            time.sleep(delay * (0.5 + _jitter.random() / 2))
             delay = min(delay * 2, policy.max_s)
     raise AssertionError("unreachable")
 
@@ -384,7 +389,9 @@ def make_s3_client(
     endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     cfg = Config(
         max_pool_connections=max_pool,
-        retries={"max_attempts": 2, "mode": "standard"},  # our own backoff wraps this
+        # No botocore retries: its backoff jitter draws from the global `random` stream (see
+        # _jitter); with_retry() retries instead.
+        retries={"total_max_attempts": 1, "mode": "standard"},
         connect_timeout=5,
         read_timeout=60,
         s3={"addressing_style": "path"} if endpoint else {},

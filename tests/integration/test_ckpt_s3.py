@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import random
 import re
 import threading
 import time
@@ -288,6 +289,7 @@ def test_bucket_stopped_mid_save_retries_and_commits(env: Env) -> None:
         threading.Timer(2.0, env.bucket.server.ensure_running).start()
 
     fired = _stop_on_put(ck, env, "step-2/model.pt", restart_later)
+    py_rng = random.getstate()
     t0 = time.monotonic()
     ck.save(2)
     stall = time.monotonic() - t0
@@ -299,6 +301,8 @@ def test_bucket_stopped_mid_save_retries_and_commits(env: Env) -> None:
     assert not _on_disk(env, "ckpt/step-2/COMMIT.json")
     ck.flush()
     assert ck.last_committed_step == 2
+    # Retrying (ours and boto's) never drew from the training loop's global `random` stream.
+    assert random.getstate() == py_rng
     assert ck.last_save_timings["upload_s"] > 1.5  # includes the outage
     assert ck.latest_valid() == 2
     ck.close()

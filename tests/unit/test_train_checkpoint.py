@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -334,8 +335,10 @@ def test_with_retry_backs_off_then_gives_up() -> None:
             raise _Transient("connection refused")
         return "ok"
 
+    state = random.getstate()
     assert with_retry("op", flaky, RetryPolicy(attempts=5, base_s=0.05, max_s=0.1, deadline_s=5)) == "ok"
     assert len(calls) == 3
+    assert random.getstate() == state, "backoff jitter must not draw from the training loop's RNG"
 
     def dead() -> None:
         raise _Transient("connection refused")

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -83,6 +84,38 @@ def control_path_dir(home: Path) -> Path:
     return Path("/tmp") / f"gpukit-cp-{digest}"
 
 
+def facts_dir(home: Path) -> Path:
+    return home / "ansible" / "facts"
+
+
+def _prune_fact_cache(home: Path, inventory: Path) -> None:
+    """Keep cached facts only for hosts still on the same VM (a replaced VM must be looked at anew)."""
+    cache = facts_dir(home)
+    cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ids_file = cache / ".vm-ids.json"
+    try:
+        hosts = (yaml.safe_load(inventory.read_text()) or {}).get("all", {}).get("hosts") or {}
+        known = json.loads(ids_file.read_text()) if ids_file.exists() else {}
+    except (OSError, ValueError, yaml.YAMLError, AttributeError):
+        hosts, known = {}, {}
+    def drop(host: str) -> None:
+        # ansible-core names the files <prefix><host>, the prefix carrying a schema id ("s1_").
+        for f in cache.iterdir():
+            if f.name == host or re.fullmatch(r"s\d+_" + re.escape(host), f.name):
+                f.unlink(missing_ok=True)
+
+    current: dict[str, str] = {}
+    for name, hv in hosts.items():
+        vm_id = str((hv or {}).get("gpukit_vm_id") or "")
+        if not (vm_id and known.get(name) == vm_id):
+            drop(str(name))  # a new or replaced VM, or no id to tell: gather its facts anew
+        if vm_id:
+            current[name] = vm_id
+    for stale in set(known) - set(hosts):
+        drop(str(stale))
+    ids_file.write_text(json.dumps(current, sort_keys=True))
+
+
 def summary_file(home: Path) -> Path:
     return home / "ansible" / "verify.json"
 
@@ -102,6 +135,10 @@ def _runner_env(home: Path) -> dict[str, str]:
         "ANSIBLE_ROLES_PATH": str(ANSIBLE_DIR / "roles"),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp),
         "ANSIBLE_LOCAL_TEMP": str(tmp),
+        "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.jsonfile",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(facts_dir(home)),
+        "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "3600",
+        "ANSIBLE_GATHERING": "smart",
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_DEPRECATION_WARNINGS": "0",
@@ -280,6 +317,7 @@ def run_playbook(
     inventory = inventory_file(home)
     if not inventory.is_file():
         raise GlueError(f"no Ansible inventory at {inventory}; run `glue up` (or `make up`) first")
+    _prune_fact_cache(home, inventory)
     pdd = runner_dir(home)
     pdd.mkdir(mode=0o700, parents=True, exist_ok=True)
     ident = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S.%fZ')}-{book.stem}"
@@ -294,7 +332,7 @@ def run_playbook(
         "limit": ",".join(limit) if limit else None,
         "quiet": True,
         "suppress_env_files": True,  # nothing of ours written under env/ (and nothing stale read back)
-        "fact_cache_type": "memory",  # no fact cache files in the artifacts
+        "fact_cache_type": "memory",  # not in the artifacts: our own per-VM cache (ANSIBLE_CACHE_PLUGIN_*)
         "rotate_artifacts": ARTIFACTS_KEPT,
         "event_handler": tracker.handle,
     }

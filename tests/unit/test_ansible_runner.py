@@ -122,3 +122,32 @@ def test_verify_collects_summaries(home: Path, tmp_path: Path) -> None:
     res = ansible.run_playbook(str(tmp_path / "play.yml"), home, progress=False)
     assert "h1" in res.summaries and "h2" not in res.summaries
     assert ansible.last_verify(home) is None
+
+
+def test_fact_cache_is_dropped_for_new_or_replaced_vms(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    inv = ansible.inventory_file(home)
+    inv.parent.mkdir(parents=True)
+    cache = ansible.facts_dir(home)
+
+    def write(ids: dict[str, str]) -> None:
+        inv.write_text(yaml.safe_dump({"all": {"hosts": {h: {"gpukit_vm_id": i} for h, i in ids.items()}}}))
+
+    def seed() -> None:
+        cache.mkdir(parents=True, exist_ok=True)
+        for h in ("h1", "h2", "h10"):
+            (cache / f"s1_{h}").write_text("{}")
+
+    write({"h1": "vm-a", "h2": "vm-b", "h10": "vm-c"})
+    seed()
+    ansible._prune_fact_cache(home, inv)  # nothing known yet: everything gathered anew
+    assert sorted(p.name for p in cache.iterdir()) == [".vm-ids.json"]
+    seed()
+    ansible._prune_fact_cache(home, inv)  # same VMs: cache kept
+    assert {p.name for p in cache.iterdir()} == {".vm-ids.json", "s1_h1", "s1_h2", "s1_h10"}
+    write({"h1": "vm-a", "h2": "vm-NEW", "h10": "vm-c"})
+    ansible._prune_fact_cache(home, inv)  # h2 replaced: only its facts go
+    assert {p.name for p in cache.iterdir()} == {".vm-ids.json", "s1_h1", "s1_h10"}
+    write({"h10": "vm-c"})
+    ansible._prune_fact_cache(home, inv)  # h1 left the cluster
+    assert {p.name for p in cache.iterdir()} == {".vm-ids.json", "s1_h10"}

@@ -63,10 +63,19 @@ def _keygen(path: Path) -> str:
     return f"{pub[0]} {pub[1]}"
 
 
+# Paths a local VM does not share with the host: its own /root, tmpfs /tmp and /run, /dev/shm.
+_MASKED = tuple(Path(p) for p in ("/root", "/tmp", "/run", "/dev/shm"))
+
+
 def _readonly_binds() -> list[str]:
-    """Host trees under /root that the venv's interpreter needs (the VM's /root is private)."""
-    base = Path(os.path.realpath(sys.base_prefix))
-    return [str(base)] if base.is_relative_to("/root") else []
+    """Host trees the VM must still see, bound in read-only: the interpreter the venv links to
+    (pyenv lives under /root), the venv and the project (a CI clone may live under /tmp)."""
+    wanted = [Path(os.path.realpath(sys.base_prefix)), Path(sys.prefix), Path(__file__).resolve().parents[2]]
+    out: list[str] = []
+    for path in wanted:
+        if any(path.is_relative_to(m) for m in _MASKED) and not any(path.is_relative_to(o) for o in out):
+            out.append(str(path))
+    return out
 
 
 class LocalBackend:

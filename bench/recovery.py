@@ -1,0 +1,79 @@
+"""Recovery phases on the local backend, in seconds, against a baseline measured in the same run:
+the cold start of the same trainer (deploy -> first step) on a configured VM.
+
+Flow: up (2 VMs) -> deploy tiny_gpt -> destroy its VM at step 30 -> glue recover -> phases from the
+recovery record -> down. Target (issue 6): failure detected -> first resumed step <= 30 s here
+(provision + configure + restore).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from glue import cluster
+from glue import recover as recover_mod
+from glue.cloud.local import LocalBackend
+from glue.cloud.local_bucket import LocalBucket
+from glue.paths import PROJECT_ROOT
+from glue.runs import deploy as deploy_mod
+from glue.runs import monitor
+from glue.runs.store import parse_iso
+
+
+def wait_step(home: Path, run: str, step: int) -> None:
+    store = deploy_mod.open_store(home, run)
+    while True:
+        rep = monitor.check(home, store, record_incident=False)
+        if (rep.heartbeat or {}).get("step") and rep.heartbeat["step"] >= step:  # type: ignore[index]
+            return
+        time.sleep(0.3)
+
+
+def main() -> None:
+    home = Path(tempfile.mkdtemp(prefix="gpukit-bench-rec-"))
+    os.environ["GPUKIT_HOME"] = str(home)
+    console = Console(stderr=True, quiet=True)
+    cfg_path = PROJECT_ROOT / "examples" / "tiny_gpt.yaml"
+    overrides = {"steps": 400, "step_sleep": 0.05}
+    try:
+        cluster.up(home, cluster.ClusterConfig(vms=2), console)
+        # Baseline: cold start of the same trainer on a configured VM (deploy -> first step).
+        t0 = time.monotonic()
+        rec = deploy_mod.deploy(home, "bench-cold", cfg_path, "gpukit-2", False, console,
+                                config_overrides={"steps": 3, "step_sleep": 0})
+        store = deploy_mod.open_store(home, "bench-cold")
+        while 1 not in store.metrics().get(1, {}):
+            time.sleep(0.2)
+        cold = (parse_iso(store.metrics()[1][1]["t"]) - parse_iso(rec["started_at"])).total_seconds()
+        deploy_total = time.monotonic() - t0
+
+        deploy_mod.deploy(home, "bench-rec", cfg_path, "gpukit-1", False, console, config_overrides=overrides)
+        wait_step(home, "bench-rec", 30)
+        vm = deploy_mod.open_store(home, "bench-rec").attempt(1)["vm_id"]
+        LocalBackend(home).delete_vm(vm)
+        result = recover_mod.recover(home, "bench-rec", console)
+        cluster.down(home, console, force=True)
+    finally:
+        backend = LocalBackend(home)
+        for v in backend.list_vms():
+            backend.delete_vm(v.id)
+        LocalBucket(home).stop()
+    s = result["seconds"]
+    to_first = s["provision"] + s["configure"] + s["restore"]
+    print(f"{'phase':44} {'seconds':>8}")
+    for phase in ("detect", "provision", "configure", "restore", "replay"):
+        print(f"{phase:44} {s[phase] if s[phase] is not None else float('nan'):8.2f}")
+    print(f"{'failure detected -> first resumed step':44} {to_first:8.2f}   target <= 30 s")
+    print(f"{'baseline: cold start (trainer start -> step 1)':44} {cold:8.2f}   (deploy total {deploy_total:.1f}s)")
+    print(f"{'restore vs cold start (ratio)':44} {s['restore'] / cold:8.2f}x")
+    print(f"work lost: {result['work_lost']['steps']} steps ({result['work_lost']['seconds']:.1f}s); "
+          f"verified: {result['verified']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -68,6 +68,11 @@ def configure_hosts(home: Path, console: Console, limit: list[str] | None = None
     if not result.ok:
         failures = "; ".join(f"{h}: {m}" for h, m in result.failed.items())
         raise GlueError(f"configuring the VMs failed: {failures}")
+    if limit is None:
+        summary = ansible.verify(home, progress=False)  # the per-host summary `glue status` shows
+        bad = [h for h, v in summary.items() if not v.get("ready")]
+        if bad:
+            raise GlueError(f"verify.yml: {', '.join(bad)} not ready; see `glue status`")
 
 
 def down(home: Path, console: Console, force: bool = False) -> None:
@@ -107,14 +112,24 @@ def bucket_info(home: Path) -> BucketInfo:
     return BucketInfo(**out) if out else get_backend(cfg.backend, home).bucket()
 
 
-def status(home: Path) -> dict[str, Any]:
-    """The `glue status --json` shape: {"vms": [...], "bucket": {...}}."""
+def status(home: Path, verify: bool = False) -> dict[str, Any]:
+    """The `glue status --json` shape: {"vms": [...], "bucket": {...}}; each VM carries the playbook's
+    verify summary (mount round trip, GPU/driver facts, trainer runtime): the last one, or a fresh one."""
+    from glue.infra import ansible
+
     cfg = ClusterConfig.load(home)
+    current = hosts(home)
+    if verify and current:
+        ansible.verify(home, progress=False)
+    record = ansible.last_verify(home) or {}
+    checks = record.get("hosts", {})
     vms = [
         {"name": h.name, "id": h.id, "ssh_host": h.ssh_host, "ssh_port": h.ssh_port, "ssh_user": h.ssh_user,
          "gpu_type": h.gpu_type, "gpu_count": h.gpu_count, "backend": h.backend,
-         "reachable": ssh.reachable(home, h)}
-        for h in hosts(home)
+         "reachable": ssh.reachable(home, h),
+         "verify": checks.get(h.name) if checks.get(h.name, {}).get("vm_id", h.id) == h.id else None,
+         "verified_at": record.get("checked_at")}
+        for h in current
     ]
     bucket: dict[str, Any] = {"endpoint": None, "name": None, "reachable": False}
     try:

@@ -68,12 +68,16 @@ _MASKED = tuple(Path(p) for p in ("/root", "/tmp", "/run", "/dev/shm"))
 
 
 def _readonly_binds() -> list[str]:
-    """Host trees the VM must still see, bound in read-only: the interpreter the venv links to
-    (pyenv lives under /root), the venv and the project (a CI clone may live under /tmp)."""
-    wanted = [Path(os.path.realpath(sys.base_prefix)), Path(sys.prefix), Path(__file__).resolve().parents[2]]
+    """Host trees the VM sees live and read-only: the project and its venv (always: the overlay's
+    lower layer must not change under a mounted overlay, and the code does change while VMs run),
+    and the interpreter the venv links to when the VM would not see it (pyenv lives under /root)."""
+    base = Path(os.path.realpath(sys.base_prefix))
+    wanted = [Path(__file__).resolve().parents[2], Path(sys.prefix)]
+    if any(base.is_relative_to(m) for m in _MASKED):
+        wanted.append(base)
     out: list[str] = []
     for path in wanted:
-        if any(path.is_relative_to(m) for m in _MASKED) and not any(path.is_relative_to(o) for o in out):
+        if not any(path.is_relative_to(o) for o in out):
             out.append(str(path))
     return out
 

@@ -53,25 +53,38 @@ def down(force: bool) -> None:
 
 @click.command()
 @click.option("--run", "run_id", default=None, help="Show one run: attempt, state, step, failure class.")
+@click.option("--verify", is_flag=True, help="Run verify.yml now instead of showing the last result.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(run_id: str | None, as_json: bool) -> None:
+def status(run_id: str | None, verify: bool, as_json: bool) -> None:
     """VMs (address, SSH reachable), the bucket (reachable) and runs; or one run with --run."""
     from glue.commands import runs
 
     if run_id is not None:
         runs.show_run(run_id, as_json)
         return
-    st = cluster.status(home())
+    st = cluster.status(home(), verify=verify)
     st["runs"] = runs.list_runs()
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return
     table = Table(title=f"VMs ({st['backend']})", box=None)
-    for col in ("vm", "ssh", "reachable"):
+    for col in ("vm", "ssh", "reachable", "ready", "/mnt/s3", "gpu", "runtime"):
         table.add_column(col)
     for vm in st["vms"]:
         ok = "[green]yes[/]" if vm["reachable"] else "[red]no[/]"
-        table.add_row(vm["name"], f"{vm['ssh_host']}:{vm['ssh_port']}", ok)
+        v = vm.get("verify") or {}
+        mount = v.get("mount", {})
+        gpu = v.get("gpu", {})
+        runtime = v.get("runtime", {})
+        table.add_row(
+            vm["name"], f"{vm['ssh_host']}:{vm['ssh_port']}", ok,
+            ("[green]yes[/]" if v.get("ready") else "[red]no[/]") if v else "? (glue status --verify)",
+            ("round trip ok" if mount.get("round_trip") else mount.get("error", "not mounted")) if v else "",
+            (f"{gpu.get('count', 0)}x {', '.join(gpu.get('names') or []) or 'none'}"
+             + (f" driver {gpu['driver_version']}" if gpu.get("driver_version") else "")) if v else "",
+            (f"{runtime.get('mode', '')} torch {runtime.get('torch', '?')}" if runtime.get("ok") else "not ok")
+            if v else "",
+        )
     Console().print(table if st["vms"] else "no VMs (run `glue up`)")
     b = st["bucket"]
     ok = "[green]reachable[/]" if b["reachable"] else "[red]not reachable[/]"

@@ -89,14 +89,17 @@ class RunStore:
         return dict(self.get_json(f"attempts/{n}.json") or {})
 
     def metrics(self) -> dict[int, dict[int, dict[str, Any]]]:
-        """attempt -> step -> record (rank 0), from every metrics part."""
+        """attempt -> step -> record (rank 0), from every metrics part and the steps the last heartbeat
+        carried that had not reached a part yet."""
         out: dict[int, dict[int, dict[str, Any]]] = {}
+        records: list[dict[str, Any]] = []
         for key in sorted(self.keys("metrics/")):
-            for line in (self.get_bytes(key) or b"").decode().splitlines():
-                if line.strip():
-                    rec = json.loads(line)
-                    if rec.get("rank", 0) == 0:
-                        out.setdefault(int(rec["attempt"]), {})[int(rec["step"])] = rec
+            records += [json.loads(line) for line in (self.get_bytes(key) or b"").decode().splitlines()
+                        if line.strip()]
+        records += (self.get_json("heartbeat.json") or {}).get("recent", [])
+        for rec in records:
+            if rec.get("rank", 0) == 0:
+                out.setdefault(int(rec["attempt"]), {})[int(rec["step"])] = rec
         return out
 
     def log_text(self, attempt: int | None = None) -> str:

@@ -58,6 +58,9 @@ def _memory() -> dict[str, float]:
     return mem
 
 
+METRICS_FLUSH_SECONDS = 5.0
+
+
 class RunContext:
     def __init__(self, env: dict[str, str]) -> None:
         self.run = env["GPUKIT_RUN"]
@@ -115,16 +118,21 @@ class RunContext:
     def _beat_loop(self) -> None:
         while not self._stop.wait(self.heartbeat_seconds):
             self._write_heartbeat()
-            # Metrics go out as often as the heartbeat: what a lost VM takes with it is a few seconds.
-            self._flush_metrics()
+            # Metrics parts every few seconds: a lost VM takes at most that much of the log with it,
+            # while the training thread pays for one PUT per part, not one per heartbeat.
+            if time.monotonic() - self._last_flush >= METRICS_FLUSH_SECONDS:
+                self._flush_metrics()
 
     def _write_heartbeat(self) -> None:
         with self._lock:
             last = dict(self._last)
+            # Steps not yet in a metrics part ride along: one PUT a beat, nothing lost but the last beat.
+            recent = [json.loads(line) for line in self._metrics[-500:]]
         beat = {
             "run": self.run, "attempt": self.attempt, "rank": self.rank, "host": socket.gethostname(),
             "pid": os.getpid(), "step": last.get("step"), "loss": last.get("loss"),
             "step_at": last.get("t"), "updated_at": iso(utc_now()), "memory": _memory(),
+            "recent": recent,
         }
         name = "heartbeat.json" if self.rank == 0 else f"heartbeat.rank{self.rank}.json"
         try:

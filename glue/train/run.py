@@ -86,8 +86,23 @@ class RunContext:
         self._part = 0
         self._last_flush = time.monotonic()
         self._stop = threading.Event()
+        self._keep_previous_steps()
         self._thread = threading.Thread(target=self._beat_loop, name="gpukit-heartbeat", daemon=True)
         self._thread.start()
+
+    def _keep_previous_steps(self) -> None:
+        """The last heartbeat of an earlier attempt carries the steps it had not yet put into a metrics
+        part; save them as that attempt's final part before our first heartbeat replaces it."""
+        name = "heartbeat.json" if self.rank == 0 else f"heartbeat.rank{self.rank}.json"
+        try:
+            data, _ = self.store.get(name)
+        except StorageError:
+            return
+        beat = json.loads(bytes(data))
+        prev = beat.get("attempt")
+        if isinstance(prev, int) and prev < self.attempt and beat.get("recent"):
+            lines = "".join(json.dumps(r) + "\n" for r in beat["recent"])
+            self.store.put(f"metrics/{prev:03d}-r{self.rank}-99999-heartbeat.jsonl", lines.encode())
 
     @classmethod
     def from_env(cls) -> RunContext:

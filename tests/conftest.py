@@ -36,3 +36,9 @@ def local_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BucketHan
     info = server.ensure_running()
     yield BucketHandle(server=server, info=info, creds=server.credentials())
     server.stop()
+
+
+# One registration of the kit fixtures for the whole tree, so integration and e2e share one cluster.
+from tests.kit import cluster_kit, kit  # noqa: E402
+
+__all__ = ["BucketHandle", "cluster_kit", "kit", "local_bucket"]

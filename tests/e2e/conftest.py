@@ -1,5 +1,5 @@
-"""The e2e tests reuse the integration fixtures (a throwaway kit home, a configured cluster)."""
+"""The e2e tests share the session's cluster with the integration tests (tests/kit.py)."""
 
-from tests.integration.conftest import Kit, cluster_kit, kit
+from tests.kit import Kit
 
-__all__ = ["Kit", "cluster_kit", "kit"]
+__all__ = ["Kit"]

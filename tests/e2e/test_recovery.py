@@ -107,7 +107,10 @@ def test_make_demo_passes_and_records_the_recovery(tmp_path: Path) -> None:
         rec = bucket_json(kit, f"runs/{drill_run}/recoveries/1.json")
         assert rec["verified"] and rec["failure_class"] == "vm_lost" and rec["new_vm"]["id"] != rec["old_vm"]["id"]
         assert rec["first_resumed_step"] == rec["checkpoint_step"] + 1 and rec["checkpoint_step"] % 20 == 0
-        assert rec["compared_steps"] and rec["compared_steps"][0] == rec["checkpoint_step"] + 1
+        # Steps between the checkpoint and the last heartbeat before the loss are compared exactly; the
+        # VM can die right at a checkpoint, and then there is nothing to replay (the drill compares all).
+        if rec["failure_step"] > rec["checkpoint_step"]:
+            assert rec["compared_steps"] and rec["compared_steps"][0] == rec["checkpoint_step"] + 1
         assert set(rec["seconds"]) == {"detect", "provision", "configure", "restore", "replay"}
         assert all(v is not None and v >= 0 for v in rec["seconds"].values())
         assert rec["work_lost"]["steps"] == rec["failure_step"] - rec["checkpoint_step"]

@@ -203,7 +203,8 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
         "provision": round(provision_s, 3),
         "configure": round(configure_s, 3),
         "restore": _secs(record["started_at"], first_t),
-        "replay": _secs(first_t, reach_t) if reach_t else None,
+        # Nothing to replay when the VM died right at its checkpoint; None = still replaying at the deadline.
+        "replay": _secs(first_t, reach_t) if reach_t else (0.0 if failure_step <= (ckpt or 0) else None),
     }
     result = {
         "run": run_id, "failed_attempt": n, "new_attempt": new_n, "failure_class": str(outcome),

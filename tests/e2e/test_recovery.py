@@ -116,8 +116,9 @@ def test_make_demo_passes_and_records_the_recovery(tmp_path: Path) -> None:
         assert rec["work_lost"]["steps"] == rec["failure_step"] - rec["checkpoint_step"]
         drill_rec = bucket_json(kit, f"runs/{drill_run}/drill.json")
         assert drill_rec["passed"] and drill_rec["compared_steps"] == 60 and drill_rec["compared_tensors"] > 0
-        assert [i["class"] for i in json.loads(kit.glue("incidents", "--run", drill_run, "--json").stdout)] \
-            == ["vm_lost"]
+        classes = [i["class"] for i in json.loads(kit.glue("incidents", "--run", drill_run, "--json").stdout)]
+        # A save cut off by the VM loss is a partial checkpoint: the resume skips it and records that.
+        assert "vm_lost" in classes and set(classes) <= {"vm_lost", "ckpt_corrupt"}
         advice = json.loads(kit.glue("advise", "--run", drill_run, "--json").stdout)
         assert advice["restore_s"] == pytest.approx(rec["seconds"]["restore"])
         assert advice["options"]["young"]["interval_s"] > 0

@@ -14,7 +14,7 @@ import pytest
 
 from glue.cloud.local import LocalBackend
 from glue.cloud.local_bucket import LocalBucket
-from tests.integration.test_runs import run_config, s3, wait_for
+from tests.integration.test_runs import here, run_config, s3, wait_for
 
 from .conftest import Kit
 
@@ -29,29 +29,33 @@ def vm_id(kit: Kit, name: str) -> str:
     return next(v["id"] for v in json.loads(kit.glue("status", "--json").stdout)["vms"] if v["name"] == name)
 
 
+# In these tests the recover/down/deploy commands under test run as real `glue` processes (kit); the
+# polls and look-ups around them (status, ssh, the bucket address) run in this process (fast = here(kit)).
 def test_recover_refuses_oom_and_healthy_runs(cluster_kit: Kit, tmp_path: Path) -> None:
-    kit = cluster_kit
+    kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 5, "d_model": 512, "n_layer": 4, "batch_size": 64})
     kit.glue("deploy", "--run", "oom-refuse", "--config", str(cfg), "--vm", "gpukit-2", "--memory-limit-mb", "350")
-    wait_for(kit, "oom-refuse", lambda s: s["state"] != "running", timeout=120)
-    before = vm_id(kit, "gpukit-2")
+    wait_for(fast, "oom-refuse", lambda s: s["state"] != "running", timeout=120)
+    before = vm_id(fast, "gpukit-2")
     res = kit.glue("recover", "--run", "oom-refuse", check=False)
     assert res.returncode != 0 and "oom_host" in res.stderr and "memprobe" in res.stderr
-    assert "Traceback" not in res.stderr and vm_id(kit, "gpukit-2") == before  # nothing destroyed
+    assert "Traceback" not in res.stderr and vm_id(fast, "gpukit-2") == before  # nothing destroyed
 
     cfg = run_config(tmp_path, "long.yaml", config={"steps": 2000, "step_sleep": 0.05})
     kit.glue("deploy", "--run", "healthy", "--config", str(cfg), "--vm", "gpukit-2")
-    wait_for(kit, "healthy", lambda s: (s["step"] or 0) >= 2)
-    res = kit.glue("recover", "--run", "healthy", check=False)
-    assert res.returncode != 0 and "is healthy" in res.stderr and vm_id(kit, "gpukit-2") == before
-    res = kit.glue("down", check=False)
-    assert res.returncode != 0 and "healthy is still running" in res.stderr
-    assert vm_id(kit, "gpukit-2") == before
-    kit.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "glue.train.supervise")
+    try:
+        wait_for(fast, "healthy", lambda s: (s["step"] or 0) >= 2)
+        res = kit.glue("recover", "--run", "healthy", check=False)
+        assert res.returncode != 0 and "is healthy" in res.stderr and vm_id(fast, "gpukit-2") == before
+        res = kit.glue("down", check=False)
+        assert res.returncode != 0 and "healthy is still running" in res.stderr
+        assert vm_id(fast, "gpukit-2") == before
+    finally:
+        fast.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "glue.train.supervise")
 
 
 def test_recover_bad_input(cluster_kit: Kit, tmp_path: Path) -> None:
-    kit = cluster_kit
+    kit, fast = cluster_kit, here(cluster_kit)
     res = kit.glue("recover", "--run", "no-such-run", check=False)
     assert res.returncode != 0 and "unknown run 'no-such-run'" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
@@ -60,13 +64,13 @@ def test_recover_bad_input(cluster_kit: Kit, tmp_path: Path) -> None:
     cfg = run_config(tmp_path, config={"steps": 500, "step_sleep": 0.1, "checkpoint_interval": 400},
                      checkpoint={"interval_steps": 400})
     kit.glue("deploy", "--run", "no-ckpt", "--config", str(cfg), "--vm", "gpukit-2")
-    wait_for(kit, "no-ckpt", lambda s: (s["step"] or 0) >= 2)
-    rec = bucket_json(kit, "runs/no-ckpt/attempts/1.json")
-    kit.glue("ssh", "gpukit-2", "--", "kill", "-9", str(rec["trainer_pid"]))
-    wait_for(kit, "no-ckpt", lambda s: s["state"] != "running")
-    before = vm_id(kit, "gpukit-2")
+    wait_for(fast, "no-ckpt", lambda s: (s["step"] or 0) >= 2)
+    rec = bucket_json(fast, "runs/no-ckpt/attempts/1.json")
+    fast.glue("ssh", "gpukit-2", "--", "kill", "-9", str(rec["trainer_pid"]))
+    wait_for(fast, "no-ckpt", lambda s: s["state"] != "running")
+    before = vm_id(fast, "gpukit-2")
     res = kit.glue("recover", "--run", "no-ckpt", check=False)
-    assert res.returncode != 0 and "--from-scratch" in res.stderr and vm_id(kit, "gpukit-2") == before
+    assert res.returncode != 0 and "--from-scratch" in res.stderr and vm_id(fast, "gpukit-2") == before
 
     # Bucket unreachable: one line, nothing destroyed.
     server = LocalBucket(kit.home)
@@ -74,7 +78,7 @@ def test_recover_bad_input(cluster_kit: Kit, tmp_path: Path) -> None:
     try:
         res = kit.glue("recover", "--run", "no-ckpt", check=False)
         assert res.returncode != 0 and "did not answer" in res.stderr and "Traceback" not in res.stderr
-        assert vm_id(kit, "gpukit-2") == before
+        assert vm_id(fast, "gpukit-2") == before
     finally:
         server.ensure_running()
 

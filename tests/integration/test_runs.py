@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -69,18 +70,43 @@ def vm_exec(kit: Kit, vm: str, *cmd: str) -> str:
     return kit.glue("ssh", vm, "--", *cmd).stdout
 
 
+class InProcessKit(Kit):
+    """`glue ARGS` run in this process (click's test runner): the same commands and output as Kit.glue,
+    without a fresh interpreter per call (most of a `glue` process is importing torch and friends, ~3 s
+    on the CI machine). For the polls and look-ups around what a test checks (status, ssh, the bucket
+    address); the commands a test is about still run as real `glue` processes through the session kit."""
+
+    def glue(self, *args: str, check: bool = True, env: dict[str, str] | None = None,
+             timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        from click.testing import CliRunner
+
+        from glue.cli import cli
+
+        res = CliRunner().invoke(cli, list(args), env=env or self.env, catch_exceptions=False)
+        proc = subprocess.CompletedProcess(["glue", *args], res.exit_code, res.stdout, res.stderr)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"glue {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+
+def here(kit: Kit) -> Kit:
+    """The kit whose `glue` runs in this process (InProcessKit)."""
+    return InProcessKit(home=kit.home, env=kit.env)
+
+
 def test_heartbeat_advances_then_kill9_is_classified(cluster_kit: Kit, tmp_path: Path) -> None:
-    kit = cluster_kit
+    kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 400, "step_sleep": 0.05})
     kit.glue("deploy", "--run", "hb-kill", "--config", str(cfg))
-    first = wait_for(kit, "hb-kill", lambda s: (s["step"] or 0) >= 3)
-    second = wait_for(kit, "hb-kill", lambda s: (s["step"] or 0) > first["step"])
+    first = wait_for(fast, "hb-kill", lambda s: (s["step"] or 0) >= 3)
+    second = wait_for(fast, "hb-kill", lambda s: (s["step"] or 0) > first["step"])
     assert second["state"] == "running"
-    manifest = json.loads(s3(kit).get_object(Bucket="gpukit", Key="runs/hb-kill/manifest.json")["Body"].read())
+    manifest = json.loads(s3(fast).get_object(Bucket="gpukit", Key="runs/hb-kill/manifest.json")["Body"].read())
     assert manifest["code"]["git_sha"] and manifest["environment"]["torch"].startswith("2.13")
     assert manifest["secrets"] == [] and manifest["input"]["version"] == "seed-1234"
-    vm_exec(kit, "gpukit-1", "kill", "-9", str(trainer_pid(kit, "hb-kill")))
-    st = wait_for(kit, "hb-kill", lambda s: s["state"] != "running")
+    vm_exec(fast, "gpukit-1", "kill", "-9", str(trainer_pid(fast, "hb-kill")))
+    wait_for(fast, "hb-kill", lambda s: s["state"] != "running")
+    st = status(kit, "hb-kill")  # what the real `glue status` prints
     assert st["state"] == "killed" and "SIGKILL" in st["reason"]
     [inc] = json.loads(kit.glue("incidents", "--run", "hb-kill", "--json").stdout)
     assert inc["class"] == "killed" and inc["last_completed_step"] >= second["step"]
@@ -92,7 +118,8 @@ def test_memory_limit_overrun_is_host_oom(cluster_kit: Kit, tmp_path: Path) -> N
     kit = cluster_kit
     cfg = run_config(tmp_path, config={"steps": 5, "d_model": 512, "n_layer": 4, "batch_size": 64, "seq_len": 64})
     kit.glue("deploy", "--run", "oom-host", "--config", str(cfg), "--vm", "gpukit-2", "--memory-limit-mb", "350")
-    st = wait_for(kit, "oom-host", lambda s: s["state"] != "running", timeout=120)
+    wait_for(here(kit), "oom-host", lambda s: s["state"] != "running", timeout=120)
+    st = status(kit, "oom-host")
     assert st["state"] == "oom_host", st
     inc = json.loads(kit.glue("incidents", "--run", "oom-host", "--json").stdout)[0]
     assert inc["next_step"] == "glue memprobe --run oom-host"
@@ -100,19 +127,19 @@ def test_memory_limit_overrun_is_host_oom(cluster_kit: Kit, tmp_path: Path) -> N
 
 
 def test_sigstop_is_a_stall_with_stacks(cluster_kit: Kit, tmp_path: Path) -> None:
-    kit = cluster_kit
+    kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 1000, "step_sleep": 0.05}, monitor={"stall_timeout_seconds": 4})
     kit.glue("deploy", "--run", "stall", "--config", str(cfg), "--vm", "gpukit-2")
-    wait_for(kit, "stall", lambda s: (s["step"] or 0) >= 2)
-    pid = trainer_pid(kit, "stall")
-    vm_exec(kit, "gpukit-2", "kill", "-STOP", str(pid))
+    wait_for(fast, "stall", lambda s: (s["step"] or 0) >= 2)
+    pid = trainer_pid(fast, "stall")
+    vm_exec(fast, "gpukit-2", "kill", "-STOP", str(pid))
     try:
-        st = wait_for(kit, "stall", lambda s: s["state"] != "running", timeout=60)
-        assert st["state"] == "stall"
+        wait_for(fast, "stall", lambda s: s["state"] != "running", timeout=60)
+        assert status(kit, "stall")["state"] == "stall"
         [inc] = json.loads(kit.glue("incidents", "--run", "stall", "--json").stdout)
         assert inc["stacks"] and ("tiny_gpt" in inc["stacks"] or "Thread" in inc["stacks"]), inc["stacks"]
     finally:
-        vm_exec(kit, "gpukit-2", "kill", "-9", str(pid))
+        vm_exec(fast, "gpukit-2", "kill", "-9", str(pid))
 
 
 def test_outputs_on_vm_disk_refused_before_start(cluster_kit: Kit, tmp_path: Path) -> None:
@@ -121,29 +148,32 @@ def test_outputs_on_vm_disk_refused_before_start(cluster_kit: Kit, tmp_path: Pat
     res = kit.glue("deploy", "--run", "disk-out", "--config", str(cfg), check=False)
     assert res.returncode != 0 and "Traceback" not in res.stderr
     assert "/root/out" in res.stderr and "wiped when the VM terminates" in res.stderr
-    assert run_objects(kit, "disk-out") == []
+    assert run_objects(here(kit), "disk-out") == []
 
 
 def test_mount_path_accepted_when_live_refused_when_unmounted(cluster_kit: Kit, tmp_path: Path) -> None:
-    kit = cluster_kit
+    kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 4, "step_sleep": 0}, outputs={"destination": "/mnt/s3/out/{run}"})
     kit.glue("deploy", "--run", "mount-ok", "--config", str(cfg), "--vm", "gpukit-1")
     vm = "gpukit-2"
     unmount = "pkill -f 'sbin/[g]pukit-mount'; sleep 0.5; fusermount3 -uz /mnt/s3 || umount -l /mnt/s3 || true"
-    vm_exec(kit, vm, "sh", "-c", unmount)
+    vm_exec(fast, vm, "sh", "-c", unmount)
     try:
         res = kit.glue("deploy", "--run", "mount-gone", "--config", str(cfg), "--vm", vm, check=False)
         assert res.returncode != 0 and "not a live bucket mount" in res.stderr, res.stderr
-        assert run_objects(kit, "mount-gone") == []
+        assert run_objects(fast, "mount-gone") == []
     finally:
-        kit.glue("up", timeout=600)  # the playbook mounts it again
+        # Mount it again for the tests after this one: the playbook's own mount step (`gpukit-mount start`
+        # waits until the mount answers, else fails) on this VM, not a whole `glue up`.
+        vm_exec(fast, vm, "/usr/local/sbin/gpukit-mount", "start")
 
 
 def test_finished_without_required_outputs_is_export_missing(cluster_kit: Kit, tmp_path: Path) -> None:
     kit = cluster_kit
     cfg = run_config(tmp_path, config={"steps": 3, "step_sleep": 0, "skip_outputs": True})
     kit.glue("deploy", "--run", "no-out", "--config", str(cfg), "--vm", "gpukit-1")
-    st = wait_for(kit, "no-out", lambda s: s["state"] != "running", timeout=90)
+    wait_for(here(kit), "no-out", lambda s: s["state"] != "running", timeout=90)
+    st = status(kit, "no-out")
     assert st["state"] == "export_missing" and "model.pt" in st["reason"]
 
 
@@ -165,18 +195,18 @@ def test_bad_run_config_is_one_line_and_writes_nothing(cluster_kit: Kit, tmp_pat
     res = cluster_kit.glue("deploy", "--run", "bad-cfg", "--config", str(path), check=False)
     assert res.returncode != 0 and needle in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
-    assert run_objects(cluster_kit, "bad-cfg") == []
+    assert run_objects(here(cluster_kit), "bad-cfg") == []
 
 
 def test_duplicate_run_and_unknown_vm_refused(cluster_kit: Kit, tmp_path: Path) -> None:
-    kit = cluster_kit
+    kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
     kit.glue("deploy", "--run", "dup", "--config", str(cfg))
-    before = run_objects(kit, "dup")
+    before = run_objects(fast, "dup")
     res = kit.glue("deploy", "--run", "dup", "--config", str(cfg), check=False)
     assert res.returncode != 0 and "already exists" in res.stderr
     res = kit.glue("deploy", "--run", "other", "--config", str(cfg), "--vm", "nope", check=False)
     assert res.returncode != 0 and "unknown VM 'nope'" in res.stderr
-    assert run_objects(kit, "other") == []
-    assert set(before) <= set(run_objects(kit, "dup"))
+    assert run_objects(fast, "other") == []
+    assert set(before) <= set(run_objects(fast, "dup"))
     assert os.environ.get("GPUKIT_HOME") != str(kit.home)

@@ -32,6 +32,7 @@ from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import guard, monitor, remote
 from glue.runs.classify import Outcome
+from glue.runs.group import GroupSpec
 from glue.runs.store import RunStore, parse_iso, utc_iso
 
 REFUSE_WITHOUT_FORCE = {
@@ -64,10 +65,10 @@ def _phase(console: Console, name: str) -> Any:
     return console.status(f"[bold]{name}[/] …")
 
 
-def merged_metrics(store: RunStore, before_attempt: int) -> dict[int, dict[str, Any]]:
-    """step -> record from the attempts before `before_attempt` (a later attempt overrides)."""
+def merged_metrics(store: RunStore, before_attempt: int, rank: int = 0) -> dict[int, dict[str, Any]]:
+    """step -> record of one rank from the attempts before `before_attempt` (a later attempt overrides)."""
     out: dict[int, dict[str, Any]] = {}
-    for att, steps in sorted(store.metrics().items()):
+    for att, steps in sorted(store.metrics(rank).items()):
         if att < before_attempt:
             out.update(steps)
     return out
@@ -97,11 +98,13 @@ def check_resume(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]],
     return ResumeCheck(True, first, compared)
 
 
-def _kill_attempt(home: Path, host: Host, store: RunStore, attempt: int) -> None:
-    state = remote.process_state(home, host, store.run, attempt)
-    pids = [str(p) for p in state["pids"].values() if isinstance(p, int)]
-    if pids:
-        ssh.run(home, host, f"kill -9 {' '.join(pids)} 2>/dev/null || true", timeout=20)
+def _kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any]) -> None:
+    """Stop what is left of an attempt on every node still reachable: a stalled or half-dead trainer
+    (or a surviving rank waiting in the rendezvous) must not write on."""
+    for nd in monitor.nodes_of(attempt):
+        host = monitor.host_for(home, nd)
+        if host is not None and ssh.reachable(home, host):
+            remote.kill_attempt(home, host, store.run, int(attempt["attempt"]))
 
 
 def _verify_checkpoint_on_vm(home: Path, host: Host, store: RunStore, target: str) -> int | None:
@@ -120,15 +123,19 @@ def _verify_checkpoint_on_vm(home: Path, host: Host, store: RunStore, target: st
     return int(latest) if latest is not None else None
 
 
-def provision(home: Path, console: Console, vm_name: str, vm_id: str, same_vm: bool) -> Host:
+def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm: bool) -> tuple[list[Host], list[str]]:
+    """Terraform brings the group's VMs back: a lost VM is drift (re-created by the apply); the live VM
+    of a single-node run is replaced too unless --same-vm; a group keeps its live VMs. Returns the
+    hosts in node order and the names of the new VMs."""
     cfg = cluster.ClusterConfig.load(home)
     backend = get_backend(cfg.backend, home)
     tf = Terraform(home, cfg.backend, console)
-    alive = backend.read_vm(vm_id) is not None
-    replace = [f'gpukit_vm.node["{vm_name}"]'] if alive and not same_vm else []
+    replace = [f'gpukit_vm.node["{nd["vm"]}"]' for nd in nodes
+               if len(nodes) == 1 and not same_vm and backend.read_vm(str(nd["vm_id"])) is not None]
     tf.apply(cluster.tf_vars(home, cfg), replace=replace)
     inventory.write(home, tf.outputs())
-    return cluster.host(home, vm_name)
+    hosts = [cluster.host(home, str(nd["vm"])) for nd in nodes]
+    return hosts, [h.name for h, nd in zip(hosts, nodes, strict=True) if h.id != nd["vm_id"]]
 
 
 def recover(home: Path, run_id: str, console: Console, force: bool = False, from_scratch: bool = False,
@@ -157,6 +164,8 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
     incident = store.get_json(str(attempt.get("incident"))) if attempt.get("incident") else None
     if incident:
         detected_at = incident["detected_at"]
+        # In a group the cause's time (a lost VM's last heartbeat, the first error) is the failure's.
+        last_alive = (incident.get("cause") or {}).get("at") or last_alive
 
     rc = runconfig.parse(manifest["config"], run_id, store.info.name)
     target_prefix = monitor.as_s3_prefix(rc.checkpoint.target, store.info.name)
@@ -165,35 +174,47 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
     if ckpt is None and not from_scratch:
         raise GlueError(f"run {run_id} has no valid checkpoint in {rc.checkpoint.target}; "
                         "restart it from step 0 with --from-scratch")
+    group = GroupSpec.from_manifest(manifest)
     old_metrics = merged_metrics(store, n + 1)
     failure_step = max(old_metrics) if old_metrics else (beat.get("step") or 0)
+    nodes = monitor.nodes_of(attempt)
 
     t0 = time.monotonic()
-    with _phase(console, f"provision: a new VM for {attempt['vm']} (terraform)"):
-        old_host = monitor.host_for(home, attempt)
-        if old_host is not None and ssh.reachable(home, old_host):
-            _kill_attempt(home, old_host, store, n)  # a stalled or half-dead trainer must not write on
-        host = provision(home, console, str(attempt["vm"]), str(attempt["vm_id"]), same_vm)
+    names = ", ".join(str(nd["vm"]) for nd in nodes)
+    with _phase(console, f"provision: VMs for {names} (terraform)"):
+        _kill_attempt(home, store, attempt)
+        hosts, replaced = provision(home, console, nodes, same_vm)
     provision_s = time.monotonic() - t0
+    fresh = replaced or [h.name for h in hosts]
     t0 = time.monotonic()
-    with _phase(console, f"configure: the playbook on {host.name} (bucket mount, trainer runtime)"):
-        cluster.configure_hosts(home, console, limit=[host.name])
+    with _phase(console, f"configure: the playbook on {', '.join(fresh)} (bucket mount, trainer runtime)"):
+        cluster.configure_hosts(home, console, limit=fresh)
     configure_s = time.monotonic() - t0
-    with _phase(console, f"verify: mount live and checkpoint {ckpt} reads back on {host.name}"):
-        for what, location in rc.locations().items():
-            guard.check_location(home, host, store, what, location)
+    with _phase(console, f"verify: mount live and checkpoint {ckpt} reads back on {', '.join(fresh)}"):
         target = f"s3://{store.info.name}/{target_prefix}" if target_prefix is not None else rc.checkpoint.target
-        on_vm = _verify_checkpoint_on_vm(home, host, store, target)
-        if on_vm != ckpt:
-            raise GlueError(f"{host.name} sees latest valid checkpoint {on_vm}, the controller {ckpt}; not resuming")
-    argv = deploy_mod.check_command(home, host, rc)
+        for host in hosts:
+            for what, location in rc.locations().items():
+                guard.check_location(home, host, store, what, location)
+            if host.name in fresh:
+                on_vm = _verify_checkpoint_on_vm(home, host, store, target)
+                if on_vm != ckpt:
+                    raise GlueError(f"{host.name} sees latest valid checkpoint {on_vm}, the controller {ckpt}; "
+                                    "not resuming")
+    argvs = [deploy_mod.check_command(home, host, rc) for host in hosts]
     new_n = n + 1
-    record = deploy_mod.start_attempt(home, host, store, rc, argv, new_n, resume=True,
-                                      memory_limit_mb=attempt.get("memory_limit_mb"))
+    record = deploy_mod.start_attempt(home, hosts, store, rc, argvs, new_n, resume=True,
+                                      memory_limit_mb=attempt.get("memory_limit_mb"), group=group)
     upto = max((ckpt or 0) + verify_steps, failure_step)
     with _phase(console, f"restore + replay: waiting for attempt {new_n} to pass step {upto}"):
         new_metrics = _wait_for_steps(home, store, new_n, upto, wait_timeout)
     check = check_resume(old_metrics, new_metrics, ckpt, min(upto, failure_step), tolerance)
+    for rank in range(1, group.world_size):  # every rank must continue exactly, not just rank 0
+        if not check.ok:
+            break
+        per_rank = check_resume(merged_metrics(store, n + 1, rank), store.metrics(rank).get(new_n, {}), ckpt,
+                                min(upto, failure_step), tolerance)
+        if not per_rank.ok:
+            check = ResumeCheck(False, per_rank.first_step, check.compared, f"rank {rank}: {per_rank.problem}")
     first_t = new_metrics[min(new_metrics)]["t"] if new_metrics else None
     reach_t = new_metrics.get(failure_step, {}).get("t")
     lost_s = _secs(old_metrics.get(ckpt or 0, {}).get("t"), old_metrics.get(failure_step, {}).get("t")) \
@@ -206,9 +227,15 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
         # Nothing to replay when the VM died right at its checkpoint; None = still replaying at the deadline.
         "replay": _secs(first_t, reach_t) if reach_t else (0.0 if failure_step <= (ckpt or 0) else None),
     }
+    lost_node = next((nd for nd in nodes if nd["vm"] in replaced), nodes[0])
+    new_host = next(h for h in hosts if h.name == lost_node["vm"])
     result = {
         "run": run_id, "failed_attempt": n, "new_attempt": new_n, "failure_class": str(outcome),
-        "old_vm": {"name": attempt["vm"], "id": attempt["vm_id"]}, "new_vm": {"name": host.name, "id": host.id},
+        "old_vm": {"name": lost_node["vm"], "id": lost_node["vm_id"]}, "new_vm": {"name": new_host.name,
+                                                                              "id": new_host.id},
+        "nodes": [{"node": k, "vm": h.name, "old_id": nd["vm_id"], "new_id": h.id, "replaced": h.name in replaced}
+                  for k, (nd, h) in enumerate(zip(nodes, hosts, strict=True))],
+        "world_size": group.world_size, "rendezvous": record.get("rendezvous"),
         "checkpoint_step": ckpt, "failure_step": failure_step, "seconds": phases,
         "work_lost": {"steps": failure_step - (ckpt or 0), "seconds": lost_s},
         "verified": check.ok, "first_resumed_step": check.first_step, "compared_steps": check.compared,
@@ -218,7 +245,7 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
     store.put_json(f"recoveries/{k}.json", result)
     print_table(console, result)
     if not check.ok:
-        _flag_bad_restart(home, host, store, manifest, new_n, check)
+        _flag_bad_restart(home, store, manifest, new_n, check)
         raise GlueError(f"bad restart of run {run_id}: {check.problem}; the trainer was stopped and the evidence "
                         f"kept (glue incidents --run {run_id})")
     return result
@@ -245,10 +272,10 @@ def _wait_for_steps(home: Path, store: RunStore, attempt: int, upto: int, timeou
                     f"{timeout:.0f}s; check `glue status --run {store.run}`")
 
 
-def _flag_bad_restart(home: Path, host: Host, store: RunStore, manifest: dict[str, Any], attempt_n: int,
+def _flag_bad_restart(home: Path, store: RunStore, manifest: dict[str, Any], attempt_n: int,
                       check: ResumeCheck) -> None:
-    _kill_attempt(home, host, store, attempt_n)
     attempt = store.attempt(attempt_n)
+    _kill_attempt(home, store, attempt)
     ev = monitor.Evidence(resume_problem=check.problem, heartbeat_step=check.first_step)
     verdict = monitor.classify(ev)
     monitor.write_incident(home, store, manifest, attempt, ev, verdict)

@@ -15,6 +15,7 @@ from glue.errors import GlueError
 from glue.paths import home
 from glue.runs import deploy as deploy_mod
 from glue.runs import monitor
+from glue.runs.group import GroupSpec
 from glue.runs.store import RunStore
 
 err = Console(stderr=True)
@@ -28,9 +29,21 @@ out = Console()
 @click.option("--vm", default=None, help="VM to run on (default: the first).")
 @click.option("--resume", is_flag=True, help="Start a new attempt of an existing run from its last valid checkpoint.")
 @click.option("--memory-limit-mb", type=int, default=None, help="Cap the trainer's host memory (cgroup, else rlimit).")
-def deploy(run_id: str, config_path: Path, vm: str | None, resume: bool, memory_limit_mb: int | None) -> None:
-    """Preflight (boundary guard, command, bucket), record the manifest, start the trainer."""
-    deploy_mod.deploy(home(), run_id, config_path, vm, resume, err, memory_limit_mb=memory_limit_mb)
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="VMs in the torchrun group (the first N VMs; node 0 hosts the rendezvous).")
+@click.option("--procs-per-node", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes per VM (one per GPU).")
+@click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Times torchrun restarts the whole group after a worker fails (each restart resumes).")
+def deploy(run_id: str, config_path: Path, vm: str | None, resume: bool, memory_limit_mb: int | None, nodes: int,
+           procs_per_node: int, max_restarts: int) -> None:
+    """Preflight (boundary guard, command, bucket), record the manifest, start the trainer.
+
+    With --nodes N and/or --procs-per-node G the command runs under torchrun (c10d rendezvous on
+    node 0, gloo on CPU, nccl on GPU) as one data-parallel group of N x G ranks.
+    """
+    group = GroupSpec(nodes=nodes, procs_per_node=procs_per_node, max_restarts=max_restarts)
+    deploy_mod.deploy(home(), run_id, config_path, vm, resume, err, memory_limit_mb=memory_limit_mb, group=group)
 
 
 def run_summary(report: monitor.Report) -> dict[str, Any]:
@@ -101,12 +114,23 @@ def incidents(run_id: str, as_json: bool) -> None:
                   f"[red]{inc['class']}[/] — {inc['reason']}")
         out.print(f"  last completed step {inc['last_completed_step']}, "
                   f"last valid checkpoint {inc['last_valid_checkpoint']}")
+        cause = inc.get("cause")
+        if cause and (len(inc.get("nodes") or []) > 1 or inc.get("consequences")):
+            out.print(f"  cause: {_event(cause)}", markup=False, highlight=False)
+            for later in inc.get("consequences") or []:
+                out.print(f"  then:  {_event(later)}", markup=False, highlight=False)
         if inc.get("error_excerpt"):
             out.print("  " + inc["error_excerpt"].replace("\n", "\n  "), markup=False, highlight=False)
         if inc.get("next_step"):
             out.print(f"  next: {inc['next_step']}")
         else:
             out.print(f"  next: {inc['policy']}")
+
+
+def _event(e: dict[str, Any]) -> str:
+    from glue.runs.timeline import Event
+
+    return Event.from_dict(e).describe()
 
 
 def list_runs() -> list[str]:

@@ -6,6 +6,9 @@ loss, heartbeat and metrics to the bucket. Standalone:
     python -m glue.examples.tiny_gpt --config '{"steps": 50}' --checkpoint /tmp/ck [--resume]
 
 Sized by config (d_model, n_layer, seq_len, batch_size) so it can be made to run out of memory.
+Under torchrun (WORLD_SIZE > 1) it trains data parallel (DDP; gloo on CPU, nccl on CUDA): every rank
+reads its own shard, and before the first step the ranks all-gather config hash, world size, code
+version and restored checkpoint step (glue.train.agreement) and stop on any difference.
 """
 
 from __future__ import annotations
@@ -22,11 +25,14 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from glue.examples.corpus import generate
 from glue.train import Checkpointer, ResumableSampler, RNGState, TrainState
+from glue.train.agreement import agree
+from glue.train.group import join, under_torchrun
 
 DEFAULTS: dict[str, Any] = {
     "steps": 100, "batch_size": 8, "seq_len": 64, "d_model": 64, "n_layer": 2, "n_head": 4, "dropout": 0.1,
@@ -34,7 +40,16 @@ DEFAULTS: dict[str, Any] = {
     # Test hooks: a deliberately broken resume, a run that never writes its outputs, a slow step.
     "broken_resume": None, "skip_outputs": False, "step_sleep": 0.0, "checkpoint_interval": 20,
     "grad_accum": 1, "checkpointing": False, "autocast_bf16": False, "adapter_only": False,
+    "dist_timeout_s": 300,
 }
+
+
+def init_distributed(cfg: dict[str, Any]) -> bool:
+    """Join the torchrun group when there is one (a deployed run's RunContext already has)."""
+    if not under_torchrun(dict(os.environ)):
+        return False
+    join(timeout_s=float(cfg["dist_timeout_s"]))
+    return True
 
 
 class CharWindows(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -102,9 +117,15 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
     torch.use_deterministic_algorithms(True)
     random.seed(int(cfg["seed"]))
     np.random.seed(int(cfg["seed"]))
-    device = torch.device(str(cfg["device"]))
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    # device "cuda" under torchrun means this process's GPU (LOCAL_RANK); the config stays the same on
+    # every rank, so its hash can be compared.
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device(f"cuda:{local}" if cfg["device"] == "cuda" and world > 1 else str(cfg["device"]))
     model, data, _ = build(cfg)
     model.to(device)
+    # DDP averages gradients across ranks; the checkpoint holds the plain module (rank 0 saves it).
+    net: nn.Module = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     if cfg["adapter_only"]:
         for name, p in model.named_parameters():
             p.requires_grad = name.startswith("head.")
@@ -114,10 +135,11 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
     )
-    sampler = ResumableSampler(data, seed=int(cfg["seed"]))
+    sampler = ResumableSampler(data, seed=int(cfg["seed"]), rank=rank, world_size=world)
     loader = DataLoader(data, batch_size=int(cfg["batch_size"]), sampler=sampler, drop_last=True,
                         generator=torch.Generator())
     rng, ts = RNGState(), TrainState()
+    restored = None
     if ckpt is not None:
         broken = cfg.get("broken_resume")
         comps: dict[str, Any] = {"model": model, "optimizer": opt, "scheduler": sched, "data": sampler,
@@ -129,11 +151,12 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
             restored = ckpt.restore()
             print(f"resumed from step {restored}" if restored is not None else "no checkpoint: starting fresh",
                   flush=True)
+    agree(cfg, restored)  # every rank the same workload, or no rank trains
     interval = int(cfg["checkpoint_interval"])
     accum = int(cfg["grad_accum"])
     loss_value = float("nan")
     it = batches(loader)
-    model.train()
+    net.train()
     while ts.step < steps:
         opt.zero_grad(set_to_none=True)
         loss_value = 0.0
@@ -143,7 +166,7 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
             x, y = (t.to(device) for t in next(it))
             batch_fp = fingerprint(x.cpu(), batch_fp)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bool(cfg["autocast_bf16"])):
-                logits = model(x)
+                logits = net(x)
                 loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
             (loss / accum).backward()
             loss_value += loss.item() / accum
@@ -153,7 +176,8 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
         ts.step += 1
         ts.tokens_seen += x.numel() * accum
         ts.epoch = sampler.epoch
-        print(f"step {ts.step} loss {loss_value!r}", flush=True)
+        if rank == 0:
+            print(f"step {ts.step} loss {loss_value!r}", flush=True)
         if report is not None:
             # Fingerprints of the step's inputs let the drill say WHICH state a bad resume lost.
             report.step(ts.step, loss_value, batch=batch_fp, rng=rng_fp)
@@ -182,10 +206,14 @@ def main(argv: list[str] | None = None) -> int:
             cfg.update(ctx.config)
             cfg.update(json.loads(args.config))
             cfg.setdefault("checkpoint_interval", ctx.checkpoint_interval)
+            distributed = init_distributed(cfg)
             ckpt = ctx.checkpointer()
             result = train(cfg, ckpt, resume=ctx.resume or args.resume, report=ctx)
             ckpt.close()
-            if not cfg["skip_outputs"]:
+            if distributed:
+                dist.barrier()  # rank 0 exports only after every rank finished its last step
+                dist.destroy_process_group()
+            if not cfg["skip_outputs"] and ctx.rank == 0:
                 import io
 
                 buf = io.BytesIO()
@@ -194,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 ctx.write_output("final.json", json.dumps({"step": result["step"], "loss": result["loss"]}).encode())
         return 0
     cfg.update(json.loads(args.config))
+    init_distributed(cfg)
     local = Checkpointer(args.checkpoint) if args.checkpoint else None
     result = train(cfg, local, resume=args.resume)
     if local is not None:

@@ -8,6 +8,7 @@ import re
 import signal as _signal
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class Outcome(StrEnum):
@@ -70,6 +71,8 @@ class Evidence:
     stall_timeout_s: float = 60.0
     outputs_missing: list[str] = field(default_factory=list)
     resume_problem: str | None = None          # from the resume verifier
+    lost_vms: list[str] = field(default_factory=list)          # a group's VMs the backend reports gone
+    failure_events: list[dict[str, Any]] = field(default_factory=list)  # across ranks, earliest (the cause) first
 
 
 @dataclass(frozen=True)
@@ -97,9 +100,12 @@ def classify(ev: Evidence) -> Verdict:
     if ev.resume_problem:
         return Verdict(Outcome.BAD_RESTART, ev.resume_problem)
     finished = ev.exit_code is not None or ev.exit_signal is not None
-    if ev.vm_status == "gone" and not finished:
-        # An exit record written before the VM went means the attempt ended on its own first.
-        return Verdict(Outcome.VM_LOST, "the backend reports the VM gone; SSH "
+    cause_lost = bool(ev.failure_events) and ev.failure_events[0].get("kind") == "vm_lost"
+    if ev.vm_status == "gone" and (not finished or cause_lost):
+        # An exit record written before the VM went means the attempt ended on its own first; in a group,
+        # the survivors' exits after a VM was lost are consequences (the timeline puts the loss first).
+        which = f"VM {', '.join(ev.lost_vms)}" if ev.lost_vms else "the VM"
+        return Verdict(Outcome.VM_LOST, f"the backend reports {which} gone; SSH "
                        + ("does not answer" if not ev.ssh_reachable else "still answered"))
     if ev.process_alive:
         age = ev.heartbeat_age_s
@@ -121,7 +127,8 @@ def classify(ev: Evidence) -> Verdict:
     if GPU_OOM.search(text):
         return Verdict(Outcome.OOM_GPU, "CUDA out of memory", _excerpt(text, GPU_OOM))
     killed9 = ev.exit_signal == _signal.SIGKILL or ev.exit_code == 137
-    if killed9 and (ev.oom_kills > 0 or ev.dmesg_oom):
+    # Under torchrun the OOM-killed worker's launcher exits 1, not SIGKILL: the cgroup record decides.
+    if ev.oom_kills > 0 or (killed9 and ev.dmesg_oom):
         return Verdict(Outcome.OOM_HOST, f"SIGKILL by the kernel OOM killer ({ev.oom_kills} oom_kill event(s) in "
                        "the trainer's memory cgroup)", _excerpt(text))
     if HOST_OOM.search(text):

@@ -25,7 +25,9 @@ from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.paths import PROJECT_ROOT
 from glue.runs import config as runconfig
+from glue.runs import group as group_mod
 from glue.runs import guard, remote
+from glue.runs.group import GroupSpec
 from glue.runs.store import RunStore, utc_iso
 
 
@@ -47,13 +49,6 @@ def open_store(home: Path, run_id: str) -> RunStore:
     cfg = cluster.ClusterConfig.load(home)
     info = cluster.bucket_info(home)
     return RunStore(info, get_backend(cfg.backend, home).bucket_credentials(), run_id)
-
-
-def pick_host(home: Path, vm: str | None) -> Host:
-    hosts = cluster.hosts(home)
-    if not hosts:
-        raise GlueError("no VMs in the cluster; run `glue up` first")
-    return cluster.host(home, vm) if vm else hosts[0]
 
 
 def check_command(home: Path, host: Host, rc: runconfig.RunConfig) -> list[str]:
@@ -88,32 +83,42 @@ def _image_digest(home: Path, host: Host, image: str | None) -> str | None:
 
 
 def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: bool, console: Console,
-           memory_limit_mb: int | None = None, config_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+           memory_limit_mb: int | None = None, config_overrides: dict[str, Any] | None = None,
+           group: GroupSpec | None = None) -> dict[str, Any]:
     """Preflight, record, start. Returns the attempt record."""
+    group = group or GroupSpec()
+    group.check()
     runconfig.check_run_id(run_id)
     store = open_store(home, run_id)
     rc = runconfig.load(config_path, run_id, store.info.name)
     if config_overrides:
         rc = runconfig.RunConfig(**{**rc.__dict__, "config": {**rc.config, **config_overrides}})
-    host = pick_host(home, vm)
+    if group.distributed and rc.runtime == "docker":
+        raise GlueError("--nodes/--procs-per-node need `runtime: process` (torchrun on the VM); "
+                        "a docker trainer runs on one VM")
+    hosts = group_mod.pick_hosts(home, vm, group.nodes)
     exists = store.exists()  # also: the bucket answers
     if exists and not resume:
         raise GlueError(f"run {run_id!r} already exists in the bucket; pick a new run id, or add --resume to start "
                         "a new attempt that resumes it")
     if resume and not exists:
         raise GlueError(f"cannot resume run {run_id!r}: it does not exist in the bucket")
-    if not ssh.reachable(home, host):
-        raise GlueError(f"{host.name} does not answer SSH; check `glue status`")
-    with console.status(f"preflight on {host.name}: boundary guard, command, environment"):
-        for what, location in rc.locations().items():
-            guard.check_location(home, host, store, what, location)
-        argv = check_command(home, host, rc)
+    for host in hosts:
+        if not ssh.reachable(home, host):
+            raise GlueError(f"{host.name} does not answer SSH; check `glue status`")
+    names = ", ".join(h.name for h in hosts)
+    with console.status(f"preflight on {names}: boundary guard, command, environment"):
+        argvs = []
+        for host in hosts:
+            for what, location in rc.locations().items():
+                guard.check_location(home, host, store, what, location)
+            argvs.append(check_command(home, host, rc))
         missing = [s for s in rc.secrets if s not in os.environ]
         if missing:
             raise GlueError(f"secret {missing[0]} is not set in your environment; export it (its value is handed "
                             "to the trainer in a 0600 file, never stored)")
-        env_info = remote.env_info(home, host)
-        digest = _image_digest(home, host, rc.image)
+        env_info = remote.env_info(home, hosts[0])
+        digest = _image_digest(home, hosts[0], rc.image)
     attempts = store.attempts()
     attempt = (max(attempts) + 1) if attempts else 1
     if not exists:
@@ -121,27 +126,33 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
             "run": run_id, "created_at": utc_iso(), "image": rc.image, "image_digest": digest,
             "command": list(rc.command), "runtime": rc.runtime, "config": rc.as_dict(),
             "input": asdict(rc.input) if rc.input else None, "code": code_version(),
-            "environment": {**env_info, "gpu_type": host.gpu_type, "gpu_count": host.gpu_count,
-                            "backend": host.backend},
+            "environment": {**env_info, "gpu_type": hosts[0].gpu_type, "gpu_count": hosts[0].gpu_count,
+                            "backend": hosts[0].backend},
+            "distributed": group.as_dict() if group.distributed else None,
             "secrets": list(rc.secrets), "outputs": {"destination": rc.outputs.destination,
                                                      "required": list(rc.outputs.required)},
             "checkpoint": asdict(rc.checkpoint), "bucket": {"endpoint": store.info.endpoint,
                                                             "name": store.info.name},
         })
-    record = start_attempt(home, host, store, rc, argv, attempt, resume=resume or attempt > 1,
-                           memory_limit_mb=memory_limit_mb)
-    console.print(f"[green]run {run_id}[/] attempt {attempt} started on {host.name} "
+    record = start_attempt(home, hosts, store, rc, argvs, attempt, resume=resume or attempt > 1,
+                           memory_limit_mb=memory_limit_mb, group=group)
+    where = f"{group.nodes} nodes ({names}) x {group.procs_per_node} processes, rendezvous " \
+            f"{record['rendezvous']}" if group.distributed else hosts[0].name
+    console.print(f"[green]run {run_id}[/] attempt {attempt} started on {where} "
                   f"(trainer pid {record.get('trainer_pid')})")
     return record
 
 
-def start_attempt(home: Path, host: Host, store: RunStore, rc: runconfig.RunConfig, argv: list[str], attempt: int,
-                  resume: bool, memory_limit_mb: int | None = None) -> dict[str, Any]:
-    """Hand credentials and the launch spec to the VM (0600, tmpfs) and start the supervisor detached."""
-    creds = store.creds
-    ssh.put_file(home, host, remote.CREDENTIALS_PATH, json.dumps({
-        "access_key": creds.access_key, "secret_key": creds.secret_key,
-        "session_token": creds.session_token, "expires_at": creds.expires_at}).encode())
+def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.RunConfig, argvs: list[list[str]],
+                  attempt: int, resume: bool, memory_limit_mb: int | None = None,
+                  group: GroupSpec | None = None) -> dict[str, Any]:
+    """Hand credentials and the launch spec to each VM (0600, tmpfs) and start its supervisor detached.
+
+    One supervisor per node; with a distributed group each runs the command under torchrun.
+    """
+    group = group or GroupSpec()
+    creds = json.dumps({"access_key": store.creds.access_key, "secret_key": store.creds.secret_key,
+                        "session_token": store.creds.session_token, "expires_at": store.creds.expires_at}).encode()
     sdir = remote.state_dir(store.run)
     env = {
         **rc.env,
@@ -155,37 +166,55 @@ def start_attempt(home: Path, host: Host, store: RunStore, rc: runconfig.RunConf
         "GPUKIT_BUCKET_REGION": store.info.region if store.info.region != "local" else "us-east-1",
         "GPUKIT_CREDENTIALS_FILE": remote.CREDENTIALS_PATH, "PYTHONUNBUFFERED": "1",
     }
-    if rc.runtime == "docker":
-        argv = ["docker", "run", "--rm", "--name", f"gpukit-{store.run}-{attempt}", "--gpus", "all",
-                "-v", "/mnt/s3:/mnt/s3", "-v", f"{remote.CREDENTIALS_PATH}:{remote.CREDENTIALS_PATH}:ro",
-                "--env-file", f"{sdir}/attempt-{attempt}.env", str(rc.image), *argv]
-        ssh.put_file(home, host, f"{sdir}/attempt-{attempt}.env",
-                     "".join(f"{k}={v}\n" for k, v in env.items()).encode())
-    spec = {"run": store.run, "attempt": attempt, "command": argv, "env": env, "memory_limit_mb": memory_limit_mb,
-            "credentials_file": remote.CREDENTIALS_PATH, "cwd": remote.SCRATCH,
-            "bucket": {"endpoint": store.info.endpoint, "name": store.info.name,
-                       "region": env["GPUKIT_BUCKET_REGION"]}}
-    spec_path = f"{sdir}/attempt-{attempt}.json"
-    ssh.put_file(home, host, spec_path, json.dumps(spec).encode())
+    rdzv = group_mod.rendezvous(home, hosts, [remote.python(h) for h in hosts]) if group.distributed else None
     record: dict[str, Any] = {
-        "run": store.run, "attempt": attempt, "vm": host.name, "vm_id": host.id, "backend": host.backend,
-        "started_at": utc_iso(), "resume": resume, "memory_limit_mb": memory_limit_mb,
+        "run": store.run, "attempt": attempt, "vm": hosts[0].name, "vm_id": hosts[0].id,
+        "backend": hosts[0].backend, "started_at": utc_iso(), "resume": resume, "memory_limit_mb": memory_limit_mb,
         "ended_at": None, "exit": None, "failure_class": None, "last_step": None,
+        "nodes": [{"node": k, "vm": h.name, "vm_id": h.id} for k, h in enumerate(hosts)],
+        "rendezvous": rdzv.endpoint if rdzv else None,
     }
     store.put_json(f"attempts/{attempt}.json", record)
-    py = shlex.quote(remote.python(host))
-    start = (f"mkdir -p {remote.SCRATCH} && cd {remote.SCRATCH} && setsid {py} -m glue.train.supervise "
-             f"{shlex.quote(spec_path)} </dev/null >{sdir}/supervisor-{attempt}.log 2>&1 &")
-    res = ssh.run(home, host, start, timeout=30)
-    if res.exit_code != 0:
-        raise GlueError(f"{host.name}: could not start the trainer: {res.stderr.strip()}")
+    for k, host in enumerate(hosts):
+        ssh.put_file(home, host, remote.CREDENTIALS_PATH, creds)
+        argv = argvs[k]
+        if rdzv is not None:
+            argv = group_mod.torchrun_argv(remote.python(host), argv, group, rdzv, k, store.run, attempt)
+        # The interface gloo/nccl bind to comes first: a user's own setting in run.yaml `env` wins.
+        node_env = {**(group_mod.node_env(rdzv, k) if rdzv is not None else {}), **env,
+                    "GPUKIT_NODE": str(k), "GPUKIT_VM": host.name}
+        if rc.runtime == "docker":
+            argv = ["docker", "run", "--rm", "--name", f"gpukit-{store.run}-{attempt}", "--gpus", "all",
+                    "-v", "/mnt/s3:/mnt/s3", "-v", f"{remote.CREDENTIALS_PATH}:{remote.CREDENTIALS_PATH}:ro",
+                    "--env-file", f"{sdir}/attempt-{attempt}.env", str(rc.image), *argv]
+            ssh.put_file(home, host, f"{sdir}/attempt-{attempt}.env",
+                         "".join(f"{k}={v}\n" for k, v in node_env.items()).encode())
+        spec = {"run": store.run, "attempt": attempt, "node": k, "command": argv, "env": node_env,
+                "memory_limit_mb": memory_limit_mb, "credentials_file": remote.CREDENTIALS_PATH,
+                "cwd": remote.SCRATCH, "bucket": {"endpoint": store.info.endpoint, "name": store.info.name,
+                                                  "region": env["GPUKIT_BUCKET_REGION"]}}
+        spec_path = f"{sdir}/attempt-{attempt}.json"
+        ssh.put_file(home, host, spec_path, json.dumps(spec).encode())
+        py = shlex.quote(remote.python(host))
+        start = (f"mkdir -p {remote.SCRATCH} && cd {remote.SCRATCH} && setsid {py} -m glue.train.supervise "
+                 f"{shlex.quote(spec_path)} </dev/null >{sdir}/supervisor-{attempt}.log 2>&1 &")
+        res = ssh.run(home, host, start, timeout=30)
+        if res.exit_code != 0:
+            raise GlueError(f"{host.name}: could not start the trainer: {res.stderr.strip()}")
+    for k, host in enumerate(hosts):
+        record["nodes"][k].update(_wait_started(home, host, store.run, attempt))
+    record.update({key: record["nodes"][0][key] for key in ("supervisor_pid", "trainer_pid", "started_at")
+                   if key in record["nodes"][0]})
+    store.put_json(f"attempts/{attempt}.json", record)
+    return record
+
+
+def _wait_started(home: Path, host: Host, run: str, attempt: int) -> dict[str, Any]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        state = remote.process_state(home, host, store.run, attempt)
+        state = remote.process_state(home, host, run, attempt)
         if state["pids"]:
-            record.update(state["pids"])
-            store.put_json(f"attempts/{attempt}.json", record)
-            return record
+            return dict(state["pids"])
         time.sleep(0.2)
     raise GlueError(f"{host.name}: the trainer's supervisor did not start within 30s "
-                    f"(see {sdir}/supervisor-{attempt}.log on the VM)")
+                    f"(see {remote.state_dir(run)}/supervisor-{attempt}.log on the VM)")

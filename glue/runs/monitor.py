@@ -19,10 +19,11 @@ from glue.cloud import get_backend
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
-from glue.runs import remote
+from glue.runs import remote, timeline
 from glue.runs.classify import Evidence, Outcome, Verdict, classify
 from glue.runs.guard import MOUNT
 from glue.runs.store import RunStore, parse_iso, utc_iso
+from glue.train.keys import exit_key
 
 
 @dataclass
@@ -54,45 +55,105 @@ def missing_outputs(store: RunStore, manifest: dict[str, Any]) -> list[str]:
     return [r for r in outputs.get("required", []) if r not in have]
 
 
-def host_for(home: Path, attempt: dict[str, Any]) -> Host | None:
+def nodes_of(attempt: dict[str, Any]) -> list[dict[str, Any]]:
+    """The VMs of an attempt: its `nodes` (a group), or the one VM of a single-node attempt."""
+    return list(attempt.get("nodes") or [{"node": 0, "vm": attempt.get("vm"), "vm_id": attempt.get("vm_id")}])
+
+
+def host_for(home: Path, node: dict[str, Any]) -> Host | None:
+    """The inventory host of an attempt's (or node's) VM, if that very VM is still in the cluster."""
     for h in cluster.hosts(home):
-        if h.name == attempt.get("vm") and h.id == attempt.get("vm_id"):
+        if h.name == node.get("vm") and h.id == node.get("vm_id"):
             return h
     return None
 
 
+@dataclass
+class NodeState:
+    node: int
+    vm: str
+    gone: bool
+    reachable: bool | None = None
+    alive: bool = False
+    stopped: bool = False
+    exit: dict[str, Any] | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.exit is not None and (self.exit.get("exit_code") != 0 or self.exit.get("signal") is not None)
+
+
+def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str, Any]) -> NodeState:
+    k = int(nd.get("node", 0))
+    st = NodeState(node=k, vm=str(nd.get("vm")), gone=backend.read_vm(str(nd.get("vm_id"))) is None,
+                   exit=store.get_json(exit_key(n, k)))
+    host = host_for(home, nd)
+    if st.gone or host is None:
+        st.reachable = False
+        return st
+    st.reachable = ssh.reachable(home, host)
+    if st.reachable:
+        procs = remote.process_state(home, host, store.run, n)
+        st.alive = procs["trainer"] not in ("gone", "Z") or procs["supervisor"] not in ("gone", "Z")
+        st.stopped = procs["trainer"] in ("T", "t")
+        if st.exit is not None and procs["supervisor"] in ("gone", "Z"):
+            st.alive = False
+    return st
+
+
+def _timeline(states: list[NodeState], errors: list[dict[str, Any]], beats: list[dict[str, Any]],
+              started_at: str | None) -> list[timeline.Event]:
+    events = [timeline.error_event(e) for e in timeline.final_round(errors)]
+    erred = {e.node for e in events}
+    for st in states:
+        if st.gone and st.exit is None:
+            mine = [b for b in beats if int(b.get("node") or 0) == st.node]
+            seen = max((str(b.get("updated_at")) for b in mine), default=started_at or "")
+            events.append(timeline.lost_vm_event(st.node, st.vm, seen, sorted(int(b["rank"]) for b in mine)))
+        elif st.failed and st.node not in erred and st.exit is not None:
+            events.append(timeline.exit_event(st.node, st.vm, st.exit))
+    return timeline.order(events)
+
+
 def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[str, Any]) -> tuple[Evidence, Any]:
+    """Evidence about an attempt on all of its nodes, combined so the group is judged as one run."""
     n = int(attempt["attempt"])
     backend = get_backend(str(attempt.get("backend", "local")), home)
     ev = Evidence(stall_timeout_s=float(manifest["config"].get("monitor", {}).get("stall_timeout_seconds", 60)))
-    vm = backend.read_vm(str(attempt.get("vm_id")))
-    ev.vm_status = "running" if vm is not None else "gone"
-    host = host_for(home, attempt)
-    procs: dict[str, Any] = {}
-    if vm is not None and host is not None:
-        ev.ssh_reachable = ssh.reachable(home, host)
-        if ev.ssh_reachable:
-            procs = remote.process_state(home, host, store.run, n)
-            trainer = procs["trainer"]
-            ev.process_alive = trainer not in ("gone", "Z") or procs["supervisor"] not in ("gone", "Z")
-            ev.process_stopped = trainer == "T" or trainer == "t"
+    states = [_node_state(home, store, n, backend, nd) for nd in nodes_of(attempt)]
+    lost = [st for st in states if st.gone and st.exit is None]
+    failed = [st for st in states if st.failed]
+    ev.vm_status = "gone" if lost else "running"
+    ev.lost_vms = [st.vm for st in lost]
+    ev.ssh_reachable = all(st.reachable for st in states)
+    # A group runs while every node runs; one failed node means the group is broken.
+    ev.process_alive = any(st.alive for st in states) and not lost and not failed
+    ev.process_stopped = any(st.stopped for st in states)
+    ended = [st for st in states if st.exit is not None]
+    if failed:
+        pick: NodeState | None = min(failed, key=lambda st: str(st.exit.get("ended_at") if st.exit else ""))
     else:
-        ev.ssh_reachable = False
-        ev.process_alive = False
-    exit_rec = store.get_json(f"attempts/{n}.exit.json")
-    if exit_rec:
-        ev.exit_code, ev.exit_signal = exit_rec.get("exit_code"), exit_rec.get("signal")
-        ev.oom_kills = int(exit_rec.get("oom_kills") or 0)
-        if ev.process_alive and procs.get("supervisor") in ("gone", "Z"):
-            ev.process_alive = False
-    errors = [store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.error"))]
-    ev.error_text = "\n".join(e.get("traceback", "") for e in errors if e)
-    ev.log_tail = "\n".join(store.log_text(n).splitlines()[-80:])
+        pick = ended[0] if ended and len(ended) == len(states) else None
+    if pick is not None and pick.exit is not None:
+        ev.exit_code, ev.exit_signal = pick.exit.get("exit_code"), pick.exit.get("signal")
+    ev.oom_kills = sum(int(st.exit.get("oom_kills") or 0) for st in ended if st.exit)
+    errors = [e for e in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.error"))) if e]
+    beats = store.heartbeats(n)
+    events = _timeline(states, errors, beats, attempt.get("started_at"))
+    ev.failure_events = [e.as_dict() for e in events]
+    cause = events[0] if events else None
+    # Classify by the cause: the consequences (a peer's closed socket) would name the wrong class.
+    cause_errors = [e for e in timeline.final_round(errors) if cause is not None and cause.kind == "error"
+                    and e.get("rank") == cause.rank]
+    ev.error_text = "\n".join(e.get("traceback", "") for e in (cause_errors or errors))
+    log_node = cause.node if cause is not None and cause.node is not None else (pick.node if pick else None)
+    ev.log_tail = "\n".join(store.log_text(n, log_node if len(states) > 1 else None).splitlines()[-80:])
     beat = store.get_json("heartbeat.json")
     if beat and beat.get("attempt") != n:
         beat = None
     ev.heartbeat_step = beat.get("step") if beat else None
-    since = (beat or {}).get("step_at") or attempt.get("started_at")
+    # No step yet: count from this process's start (a torchrun restart starts late in the attempt).
+    since = (beat or {}).get("step_at") or (beat or {}).get("started_at") or attempt.get("started_at")
     if since:
         ev.heartbeat_age_s = (datetime.now(UTC) - parse_iso(since)).total_seconds()
     if ev.exit_code == 0:
@@ -117,8 +178,10 @@ def last_valid_checkpoint(store: RunStore, manifest: dict[str, Any], deep: bool 
 
 
 def capture_stacks(home: Path, host: Host, pid: int) -> str:
-    pyspy = f"{remote.venv(host)}/bin/py-spy"
-    res = ssh.run(home, host, f"{shlex.quote(pyspy)} dump --pid {pid} 2>&1 || true", timeout=60)
+    """py-spy stacks of the trainer and its children (torchrun's workers are its children)."""
+    pyspy = shlex.quote(f"{remote.venv(host)}/bin/py-spy")
+    script = f"for p in {pid} $(pgrep -P {pid}); do echo \"== pid $p\"; {pyspy} dump --pid $p 2>&1; done || true"
+    res = ssh.run(home, host, script, timeout=120)
     return res.stdout.strip() or res.stderr.strip()
 
 
@@ -151,9 +214,13 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
                    verdict: Verdict) -> str:
     stacks = None
     if verdict.outcome is Outcome.STALL:
-        host = host_for(home, attempt)
-        if host is not None and attempt.get("trainer_pid"):
-            stacks = capture_stacks(home, host, int(attempt["trainer_pid"]))
+        dumps = []
+        for nd in nodes_of(attempt):
+            host = host_for(home, nd)
+            pid = nd.get("trainer_pid") or (attempt.get("trainer_pid") if nd.get("node", 0) == 0 else None)
+            if host is not None and pid:
+                dumps.append(f"=== node {nd.get('node', 0)} ({host.name})\n" + capture_stacks(home, host, int(pid)))
+        stacks = "\n".join(dumps) or None
     now = utc_iso()
     env = manifest.get("environment", {})
     incident = {
@@ -173,6 +240,11 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
                      "process_alive": ev.process_alive, "process_stopped": ev.process_stopped,
                      "heartbeat_age_s": ev.heartbeat_age_s, "outputs_missing": ev.outputs_missing},
         "stacks": stacks,
+        # Across ranks: the earliest failure is the cause, the later ones its consequences.
+        "cause": ev.failure_events[0] if ev.failure_events else None,
+        "consequences": ev.failure_events[1:],
+        "nodes": [{"node": nd.get("node", 0), "vm": nd.get("vm"), "vm_id": nd.get("vm_id")}
+                  for nd in nodes_of(attempt)],
     }
     if verdict.outcome in (Outcome.OOM_GPU, Outcome.OOM_HOST):
         incident["next_step"] = f"glue memprobe --run {store.run}"

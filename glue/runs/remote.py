@@ -56,3 +56,15 @@ def process_state(home: Path, host: Host, run: str, attempt: int) -> dict[str, A
         "supervisor": states.get(str(pids.get("supervisor_pid")), "gone") if pids else "gone",
         "trainer": states.get(str(pids.get("trainer_pid")), "gone") if pids else "gone",
     }
+
+
+def kill_attempt(home: Path, host: Host, run: str, attempt: int) -> None:
+    """SIGKILL an attempt's supervisor, trainer and the trainer's children and grandchildren (torchrun
+    starts its workers in sessions of their own, so killing the process group would miss them)."""
+    pids = [int(p) for k, p in process_state(home, host, run, attempt)["pids"].items()
+            if k.endswith("_pid") and isinstance(p, int)]
+    if not pids:
+        return
+    script = (f"all='{' '.join(map(str, pids))}'; for p in $all; do for c in $(pgrep -P $p); do "
+              "all=\"$all $c $(pgrep -P $c | tr '\\n' ' ')\"; done; done; kill -9 $all 2>/dev/null; true")
+    ssh.run(home, host, script, timeout=20)

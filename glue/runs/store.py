@@ -12,6 +12,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from glue.cloud.base import BucketCredentials, BucketInfo
 from glue.errors import GlueError
 from glue.storage import bucket as bucket_store
+from glue.train.keys import heartbeat_key
 
 
 def utc_iso(ts: datetime | None = None) -> str:
@@ -88,22 +89,38 @@ class RunStore:
     def attempt(self, n: int) -> dict[str, Any]:
         return dict(self.get_json(f"attempts/{n}.json") or {})
 
-    def metrics(self) -> dict[int, dict[int, dict[str, Any]]]:
-        """attempt -> step -> record (rank 0), from every metrics part and the steps the last heartbeat
+    def metrics(self, rank: int = 0) -> dict[int, dict[int, dict[str, Any]]]:
+        """attempt -> step -> record of one rank, from every metrics part (in write order: a torchrun
+        restart's replayed steps replace the first run's) and the steps the rank's last heartbeat
         carried that had not reached a part yet."""
         out: dict[int, dict[int, dict[str, Any]]] = {}
         records: list[dict[str, Any]] = []
         for key in sorted(self.keys("metrics/")):
+            if f"-r{rank}-" not in key:
+                continue
             records += [json.loads(line) for line in (self.get_bytes(key) or b"").decode().splitlines()
                         if line.strip()]
-        records += (self.get_json("heartbeat.json") or {}).get("recent", [])
+        records += (self.get_json(heartbeat_key(rank)) or {}).get("recent", [])
         for rec in records:
-            if rec.get("rank", 0) == 0:
+            if rec.get("rank", 0) == rank:
                 out.setdefault(int(rec["attempt"]), {})[int(rec["step"])] = rec
         return out
 
-    def log_text(self, attempt: int | None = None) -> str:
-        parts = [k for k in sorted(self.keys("logs/")) if attempt is None or k.startswith(f"logs/{attempt:03d}-")]
+    def heartbeats(self, attempt: int) -> list[dict[str, Any]]:
+        """The last heartbeat of every rank of an attempt."""
+        beats = [self.get_json(k) for k in sorted(self.keys("heartbeat"))]
+        return [b for b in beats if b and b.get("attempt") == attempt]
+
+    def log_text(self, attempt: int | None = None, node: int | None = None) -> str:
+        """The shipped log of an attempt (every node's, node 0 first), or of one node."""
+        def wanted(k: str) -> bool:
+            head = "logs/" if attempt is None else f"logs/{attempt:03d}-"
+            if not k.startswith(head) or node is None:
+                return k.startswith(head)
+            rest = k[len(head):]  # node 0 keeps the single-node names: <attempt>-<part>.log
+            return rest.startswith(f"n{node}-") if node else rest[:1].isdigit()
+
+        parts = [k for k in sorted(self.keys("logs/")) if wanted(k)]
         return "".join((self.get_bytes(k) or b"").decode(errors="replace") for k in parts)
 
 

@@ -6,7 +6,9 @@
 - `ctx.checkpointer(...)`: a Checkpointer on the run's checkpoint target;
 - `ctx.step(step, loss)`: per-step metrics (parts under runs/<run>/metrics/) and a heartbeat
   (runs/<run>/heartbeat.json) written by a background thread every few seconds;
-- `with ctx:` records a crash's exception into runs/<run>/attempts/<n>.error.json;
+- `with ctx:` records a crash's exception into runs/<run>/attempts/<n>.error.rank<r>[.x<gen>].json;
+- under torchrun (WORLD_SIZE > 1) it joins the default process group itself (gloo, plus nccl for
+  CUDA tensors) and resumes whenever the group is in a restart round (`ctx.restart` > 0);
 - `ctx.write_output(name, data)`: an exported result under the run's output destination.
 """
 
@@ -23,8 +25,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from glue.train import group
 from glue.train.checkpoint import Checkpointer
 from glue.train.errors import StorageError
+from glue.train.keys import error_key, heartbeat_key, metrics_key
 from glue.train.storage import Storage, iso, open_target, utc_now
 
 
@@ -66,8 +70,11 @@ class RunContext:
         self.run = env["GPUKIT_RUN"]
         self.attempt = int(env.get("GPUKIT_ATTEMPT", "1"))
         self.rank = int(env.get("RANK", "0"))
+        self.world_size = int(env.get("WORLD_SIZE", "1"))
+        self.node = int(env.get("GPUKIT_NODE", "0"))
+        self.vm = env.get("GPUKIT_VM", socket.gethostname())
+        self.restart = 0
         self.config: dict[str, Any] = json.loads(env.get("GPUKIT_CONFIG", "{}"))
-        self.resume = env.get("GPUKIT_RESUME", "0") == "1"
         self.checkpoint_target = env["GPUKIT_CHECKPOINT"]
         self.checkpoint_interval = int(env.get("GPUKIT_CHECKPOINT_INTERVAL", "50"))
         self.keep_last = int(env.get("GPUKIT_KEEP_LAST", "2"))
@@ -82,27 +89,37 @@ class RunContext:
         self.store: Storage = self._open(f"s3://{bucket}/runs/{self.run}")
         self._lock = threading.Lock()
         self._last: dict[str, Any] = {}
+        if group.under_torchrun(env):
+            # torchrun restarts every worker of the group after a failure. Join the process group first to
+            # learn the group-wide restart generation: in a restart round every rank resumes.
+            self.restart = int(env.get("TORCHELASTIC_RESTART_COUNT", "0"))  # until the group says otherwise
+            try:
+                self.restart = group.join(env)
+            except (RuntimeError, ValueError) as exc:  # rendezvous / connect failures (DistError is one)
+                self._record_error(type(exc), exc, exc.__traceback__)
+                raise
+        self.resume = env.get("GPUKIT_RESUME", "0") == "1" or self.restart > 0
         self._metrics: list[str] = []
         self._part = 0
         self._last_flush = time.monotonic()
+        self._started_at = iso(utc_now())
         self._stop = threading.Event()
         self._keep_previous_steps()
         self._thread = threading.Thread(target=self._beat_loop, name="gpukit-heartbeat", daemon=True)
         self._thread.start()
 
     def _keep_previous_steps(self) -> None:
-        """The last heartbeat of an earlier attempt carries the steps it had not yet put into a metrics
-        part; save them as that attempt's final part before our first heartbeat replaces it."""
-        name = "heartbeat.json" if self.rank == 0 else f"heartbeat.rank{self.rank}.json"
+        """The last heartbeat of an earlier attempt (or torchrun restart) carries the steps it had not yet
+        put into a metrics part; save them as its final part before our first heartbeat replaces it."""
         try:
-            data, _ = self.store.get(name)
+            data, _ = self.store.get(heartbeat_key(self.rank))
         except StorageError:
             return
         beat = json.loads(bytes(data))
-        prev = beat.get("attempt")
-        if isinstance(prev, int) and prev < self.attempt and beat.get("recent"):
+        prev, prev_restart = beat.get("attempt"), int(beat.get("restart") or 0)
+        if isinstance(prev, int) and (prev, prev_restart) < (self.attempt, self.restart) and beat.get("recent"):
             lines = "".join(json.dumps(r) + "\n" for r in beat["recent"])
-            self.store.put(f"metrics/{prev:03d}-r{self.rank}-99999-heartbeat.jsonl", lines.encode())
+            self.store.put(metrics_key(prev, self.rank, prev_restart, 99999, "-heartbeat"), lines.encode())
 
     @classmethod
     def from_env(cls) -> RunContext:
@@ -125,7 +142,8 @@ class RunContext:
     def step(self, step: int, loss: float, **extra: Any) -> None:
         """Record one completed step (cheap: no I/O on the training thread)."""
         now = utc_now()
-        rec = {"step": step, "loss": loss, "t": iso(now), "attempt": self.attempt, "rank": self.rank, **extra}
+        rec = {"step": step, "loss": loss, "t": iso(now), "attempt": self.attempt, "rank": self.rank,
+               "restart": self.restart, **extra}
         with self._lock:
             self._last = rec
             self._metrics.append(json.dumps(rec))
@@ -144,14 +162,15 @@ class RunContext:
             # Steps not yet in a metrics part ride along: one PUT a beat, nothing lost but the last beat.
             recent = [json.loads(line) for line in self._metrics[-500:]]
         beat = {
-            "run": self.run, "attempt": self.attempt, "rank": self.rank, "host": socket.gethostname(),
+            "run": self.run, "attempt": self.attempt, "rank": self.rank, "restart": self.restart,
+            "node": self.node, "vm": self.vm, "world_size": self.world_size, "host": socket.gethostname(),
             "pid": os.getpid(), "step": last.get("step"), "loss": last.get("loss"),
-            "step_at": last.get("t"), "updated_at": iso(utc_now()), "memory": _memory(),
+            "step_at": last.get("t"), "started_at": self._started_at, "updated_at": iso(utc_now()),
+            "memory": _memory(),
             "recent": recent,
         }
-        name = "heartbeat.json" if self.rank == 0 else f"heartbeat.rank{self.rank}.json"
         try:
-            self.store.put(name, json.dumps(beat).encode())
+            self.store.put(heartbeat_key(self.rank), json.dumps(beat).encode())
         except StorageError:
             pass  # a missed heartbeat is itself the signal; the next one retries
 
@@ -162,7 +181,7 @@ class RunContext:
         if not lines:
             return
         self._part += 1
-        key = f"metrics/{self.attempt:03d}-r{self.rank}-{self._part:05d}.jsonl"
+        key = metrics_key(self.attempt, self.rank, self.restart, self._part)
         try:
             self.store.put(key, ("\n".join(lines) + "\n").encode())
         except StorageError:
@@ -184,19 +203,26 @@ class RunContext:
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc is not None and not isinstance(exc, KeyboardInterrupt | SystemExit):
-            with self._lock:
-                last = dict(self._last)
-            err = {
-                "type": f"{typ.__module__}.{typ.__qualname__}" if typ else "",
-                "message": str(exc),
-                "traceback": "".join(traceback.format_exception(typ, exc, tb)),
-                "last_step": last.get("step"),
-                "rank": self.rank,
-                "at": iso(utc_now()),
-                "memory": _memory(),
-            }
-            try:
-                self.store.put(f"attempts/{self.attempt}.error.rank{self.rank}.json", json.dumps(err).encode())
-            except StorageError:
-                pass
+            self._record_error(typ, exc, tb)
         self.close()
+
+    def _record_error(self, typ: type[BaseException] | None, exc: BaseException, tb: TracebackType | None) -> None:
+        """The error file of this rank and restart generation: what `glue incidents` orders across ranks."""
+        with self._lock:
+            last = dict(self._last)
+        err = {
+            "type": f"{typ.__module__}.{typ.__qualname__}" if typ else "",
+            "message": str(exc),
+            "traceback": "".join(traceback.format_exception(typ, exc, tb)),
+            "last_step": last.get("step"),
+            "rank": self.rank,
+            "restart": self.restart,
+            "node": self.node,
+            "vm": self.vm,
+            "at": iso(utc_now()),
+            "memory": _memory(),
+        }
+        try:
+            self.store.put(error_key(self.attempt, self.rank, self.restart), json.dumps(err).encode())
+        except StorageError:
+            pass

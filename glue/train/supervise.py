@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from glue.train.errors import StorageError
+from glue.train.keys import exit_key, log_prefix
 from glue.train.run import credentials_from_file
 from glue.train.storage import Storage, iso, open_target, utc_now
 
@@ -78,9 +79,9 @@ class MemoryLimit:
 class LogShipper(threading.Thread):
     """Copies new bytes of the local log to runs/<run>/logs/<attempt>-<part>.log every few seconds."""
 
-    def __init__(self, log: Path, store: Storage, attempt: int, every_s: float) -> None:
+    def __init__(self, log: Path, store: Storage, prefix: str, every_s: float) -> None:
         super().__init__(name="gpukit-logship", daemon=True)
-        self.log, self.store, self.attempt, self.every_s = log, store, attempt, every_s
+        self.log, self.store, self.prefix, self.every_s = log, store, prefix, every_s
         self.offset, self.part = 0, 0
         self.done = threading.Event()
 
@@ -94,7 +95,7 @@ class LogShipper(threading.Thread):
         if not data:
             return
         try:
-            self.store.put(f"logs/{self.attempt:03d}-{self.part + 1:05d}.log", data)
+            self.store.put(f"{self.prefix}{self.part + 1:05d}.log", data)
         except StorageError:
             return  # try again next round with the same bytes
         self.part += 1
@@ -133,7 +134,9 @@ def main(spec_path: str) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    shipper = LogShipper(log_path, store, attempt, float(spec.get("log_every_s", 3.0)))
+    # Node k of a multi-node attempt ships to its own keys (node 0 keeps the single-node names).
+    node = int(spec.get("node", 0))
+    shipper = LogShipper(log_path, store, log_prefix(attempt, node), float(spec.get("log_every_s", 3.0)))
     shipper.start()
     code = child.wait()
     shipper.done.set()
@@ -141,14 +144,14 @@ def main(spec_path: str) -> int:
     shipper.ship()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     record = {
-        "run": run, "attempt": attempt, "ended_at": iso(utc_now()),
+        "run": run, "attempt": attempt, "node": node, "ended_at": iso(utc_now()),
         "exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None,
         "oom_kills": limit.oom_kills() if limit else 0,
         "memory_limit_mb": spec.get("memory_limit_mb"), "max_rss_mb": usage.ru_maxrss / 1024,
     }
     for delay in (0.5, 1, 2, 4, 8):
         try:
-            store.put(f"attempts/{attempt}.exit.json", json.dumps(record).encode())
+            store.put(exit_key(attempt, node), json.dumps(record).encode())
             break
         except StorageError:
             time.sleep(delay)

@@ -1,23 +1,54 @@
-"""Runs on the VM: checkpoints, state, heartbeat. Imports nothing from glue.infra / glue.cloud."""
+"""Runs on the VM: checkpoints, state, heartbeat. Imports nothing from glue.infra / glue.cloud.
 
-from glue.train.checkpoint import Checkpointer, RestoreReport, Stateful
-from glue.train.errors import (
-    CheckpointError,
-    CorruptCheckpointError,
-    ObjectMissingError,
-    SaveFailedError,
-    StateMismatchError,
-    StorageError,
-    TargetError,
-)
-from glue.train.manifest import CheckpointStatus, Commit, ObjectRef, Problem, check_checkpoints
-from glue.train.sampler import ResumableSampler
-from glue.train.state import RNGState, TrainState
-from glue.train.storage import RetryPolicy, Storage, open_target
+The names below load on first use: the controller's CLI imports light modules of this package
+(glue.train.keys, glue.train.supervise) and must not pay for importing torch on every command.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from glue.train.checkpoint import Checkpointer, RestoreReport, Stateful
+    from glue.train.errors import (
+        CheckpointError,
+        CorruptCheckpointError,
+        ObjectMissingError,
+        SaveFailedError,
+        StateMismatchError,
+        StorageError,
+        TargetError,
+    )
+    from glue.train.manifest import CheckpointStatus, Commit, ObjectRef, Problem, check_checkpoints
+    from glue.train.sampler import ResumableSampler
+    from glue.train.state import RNGState, TrainState
+    from glue.train.storage import RetryPolicy, Storage, open_target
+
+_WHERE = {
+    "checkpoint": ("Checkpointer", "RestoreReport", "Stateful"),
+    "errors": ("CheckpointError", "CorruptCheckpointError", "ObjectMissingError", "SaveFailedError",
+               "StateMismatchError", "StorageError", "TargetError"),
+    "manifest": ("CheckpointStatus", "Commit", "ObjectRef", "Problem", "check_checkpoints"),
+    "sampler": ("ResumableSampler",),
+    "state": ("RNGState", "TrainState"),
+    "storage": ("RetryPolicy", "Storage", "open_target"),
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'glue.train' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"glue.train.{module}"), name)
 
 
 def validate_checkpoints(target: str, *, deep: bool = True, **target_args: object) -> list[CheckpointStatus]:
     """List and validate every checkpoint under a target (`glue recover` uses this), newest first."""
+    from glue.train.manifest import check_checkpoints
+    from glue.train.storage import open_target
+
     return check_checkpoints(open_target(target, **target_args), deep=deep)  # type: ignore[arg-type]
 
 

@@ -12,7 +12,7 @@ import os
 import sys
 
 from glue.train import validate_checkpoints
-from glue.train.run import credentials_from_file
+from glue.train.credentials import credentials_from_file
 
 
 def main(target: str) -> int:

@@ -20,30 +20,16 @@ import socket
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from glue.train import group
 from glue.train.checkpoint import Checkpointer
+from glue.train.credentials import credentials_from_file
 from glue.train.errors import StorageError
 from glue.train.keys import error_key, heartbeat_key, metrics_key
 from glue.train.storage import Storage, iso, open_target, utc_now
-
-
-@dataclass(frozen=True)
-class FileCredentials:
-    access_key: str
-    secret_key: str
-    session_token: str | None
-    expires_at: float | None
-
-
-def credentials_from_file(path: str) -> FileCredentials:
-    """Read the 0600 credentials file each call, so credentials refreshed into it are picked up."""
-    raw = json.loads(Path(path).read_text())
-    return FileCredentials(raw["access_key"], raw["secret_key"], raw.get("session_token"), raw.get("expires_at"))
 
 
 def _memory() -> dict[str, float]:

@@ -1,0 +1,21 @@
+"""The bucket credentials file on the VM (0600, refreshed in place by the controller). Light: no torch."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class FileCredentials:
+    access_key: str
+    secret_key: str
+    session_token: str | None
+    expires_at: float | None
+
+
+def credentials_from_file(path: str) -> FileCredentials:
+    """Read the 0600 credentials file each call, so credentials refreshed into it are picked up."""
+    raw = json.loads(Path(path).read_text())
+    return FileCredentials(raw["access_key"], raw["secret_key"], raw.get("session_token"), raw.get("expires_at"))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from glue.cloud.local import LocalBackend
-from tests.integration.test_runs import run_config, s3, status
+from tests.integration.test_runs import here, run_config, s3, status
 
 from .conftest import Kit
 
@@ -55,8 +55,8 @@ def vm_id(kit: Kit, name: str) -> str:
 
 @pytest.mark.timeout(600)
 def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_kit: Kit, tmp_path: Path) -> None:
-    kit = cluster_kit
-    client = s3(kit)
+    kit, fast = cluster_kit, here(cluster_kit)  # fast: in-process glue for the polls and look-ups
+    client = s3(fast)
     # Same training config; the pause per step (which does not change any loss) keeps the reference ahead.
     ref_cfg = run_config(tmp_path, "ref.yaml", config={**CONFIG, "step_sleep": 0.05}, checkpoint={"interval_steps": 10})
     cfg = run_config(tmp_path, config={**CONFIG, "step_sleep": 0.3}, checkpoint={"interval_steps": 10})
@@ -68,7 +68,7 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
 
     # A worker dies: torchrun restarts both nodes' workers, and every rank resumes from the checkpoint.
     wait_beat(client, "mn", lambda b: (b.get("step") or 0) >= 12)
-    kit.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "python -u -m glue.examples.tiny_gpt")
+    fast.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "python -u -m glue.examples.tiny_gpt")
     wait_beat(client, "mn", lambda b: b.get("restart", 0) >= 1 and (b.get("step") or 0) >= 22)
     # (The reference must be done before its VM goes too.)
     wait_beat(client, "mn-ref", lambda b: b.get("step") == CONFIG["steps"])
@@ -78,9 +78,9 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
         time.sleep(0.5)
 
     # The VM of node 1 is lost: the group stops; the lost VM is the cause, the survivor's error follows.
-    LocalBackend(kit.home).delete_vm(vm_id(kit, "gpukit-2"))
+    LocalBackend(kit.home).delete_vm(vm_id(fast, "gpukit-2"))
     deadline = time.monotonic() + 90
-    while (st := status(kit, "mn"))["state"] == "running" and time.monotonic() < deadline:
+    while (st := status(fast, "mn"))["state"] == "running" and time.monotonic() < deadline:
         time.sleep(1)
     assert st["state"] == "vm_lost", st
     [incident] = json.loads(kit.glue("incidents", "--run", "mn", "--json").stdout)
@@ -103,8 +103,8 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
 
     for run in ("mn-ref", "mn"):
         deadline = time.monotonic() + 180
-        while status(kit, run)["state"] != "completed":
-            assert time.monotonic() < deadline, status(kit, run)
+        while status(fast, run)["state"] != "completed":
+            assert time.monotonic() < deadline, status(fast, run)
             time.sleep(1)
     for rank in (0, 1):
         ref, got = losses(kit, "mn-ref", rank), losses(kit, "mn", rank)

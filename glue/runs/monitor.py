@@ -101,8 +101,9 @@ def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str,
     return st
 
 
-def _timeline(states: list[NodeState], errors: list[dict[str, Any]], beats: list[dict[str, Any]],
-              started_at: str | None) -> list[timeline.Event]:
+def failure_timeline(states: list[NodeState], errors: list[dict[str, Any]], beats: list[dict[str, Any]],
+                     started_at: str | None) -> list[timeline.Event]:
+    """The attempt's failures across ranks and nodes, earliest (the cause) first."""
     events = [timeline.error_event(e) for e in timeline.final_round(errors)]
     erred = {e.node for e in events}
     for st in states:
@@ -115,12 +116,10 @@ def _timeline(states: list[NodeState], errors: list[dict[str, Any]], beats: list
     return timeline.order(events)
 
 
-def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[str, Any]) -> tuple[Evidence, Any]:
-    """Evidence about an attempt on all of its nodes, combined so the group is judged as one run."""
-    n = int(attempt["attempt"])
-    backend = get_backend(str(attempt.get("backend", "local")), home)
-    ev = Evidence(stall_timeout_s=float(manifest["config"].get("monitor", {}).get("stall_timeout_seconds", 60)))
-    states = [_node_state(home, store, n, backend, nd) for nd in nodes_of(attempt)]
+def combine(ev: Evidence, states: list[NodeState], errors: list[dict[str, Any]], beats: list[dict[str, Any]],
+            started_at: str | None) -> int | None:
+    """Judge the group as one run: fill `ev` from every node's state and the ranks' error files.
+    Returns the node whose log tail the classifier should read (the cause's). Pure."""
     lost = [st for st in states if st.gone and st.exit is None]
     failed = [st for st in states if st.failed]
     ev.vm_status = "gone" if lost else "running"
@@ -137,16 +136,26 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     if pick is not None and pick.exit is not None:
         ev.exit_code, ev.exit_signal = pick.exit.get("exit_code"), pick.exit.get("signal")
     ev.oom_kills = sum(int(st.exit.get("oom_kills") or 0) for st in ended if st.exit)
-    errors = [e for e in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.error"))) if e]
-    beats = store.heartbeats(n)
-    events = _timeline(states, errors, beats, attempt.get("started_at"))
+    events = failure_timeline(states, errors, beats, started_at)
     ev.failure_events = [e.as_dict() for e in events]
     cause = events[0] if events else None
     # Classify by the cause: the consequences (a peer's closed socket) would name the wrong class.
-    cause_errors = [e for e in timeline.final_round(errors) if cause is not None and cause.kind == "error"
-                    and e.get("rank") == cause.rank]
+    cause_errors = [e for e in timeline.final_round(errors)
+                    if cause is not None and cause.kind == "error" and e.get("rank") == cause.rank]
     ev.error_text = "\n".join(e.get("traceback", "") for e in (cause_errors or errors))
-    log_node = cause.node if cause is not None and cause.node is not None else (pick.node if pick else None)
+    if cause is not None and cause.node is not None:
+        return cause.node
+    return pick.node if pick is not None else None
+
+
+def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[str, Any]) -> tuple[Evidence, Any]:
+    """Evidence about an attempt on all of its nodes, combined so the group is judged as one run."""
+    n = int(attempt["attempt"])
+    backend = get_backend(str(attempt.get("backend", "local")), home)
+    ev = Evidence(stall_timeout_s=float(manifest["config"].get("monitor", {}).get("stall_timeout_seconds", 60)))
+    states = [_node_state(home, store, n, backend, nd) for nd in nodes_of(attempt)]
+    errors = [e for e in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.error"))) if e]
+    log_node = combine(ev, states, errors, store.heartbeats(n), attempt.get("started_at"))
     ev.log_tail = "\n".join(store.log_text(n, log_node if len(states) > 1 else None).splitlines()[-80:])
     beat = store.get_json("heartbeat.json")
     if beat and beat.get("attempt") != n:

@@ -3,7 +3,7 @@ the cold start of the same trainer (deploy -> first step) on a configured VM.
 
 Flow: up (2 VMs) -> deploy tiny_gpt -> destroy its VM at step 30 -> glue recover -> phases from the
 recovery record -> down. Target (issue 6): failure detected -> first resumed step <= 30 s here
-(provision + configure + restore).
+(validate + provision + configure + verify + restore).
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ def main() -> None:
             backend.delete_vm(v.id)
         LocalBucket(home).stop()
     s = result["seconds"]
-    to_first = s["provision"] + s["configure"] + s["restore"]
+    to_first = s["validate"] + s["provision"] + s["configure"] + s["verify"] + s["restore"]
     print(f"{'phase':44} {'seconds':>8}")
-    for phase in ("detect", "provision", "configure", "restore", "replay"):
+    for phase in ("detect", "validate", "provision", "configure", "verify", "restore", "replay"):
         print(f"{phase:44} {s[phase] if s[phase] is not None else float('nan'):8.2f}")
     print(f"{'failure detected -> first resumed step':44} {to_first:8.2f}   target <= 30 s")
     print(f"{'baseline: cold start (trainer start -> step 1)':44} {cold:8.2f}   (deploy total {deploy_total:.1f}s)")

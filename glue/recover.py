@@ -2,12 +2,16 @@
 
 Phases (each timed into runs/<run>/recoveries/<n>.json):
   detect     last sign of life of the failed attempt -> failure classified
+  validate   the checkpoints in the bucket checked from the controller (sizes, sha256)
   provision  terraform replaces the VM (a lost VM is drift; a live one is -replace'd)
   configure  the Ansible playbook on the new VM (bucket mount, trainer runtime)
+  verify     boundary guard, checkpoint read back on the new VM, command present
   restore    trainer start -> first resumed step (process start + checkpoint load + one step)
   replay     first resumed step -> the step the failed attempt had reached (work redone)
 Then: first resumed step == checkpoint step + 1, and the losses of the first resumed steps equal
-the pre-failure metrics at the same steps (exactly on CPU; --tolerance for GPU).
+the pre-failure metrics at the same steps (exactly on CPU; --tolerance for GPU), on every rank.
+A multi-node run (deploy --nodes N) is recovered as a group: the lost VMs are replaced, the live
+ones kept, what is left of the attempt is killed on every node, and the group re-forms.
 """
 
 from __future__ import annotations
@@ -169,8 +173,10 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
 
     rc = runconfig.parse(manifest["config"], run_id, store.info.name)
     target_prefix = monitor.as_s3_prefix(rc.checkpoint.target, store.info.name)
+    t0 = time.monotonic()
     with _phase(console, "checking the checkpoints in the bucket (sizes and sha256)"):
         ckpt = monitor.last_valid_checkpoint(store, manifest, deep=True)
+    validate_s = time.monotonic() - t0
     if ckpt is None and not from_scratch:
         raise GlueError(f"run {run_id} has no valid checkpoint in {rc.checkpoint.target}; "
                         "restart it from step 0 with --from-scratch")
@@ -190,6 +196,7 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
     with _phase(console, f"configure: the playbook on {', '.join(fresh)} (bucket mount, trainer runtime)"):
         cluster.configure_hosts(home, console, limit=fresh)
     configure_s = time.monotonic() - t0
+    t0 = time.monotonic()
     with _phase(console, f"verify: mount live and checkpoint {ckpt} reads back on {', '.join(fresh)}"):
         target = f"s3://{store.info.name}/{target_prefix}" if target_prefix is not None else rc.checkpoint.target
         for host in hosts:
@@ -201,6 +208,7 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
                     raise GlueError(f"{host.name} sees latest valid checkpoint {on_vm}, the controller {ckpt}; "
                                     "not resuming")
     argvs = [deploy_mod.check_command(home, host, rc) for host in hosts]
+    verify_s = time.monotonic() - t0
     new_n = n + 1
     record = deploy_mod.start_attempt(home, hosts, store, rc, argvs, new_n, resume=True,
                                       memory_limit_mb=attempt.get("memory_limit_mb"), group=group)
@@ -221,8 +229,10 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
         if ckpt else _secs(attempt.get("started_at"), old_metrics.get(failure_step, {}).get("t"))
     phases = {
         "detect": _secs(last_alive, detected_at),
+        "validate": round(validate_s, 3),
         "provision": round(provision_s, 3),
         "configure": round(configure_s, 3),
+        "verify": round(verify_s, 3),
         "restore": _secs(record["started_at"], first_t),
         # Nothing to replay when the VM died right at its checkpoint; None = still replaying at the deadline.
         "replay": _secs(first_t, reach_t) if reach_t else (0.0 if failure_step <= (ckpt or 0) else None),

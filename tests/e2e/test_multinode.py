@@ -60,6 +60,12 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
     # Same training config; the pause per step (which does not change any loss) keeps the reference ahead.
     ref_cfg = run_config(tmp_path, "ref.yaml", config={**CONFIG, "step_sleep": 0.05}, checkpoint={"interval_steps": 10})
     cfg = run_config(tmp_path, config={**CONFIG, "step_sleep": 0.3}, checkpoint={"interval_steps": 10})
+    for bad, says in ((["--nodes", "3"], "needs 3 VMs but the cluster has 2; run `glue up --vms 3`"),
+                      (["--nodes", "2", "--vm", "gpukit-2"], "uses the first N VMs"),
+                      (["--nodes", "0"], "0 is not in the range x>=1")):
+        res = kit.glue("deploy", "--run", "mn-bad", "--config", str(cfg), *bad, check=False)
+        assert res.returncode != 0 and says in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert get_json(client, "runs/mn-bad/manifest.json") is None  # nothing recorded
     kit.glue("deploy", "--run", "mn-ref", "--config", str(ref_cfg), "--nodes", "2")
     out = kit.glue("deploy", "--run", "mn", "--config", str(cfg), "--nodes", "2", "--max-restarts", "1")
     assert "rendezvous 127.0.0.1:" in out.stderr
@@ -99,7 +105,7 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
     rec = get_json(client, "runs/mn/recoveries/1.json")
     assert rec["verified"] and rec["world_size"] == 2 and rec["old_vm"]["name"] == "gpukit-2"
     assert [n["replaced"] for n in rec["nodes"]] == [False, True]
-    assert set(rec["seconds"]) == {"detect", "provision", "configure", "restore", "replay"}
+    assert set(rec["seconds"]) == {"detect", "validate", "provision", "configure", "verify", "restore", "replay"}
 
     for run in ("mn-ref", "mn"):
         deadline = time.monotonic() + 180

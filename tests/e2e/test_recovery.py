@@ -115,7 +115,7 @@ def test_make_demo_passes_and_records_the_recovery(tmp_path: Path) -> None:
         # VM can die right at a checkpoint, and then there is nothing to replay (the drill compares all).
         if rec["failure_step"] > rec["checkpoint_step"]:
             assert rec["compared_steps"] and rec["compared_steps"][0] == rec["checkpoint_step"] + 1
-        assert set(rec["seconds"]) == {"detect", "provision", "configure", "restore", "replay"}
+        assert set(rec["seconds"]) == {"detect", "validate", "provision", "configure", "verify", "restore", "replay"}
         assert all(v is not None and v >= 0 for v in rec["seconds"].values())
         assert rec["work_lost"]["steps"] == rec["failure_step"] - rec["checkpoint_step"]
         drill_rec = bucket_json(kit, f"runs/{drill_run}/drill.json")

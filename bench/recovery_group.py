@@ -1,0 +1,79 @@
+"""A 2-VM torchrun group (gloo, 1 process per VM) loses a VM: time from the loss to the group
+training again, by phase, against a baseline measured in the same run: the cold start of the same
+2-node group (trainer start -> first step) on configured VMs.
+
+Flow: up (2 VMs) -> deploy tiny_gpt --nodes 2 -> destroy node 1's VM at step 50 -> glue recover
+(replace it, re-form the group, verify every rank) -> phases from the recovery record -> down.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from glue import cluster
+from glue import recover as recover_mod
+from glue.cloud.local import LocalBackend
+from glue.cloud.local_bucket import LocalBucket
+from glue.paths import PROJECT_ROOT
+from glue.runs import deploy as deploy_mod
+from glue.runs.group import GroupSpec
+from glue.runs.store import parse_iso
+
+PHASES = ("detect", "validate", "provision", "configure", "verify", "restore", "replay")
+
+
+def wait_step(home: Path, run: str, step: int) -> None:
+    store = deploy_mod.open_store(home, run)
+    while ((store.get_json("heartbeat.json") or {}).get("step") or 0) < step:
+        time.sleep(0.2)
+
+
+def main() -> None:
+    home = Path(tempfile.mkdtemp(prefix="gpukit-bench-grp-"))
+    os.environ["GPUKIT_HOME"] = str(home)
+    console = Console(stderr=True, quiet=True)
+    cfg_path = PROJECT_ROOT / "examples" / "tiny_gpt.yaml"
+    group = GroupSpec(nodes=2)
+    try:
+        cluster.up(home, cluster.ClusterConfig(vms=2), console)
+        t0 = time.monotonic()
+        rec = deploy_mod.deploy(home, "bench-grp-cold", cfg_path, None, False, console,
+                                config_overrides={"steps": 3, "step_sleep": 0}, group=group)
+        store = deploy_mod.open_store(home, "bench-grp-cold")
+        while 1 not in store.metrics().get(1, {}):
+            time.sleep(0.2)
+        cold = (parse_iso(store.metrics()[1][1]["t"]) - parse_iso(rec["started_at"])).total_seconds()
+        deploy_total = time.monotonic() - t0
+        while store.get_json("attempts/1.exit.node1.json") is None:
+            time.sleep(0.2)
+
+        deploy_mod.deploy(home, "bench-grp", cfg_path, None, False, console,
+                          config_overrides={"steps": 400, "step_sleep": 0.05}, group=group)
+        wait_step(home, "bench-grp", 50)
+        node1 = deploy_mod.open_store(home, "bench-grp").attempt(1)["nodes"][1]["vm_id"]
+        LocalBackend(home).delete_vm(node1)
+        result = recover_mod.recover(home, "bench-grp", console)
+        cluster.down(home, console, force=True)
+    finally:
+        backend = LocalBackend(home)
+        for v in backend.list_vms():
+            backend.delete_vm(v.id)
+        LocalBucket(home).stop()
+    s = result["seconds"]
+    again = sum(s[p] or 0.0 for p in PHASES[:-1])
+    print(f"{'phase (2-node group, node 1 VM lost)':44} {'seconds':>8}")
+    for phase in PHASES:
+        print(f"{phase:44} {s[phase] if s[phase] is not None else float('nan'):8.2f}")
+    print(f"{'VM loss -> group training again':44} {again:8.2f}")
+    print(f"{'baseline: cold group start (start -> step 1)':44} {cold:8.2f}   (deploy total {deploy_total:.1f}s)")
+    print(f"{'restore vs cold group start (ratio)':44} {s['restore'] / cold:8.2f}x")
+    print(f"work lost: {result['work_lost']['steps']} steps; every rank verified: {result['verified']}")
+
+
+if __name__ == "__main__":
+    main()

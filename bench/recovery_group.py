@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from pathlib import Path
 
+from recovery import cold_start, wait_step  # bench/recovery.py: the same baseline and wait
 from rich.console import Console
 
 from glue import cluster
@@ -22,15 +22,8 @@ from glue.cloud.local_bucket import LocalBucket
 from glue.paths import PROJECT_ROOT
 from glue.runs import deploy as deploy_mod
 from glue.runs.group import GroupSpec
-from glue.runs.store import parse_iso
 
 PHASES = ("detect", "validate", "provision", "configure", "verify", "restore", "replay")
-
-
-def wait_step(home: Path, run: str, step: int) -> None:
-    store = deploy_mod.open_store(home, run)
-    while ((store.get_json("heartbeat.json") or {}).get("step") or 0) < step:
-        time.sleep(0.2)
 
 
 def main() -> None:
@@ -41,17 +34,7 @@ def main() -> None:
     group = GroupSpec(nodes=2)
     try:
         cluster.up(home, cluster.ClusterConfig(vms=2), console)
-        t0 = time.monotonic()
-        rec = deploy_mod.deploy(home, "bench-grp-cold", cfg_path, None, False, console,
-                                config_overrides={"steps": 3, "step_sleep": 0}, group=group)
-        store = deploy_mod.open_store(home, "bench-grp-cold")
-        while 1 not in store.metrics().get(1, {}):
-            time.sleep(0.2)
-        cold = (parse_iso(store.metrics()[1][1]["t"]) - parse_iso(rec["started_at"])).total_seconds()
-        deploy_total = time.monotonic() - t0
-        while store.get_json("attempts/1.exit.node1.json") is None:
-            time.sleep(0.2)
-
+        cold, deploy_total = cold_start(home, console, "bench-grp-cold", None, group)
         deploy_mod.deploy(home, "bench-grp", cfg_path, None, False, console,
                           config_overrides={"steps": 400, "step_sleep": 0.05}, group=group)
         wait_step(home, "bench-grp", 50)

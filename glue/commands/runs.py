@@ -54,6 +54,8 @@ def run_summary(report: monitor.Report) -> dict[str, Any]:
         "step": beat.get("step"), "loss": beat.get("loss"), "step_at": beat.get("step_at"),
         "heartbeat_age_s": report.evidence.heartbeat_age_s, "incident": report.incident_key,
         "memory": beat.get("memory"),
+        "nodes": [n.get("vm") for n in report.attempt.get("nodes") or []] or None,
+        "rendezvous": report.attempt.get("rendezvous"),
     }
 
 
@@ -67,6 +69,8 @@ def show_run(run_id: str, as_json: bool) -> None:
     for key in ("attempt", "vm", "state", "reason", "step", "loss", "step_at", "incident"):
         if summary.get(key) is not None:
             table.add_row(key, str(summary[key]))
+    if summary["rendezvous"]:
+        table.add_row("group", f"{', '.join(summary['nodes'])} (rendezvous {summary['rendezvous']})")
     if summary["policy"]:
         table.add_row("next", summary["policy"])
     out.print(table)

@@ -96,6 +96,10 @@ def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str,
         procs = remote.process_state(home, host, store.run, n)
         st.alive = procs["trainer"] not in ("gone", "Z") or procs["supervisor"] not in ("gone", "Z")
         st.stopped = procs["trainer"] in ("T", "t")
+        if st.exit is None and not st.alive:
+            # The supervisor writes its exit record as its last act: read again now that it is gone,
+            # or an attempt that ended between the first read and the process check looks killed.
+            st.exit = store.get_json(exit_key(n, k))
         if st.exit is not None and procs["supervisor"] in ("gone", "Z"):
             st.alive = False
     return st

@@ -51,6 +51,20 @@ def _memory() -> dict[str, float]:
 METRICS_FLUSH_SECONDS = 5.0
 
 
+class _MetricsFirstCheckpointer(Checkpointer):
+    """Every step up to a checkpoint reaches the metrics log before that checkpoint can commit, so a
+    resume from it replays every later step and no step's loss is lost with the VM (without this,
+    steps between the last heartbeat and a checkpoint taken just before the VM died had no record)."""
+
+    def __init__(self, ctx: RunContext, target: str, **kwargs: Any) -> None:
+        super().__init__(target, **kwargs)
+        self._ctx = ctx
+
+    def save(self, step: int, *, blocking: bool = False) -> None:
+        self._ctx._flush_metrics()  # one small PUT per checkpoint, on the training thread
+        super().save(step, blocking=blocking)
+
+
 class RunContext:
     def __init__(self, env: dict[str, str]) -> None:
         self.run = env["GPUKIT_RUN"]
@@ -122,7 +136,7 @@ class RunContext:
         if self.checkpoint_target.startswith("s3://"):
             kw.update(endpoint_url=self.endpoint, credentials=self._creds, region=self.region)
         kw.update(kwargs)
-        return Checkpointer(self.checkpoint_target, **kw)
+        return _MetricsFirstCheckpointer(self, self.checkpoint_target, **kw)
 
     # -- per step ------------------------------------------------------------------------------
     def step(self, step: int, loss: float, **extra: Any) -> None:
@@ -161,13 +175,15 @@ class RunContext:
             pass  # a missed heartbeat is itself the signal; the next one retries
 
     def _flush_metrics(self) -> None:
+        """Put the steps recorded so far into a new metrics part (from the heartbeat thread, and from the
+        training thread before each checkpoint save)."""
         with self._lock:
             lines, self._metrics = self._metrics, []
-        self._last_flush = time.monotonic()
-        if not lines:
-            return
-        self._part += 1
-        key = metrics_key(self.attempt, self.rank, self.restart, self._part)
+            self._last_flush = time.monotonic()
+            if not lines:
+                return
+            self._part += 1
+            key = metrics_key(self.attempt, self.rank, self.restart, self._part)
         try:
             self.store.put(key, ("\n".join(lines) + "\n").encode())
         except StorageError:

@@ -89,6 +89,7 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
     while (st := status(fast, "mn"))["state"] == "running" and time.monotonic() < deadline:
         time.sleep(1)
     assert st["state"] == "vm_lost", st
+    assert st["nodes"] == ["gpukit-1", "gpukit-2"] and st["rendezvous"].startswith("127.0.0.1:")
     [incident] = json.loads(kit.glue("incidents", "--run", "mn", "--json").stdout)
     assert incident["cause"]["kind"] == "vm_lost" and incident["cause"]["vm"] == "gpukit-2"
     after = [e for e in incident["consequences"] if e["vm"] == "gpukit-1"]

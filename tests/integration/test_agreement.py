@@ -3,13 +3,13 @@ different config (or restored step) stops the whole group with the rank and the 
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 import torch.distributed as dist
 
 from glue.train.agreement import AgreementError, agree
+from tests.integration.test_ckpt_ddp import _free_port
 from tests.integration.test_ckpt_toy import fresh_context
 
 
@@ -22,12 +22,6 @@ def _worker(rank: int, port: int, lr: float, restored: int | None, out: str) -> 
         Path(out).write_text(str(exc))
     finally:
         dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _group(tmp_path: Path, lrs: tuple[float, float], restored: tuple[int | None, int | None]) -> list[str]:

@@ -27,7 +27,7 @@ from glue.paths import PROJECT_ROOT
 from glue.runs import config as runconfig
 from glue.runs import group as group_mod
 from glue.runs import guard, remote
-from glue.runs.group import GroupSpec
+from glue.runs.group import GroupSpec, Rendezvous
 from glue.runs.store import RunStore, utc_iso
 
 
@@ -119,6 +119,7 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
                             "to the trainer in a 0600 file, never stored)")
         env_info = remote.env_info(home, hosts[0])
         digest = _image_digest(home, hosts[0], rc.image)
+        rdzv = group_mod.rendezvous(home, hosts, [remote.python(h) for h in hosts]) if group.distributed else None
     attempts = store.attempts()
     attempt = (max(attempts) + 1) if attempts else 1
     if not exists:
@@ -135,7 +136,7 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
                                                             "name": store.info.name},
         })
     record = start_attempt(home, hosts, store, rc, argvs, attempt, resume=resume or attempt > 1,
-                           memory_limit_mb=memory_limit_mb, group=group)
+                           memory_limit_mb=memory_limit_mb, group=group, rdzv=rdzv)
     where = f"{group.nodes} nodes ({names}) x {group.procs_per_node} processes, rendezvous " \
             f"{record['rendezvous']}" if group.distributed else hosts[0].name
     console.print(f"[green]run {run_id}[/] attempt {attempt} started on {where} "
@@ -145,10 +146,11 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
 
 def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.RunConfig, argvs: list[list[str]],
                   attempt: int, resume: bool, memory_limit_mb: int | None = None,
-                  group: GroupSpec | None = None) -> dict[str, Any]:
+                  group: GroupSpec | None = None, rdzv: Rendezvous | None = None) -> dict[str, Any]:
     """Hand credentials and the launch spec to each VM (0600, tmpfs) and start its supervisor detached.
 
-    One supervisor per node; with a distributed group each runs the command under torchrun.
+    One supervisor per node; with a distributed group each runs the command under torchrun (at `rdzv`,
+    probed here when not given).
     """
     group = group or GroupSpec()
     creds = json.dumps({"access_key": store.creds.access_key, "secret_key": store.creds.secret_key,
@@ -166,7 +168,8 @@ def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.
         "GPUKIT_BUCKET_REGION": store.info.region if store.info.region != "local" else "us-east-1",
         "GPUKIT_CREDENTIALS_FILE": remote.CREDENTIALS_PATH, "PYTHONUNBUFFERED": "1",
     }
-    rdzv = group_mod.rendezvous(home, hosts, [remote.python(h) for h in hosts]) if group.distributed else None
+    if group.distributed and rdzv is None:
+        rdzv = group_mod.rendezvous(home, hosts, [remote.python(h) for h in hosts])
     record: dict[str, Any] = {
         "run": store.run, "attempt": attempt, "vm": hosts[0].name, "vm_id": hosts[0].id,
         "backend": hosts[0].backend, "started_at": utc_iso(), "resume": resume, "memory_limit_mb": memory_limit_mb,

@@ -96,12 +96,13 @@ def pick_hosts(home: Path, vm: str | None, nodes: int) -> list[Host]:
 
 
 def rendezvous(home: Path, hosts: list[Host], python: list[str]) -> Rendezvous:
-    """Probe each node for its address towards the head (the head: towards node 1) and a port on the head."""
+    """Probe each node for its address towards the head (the head: towards node 1, or itself when alone)
+    and a free port on the head."""
     addrs: list[str] = []
     ifaces: list[str | None] = []
     port = 0
     for i, host in enumerate(hosts):
-        peer = hosts[1] if i == 0 else hosts[0]
+        peer = hosts[1] if i == 0 and len(hosts) > 1 else hosts[0]  # one VM, G processes: itself
         cmd = f"{shlex.quote(python[i])} -c {shlex.quote(_ADDRESS_PROBE)} {shlex.quote(peer.ssh_host)}"
         res = ssh.run(home, host, cmd, timeout=60)
         parts = res.stdout.split()

@@ -119,3 +119,19 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
         assert got == ref, f"rank {rank}: first differing step {min(s for s in ref if ref[s] != got[s])}"
     # The two ranks trained on different shards: equal losses are not one rank copied twice.
     assert losses(kit, "mn", 0) != losses(kit, "mn", 1)
+
+
+@pytest.mark.timeout(300)
+def test_one_vm_two_processes_train_as_one_group(cluster_kit: Kit, tmp_path: Path) -> None:
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": 8, "step_sleep": 0, "checkpoint_interval": 4},
+                     checkpoint={"interval_steps": 4})
+    out = kit.glue("deploy", "--run", "pp", "--config", str(cfg), "--procs-per-node", "2", "--vm", "gpukit-1")
+    assert "1 nodes (gpukit-1) x 2 processes" in " ".join(out.stderr.split())
+    deadline = time.monotonic() + 180
+    while (st := status(fast, "pp"))["state"] == "running":
+        assert time.monotonic() < deadline, st
+        time.sleep(1)
+    assert st["state"] == "completed", st
+    per_rank = [losses(kit, "pp", rank) for rank in (0, 1)]
+    assert [sorted(p) for p in per_rank] == [list(range(1, 9))] * 2 and per_rank[0] != per_rank[1]

@@ -12,6 +12,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -49,6 +50,22 @@ def cold_start(home: Path, console: Console, run: str, vm: str | None, group: Gr
     return cold, deploy_total
 
 
+def lose_last_vm_and_recover(home: Path, console: Console, run: str) -> dict[str, Any]:
+    """At step 50, destroy the run's last VM (its only one, or the group's last node); recover; down."""
+    wait_step(home, run, 50)
+    LocalBackend(home).delete_vm(deploy_mod.open_store(home, run).attempt(1)["nodes"][-1]["vm_id"])
+    result = recover_mod.recover(home, run, console)
+    cluster.down(home, console, force=True)
+    return result
+
+
+def remove_everything(home: Path) -> None:
+    backend = LocalBackend(home)
+    for v in backend.list_vms():
+        backend.delete_vm(v.id)
+    LocalBucket(home).stop()
+
+
 def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="gpukit-bench-rec-"))
     os.environ["GPUKIT_HOME"] = str(home)
@@ -61,16 +78,9 @@ def main() -> None:
         cold, deploy_total = cold_start(home, console, "bench-cold", "gpukit-2")
 
         deploy_mod.deploy(home, "bench-rec", cfg_path, "gpukit-1", False, console, config_overrides=overrides)
-        wait_step(home, "bench-rec", 50)
-        vm = deploy_mod.open_store(home, "bench-rec").attempt(1)["vm_id"]
-        LocalBackend(home).delete_vm(vm)
-        result = recover_mod.recover(home, "bench-rec", console)
-        cluster.down(home, console, force=True)
+        result = lose_last_vm_and_recover(home, console, "bench-rec")
     finally:
-        backend = LocalBackend(home)
-        for v in backend.list_vms():
-            backend.delete_vm(v.id)
-        LocalBucket(home).stop()
+        remove_everything(home)
     s = result["seconds"]
     to_first = s["validate"] + s["provision"] + s["configure"] + s["verify"] + s["restore"]
     print(f"{'phase':44} {'seconds':>8}")

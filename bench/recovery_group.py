@@ -12,13 +12,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from recovery import cold_start, wait_step  # bench/recovery.py: the same baseline and wait
+from recovery import cold_start, lose_last_vm_and_recover, remove_everything  # bench/recovery.py
 from rich.console import Console
 
 from glue import cluster
-from glue import recover as recover_mod
-from glue.cloud.local import LocalBackend
-from glue.cloud.local_bucket import LocalBucket
 from glue.paths import PROJECT_ROOT
 from glue.runs import deploy as deploy_mod
 from glue.runs.group import GroupSpec
@@ -37,16 +34,9 @@ def main() -> None:
         cold, deploy_total = cold_start(home, console, "bench-grp-cold", None, group)
         deploy_mod.deploy(home, "bench-grp", cfg_path, None, False, console,
                           config_overrides={"steps": 400, "step_sleep": 0.05}, group=group)
-        wait_step(home, "bench-grp", 50)
-        node1 = deploy_mod.open_store(home, "bench-grp").attempt(1)["nodes"][1]["vm_id"]
-        LocalBackend(home).delete_vm(node1)
-        result = recover_mod.recover(home, "bench-grp", console)
-        cluster.down(home, console, force=True)
+        result = lose_last_vm_and_recover(home, console, "bench-grp")
     finally:
-        backend = LocalBackend(home)
-        for v in backend.list_vms():
-            backend.delete_vm(v.id)
-        LocalBucket(home).stop()
+        remove_everything(home)
     s = result["seconds"]
     again = sum(s[p] or 0.0 for p in PHASES[:-1])
     print(f"{'phase (2-node group, node 1 VM lost)':44} {'seconds':>8}")

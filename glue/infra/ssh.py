@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,7 @@ def run(home: Path, host: Host, command: str, timeout: float = 600, stream: bool
         chan.settimeout(timeout)
         chan.exec_command(command)
         out, err = bytearray(), bytearray()
+        eof_deadline: float | None = None
         while True:
             got = False
             if chan.recv_ready():
@@ -69,8 +71,14 @@ def run(home: Path, host: Host, command: str, timeout: float = 600, stream: bool
                     sys.stderr.flush()
             if not got:
                 if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    break
-                chan.status_event.wait(0.05)
+                    # sshd can report the exit status before the last output: wait for its EOF, briefly
+                    # (a background child that keeps the pipe open must not hang us).
+                    eof_deadline = eof_deadline or time.monotonic() + 2.0
+                    if chan.eof_received or time.monotonic() > eof_deadline:
+                        break
+                    time.sleep(0.01)  # status_event is already set: waiting on it would spin
+                else:
+                    chan.status_event.wait(0.05)
         code = chan.recv_exit_status()
     except TimeoutError as exc:
         raise GlueError(f"{host.name}: command timed out after {timeout:.0f}s") from exc

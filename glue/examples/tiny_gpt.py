@@ -48,7 +48,8 @@ def init_distributed(cfg: dict[str, Any]) -> bool:
     """Join the torchrun group when there is one (a deployed run's RunContext already has)."""
     if not under_torchrun(dict(os.environ)):
         return False
-    join(timeout_s=float(cfg["dist_timeout_s"]))
+    if not dist.is_initialized():
+        join(timeout_s=float(cfg["dist_timeout_s"]))
     return True
 
 
@@ -124,11 +125,12 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
     device = torch.device(f"cuda:{local}" if cfg["device"] == "cuda" and world > 1 else str(cfg["device"]))
     model, data, _ = build(cfg)
     model.to(device)
-    # DDP averages gradients across ranks; the checkpoint holds the plain module (rank 0 saves it).
-    net: nn.Module = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     if cfg["adapter_only"]:
         for name, p in model.named_parameters():
             p.requires_grad = name.startswith("head.")
+    # DDP averages gradients across ranks (of the parameters that train: wrap after freezing); the
+    # checkpoint holds the plain module (rank 0 saves it).
+    net: nn.Module = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=float(cfg["lr"]), weight_decay=0.01)
     steps, warm = int(cfg["steps"]), int(cfg["warmup"])

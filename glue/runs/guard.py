@@ -13,10 +13,13 @@ import uuid
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlparse
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.runs.store import RunStore
+from glue.storage import bucket as bucket_store
 
 MOUNT = PurePosixPath("/mnt/s3")
 MOUNT_FSTYPE = "fuse.rclone"
@@ -74,12 +77,12 @@ def _probe(home: Path, host: Host, store: RunStore, what: str, path: PurePosixPa
     deadline = time.monotonic() + PROBE_TIMEOUT
     try:
         while time.monotonic() < deadline:
-            full = f"{key}"
             try:
-                got = store.s3.get_object(Bucket=store.info.name, Key=full)["Body"].read().decode()
-            except store.s3.exceptions.NoSuchKey:
-                got = None
-            if got == body:
+                got = bucket_store.read(store.s3, store.info.name, key)
+            except (ClientError, BotoCoreError) as exc:
+                raise GlueError(f"{what} {path}: the bucket did not answer while checking the mount probe: "
+                                f"{str(exc).splitlines()[0]}; check `glue status`") from exc
+            if got == body.encode():
                 return
             time.sleep(0.5)
         raise GlueError(f"{what} {path}: a probe written through {MOUNT} on {host.name} did not reach the bucket "

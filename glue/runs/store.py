@@ -39,17 +39,18 @@ class RunStore:
 
     def get_bytes(self, key: str) -> bytes | None:
         try:
-            return bytes(self.s3.get_object(Bucket=self.info.name, Key=self.prefix + key)["Body"].read())
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
-                return None
-            raise self._fail(f"get {key}", exc) from exc
-        except BotoCoreError as exc:
+            return bucket_store.read(self.s3, self.info.name, self.prefix + key)
+        except (ClientError, BotoCoreError) as exc:
             raise self._fail(f"get {key}", exc) from exc
 
     def get_json(self, key: str) -> Any:
-        data = self.get_bytes(key)
-        return None if data is None else json.loads(data)
+        try:
+            return bucket_store.read_json(self.s3, self.info.name, self.prefix + key)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail(f"get {key}", exc) from exc
+        except ValueError as exc:
+            raise GlueError(f"{self.prefix}{key} in bucket {self.info.name} is not valid JSON ({exc}); "
+                            "it was written by something other than glue, or is damaged") from exc
 
     def put_json(self, key: str, value: Any) -> None:
         self.put_bytes(key, json.dumps(value, indent=2, sort_keys=True).encode())

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    FlexibleChecksumError,
+    IncompleteReadError,
+    ReadTimeoutError,
+    ResponseStreamingError,
+)
 
 from glue.cloud.base import BucketCredentials, BucketInfo
+from glue.train import s3_errors
 
 
 def client(info: BucketInfo, creds: BucketCredentials, timeout: float = 10.0) -> Any:
-    return boto3.client(
+    return s3_errors.install(boto3.client(
         "s3",
         endpoint_url=info.endpoint,
         aws_access_key_id=creds.access_key,
@@ -26,7 +36,7 @@ def client(info: BucketInfo, creds: BucketCredentials, timeout: float = 10.0) ->
             read_timeout=timeout,
             retries={"max_attempts": 2},
         ),
-    )
+    ))
 
 
 def reachable(info: BucketInfo, creds: BucketCredentials) -> bool:
@@ -36,3 +46,46 @@ def reachable(info: BucketInfo, creds: BucketCredentials) -> bool:
         return True
     except (BotoCoreError, ClientError):
         return False
+
+
+MISSING_CODES = ("NoSuchKey", "404", "NotFound")
+# Failures of the body after a good status line: botocore retries requests, not reads of their body.
+_BROKEN_BODY = (ResponseStreamingError, FlexibleChecksumError, IncompleteReadError, ReadTimeoutError)
+
+
+def read(s3: Any, bucket: str, key: str, attempts: int = 3) -> bytes | None:
+    """The object's bytes, or None when there is no such key.
+
+    A 5xx or a body that breaks off or fails its checksum is read again (a record being replaced
+    while it is read can do that on S3-compatible servers); other errors are raised at once.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in MISSING_CODES:
+                return None
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+            if status < 500 or attempt == attempts:
+                raise
+        except _BROKEN_BODY:
+            if attempt == attempts:
+                raise
+        time.sleep(0.1 * attempt)
+    raise AssertionError("unreachable")
+
+
+def read_json(s3: Any, bucket: str, key: str, attempts: int = 3) -> Any:
+    """The object parsed as JSON, or None when there is no such key. A body that does not parse is
+    read again before ValueError: rclone's local bucket can serve a record torn by a concurrent put."""
+    for attempt in range(1, attempts + 1):
+        data = read(s3, bucket, key)
+        if data is None:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            if attempt == attempts:
+                raise
+            time.sleep(0.1 * attempt)
+    raise AssertionError("unreachable")

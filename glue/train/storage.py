@@ -30,6 +30,7 @@ from botocore.credentials import CredentialProvider, Credentials, RefreshableCre
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from s3transfer.exceptions import RetriesExceededError
 
+from glue.train import s3_errors
 from glue.train.errors import ObjectMissingError, StorageError, TargetError
 
 log = logging.getLogger("glue.train")
@@ -396,7 +397,7 @@ def make_s3_client(
         read_timeout=60,
         s3={"addressing_style": "path"} if endpoint else {},
     )
-    return session.client("s3", endpoint_url=endpoint, config=cfg)
+    return s3_errors.install(session.client("s3", endpoint_url=endpoint, config=cfg))
 
 
 class S3Storage:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from glue.cloud.local import LocalBackend
+from glue.storage import bucket as bucket_store
 from tests.integration.test_runs import here, run_config, s3, status
 
 from .conftest import Kit
@@ -22,10 +23,7 @@ CONFIG = {"steps": 60, "checkpoint_interval": 10}
 
 
 def get_json(client: Any, key: str) -> Any:
-    try:
-        return json.loads(client.get_object(Bucket="gpukit", Key=key)["Body"].read())
-    except client.exceptions.NoSuchKey:
-        return None
+    return bucket_store.read_json(client, "gpukit", key)  # re-reads a record caught mid-replace
 
 
 def wait_beat(client: Any, run: str, pred: Any, timeout: float = 120) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import pytest
 
 from glue.cloud.local import LocalBackend
 from glue.cloud.local_bucket import LocalBucket
+from glue.storage import bucket as bucket_store
 from tests.integration.test_runs import here, run_config, s3, wait_for
 
 from .conftest import Kit
@@ -22,7 +23,9 @@ pytestmark = pytest.mark.e2e
 
 
 def bucket_json(kit: Kit, key: str) -> Any:
-    return json.loads(s3(kit).get_object(Bucket="gpukit", Key=key)["Body"].read())
+    data = bucket_store.read_json(s3(kit), "gpukit", key)
+    assert data is not None, f"{key} is not in the bucket"
+    return data
 
 
 def vm_id(kit: Kit, name: str) -> str:

@@ -8,6 +8,7 @@ An incident is recorded once per failed attempt, before anything is changed.
 from __future__ import annotations
 
 import shlex
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -162,6 +163,11 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     log_node = combine(ev, states, errors, store.heartbeats(n), attempt.get("started_at"))
     ev.log_tail = "\n".join(store.log_text(n, log_node if len(states) > 1 else None).splitlines()[-80:])
     beat = store.get_json("heartbeat.json")
+    if beat is None:
+        # rclone's local bucket can answer NoSuchKey for a moment while a record is replaced; a
+        # missing heartbeat counts as stalled from the attempt's start, so make sure it is missing.
+        time.sleep(0.2)
+        beat = store.get_json("heartbeat.json")
     if beat and beat.get("attempt") != n:
         beat = None
     ev.heartbeat_step = beat.get("step") if beat else None

@@ -172,6 +172,13 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
     victim_id = dr.attempt(1)["vm_id"]
     backend.delete_vm(victim_id)
     console.print(f"[red]destroyed VM {victim.name}[/] ({victim_id}) under {drill_id}")
+    # The kill follows the heartbeat, so a fast run can reach its end first; a resume from the final
+    # checkpoint replays nothing and would "pass" without testing anything.
+    saved = monitor.last_valid_checkpoint(dr, dr.manifest())
+    if saved is not None and saved >= total:
+        raise GlueError(f"run {drill_id} had saved its final checkpoint (step {saved}) before VM {victim.name} "
+                        f"was destroyed, so there is nothing to replay; use an earlier --kill-at (heartbeats "
+                        f"come every {rc.monitor.heartbeat_seconds:g}s) or a run with more or slower steps")
     result = DrillResult(passed=False, ref_run=ref_id, drill_run=drill_id, steps=total, kill_at=at)
     try:
         result.recovery = recover_mod.recover(home, drill_id, console, tolerance=tolerance, wait_timeout=timeout)

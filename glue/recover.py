@@ -79,9 +79,16 @@ def merged_metrics(store: RunStore, before_attempt: int, rank: int = 0) -> dict[
 
 
 def check_resume(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]], ckpt: int | None,
-                 upto: int, tolerance: float) -> ResumeCheck:
-    """The first resumed step must be ckpt + 1; losses at steps both attempts ran must agree."""
+                 upto: int, tolerance: float, finished_before: bool = False) -> ResumeCheck:
+    """The first resumed step must be ckpt + 1; losses at steps both attempts ran must agree.
+
+    `new` empty means the resumed attempt exited 0 without a step. That is right only when the lost
+    attempt had finished training (`finished_before`: it wrote every required output) and the
+    checkpoint is the last step it reached: the VM died between the end of training and the exit.
+    """
     if not new:
+        if finished_before and ckpt is not None and old and ckpt >= max(old):
+            return ResumeCheck(True, None)
         return ResumeCheck(False, None, problem="the resumed attempt reported no steps")
     first = min(new)
     want = (ckpt or 0) + 1
@@ -183,6 +190,7 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
     group = GroupSpec.from_manifest(manifest)
     old_metrics = merged_metrics(store, n + 1)
     failure_step = max(old_metrics) if old_metrics else (beat.get("step") or 0)
+    finished_before = bool(manifest.get("outputs", {}).get("required")) and not monitor.missing_outputs(store, manifest)
     nodes = monitor.nodes_of(attempt)
 
     t0 = time.monotonic()
@@ -215,12 +223,12 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
     upto = max((ckpt or 0) + verify_steps, failure_step)
     with _phase(console, f"restore + replay: waiting for attempt {new_n} to pass step {upto}"):
         new_metrics = _wait_for_steps(home, store, new_n, upto, wait_timeout)
-    check = check_resume(old_metrics, new_metrics, ckpt, min(upto, failure_step), tolerance)
+    check = check_resume(old_metrics, new_metrics, ckpt, min(upto, failure_step), tolerance, finished_before)
     for rank in range(1, group.world_size):  # every rank must continue exactly, not just rank 0
         if not check.ok:
             break
         per_rank = check_resume(merged_metrics(store, n + 1, rank), store.metrics(rank).get(new_n, {}), ckpt,
-                                min(upto, failure_step), tolerance)
+                                min(upto, failure_step), tolerance, finished_before)
         if not per_rank.ok:
             check = ResumeCheck(False, per_rank.first_step, check.compared, f"rank {rank}: {per_rank.problem}")
     first_t = new_metrics[min(new_metrics)]["t"] if new_metrics else None
@@ -306,6 +314,11 @@ def print_table(console: Console, result: dict[str, Any]) -> None:
     console.print(f"checkpoint step {result['checkpoint_step']}, failed at step {result['failure_step']}: "
                   f"work lost {lost['steps']} steps ({lost['seconds'] or 0:.1f}s of training)")
     verdict = "[green]verified[/]" if result["verified"] else f"[red]NOT verified[/]: {result['problem']}"
+    if result["verified"] and result["first_resumed_step"] is None:
+        console.print(f"resume {verdict}: the lost attempt had finished training (checkpoint "
+                      f"{result['checkpoint_step']} is its last step, its outputs are in the bucket); "
+                      "the new attempt had nothing to replay")
+        return
     console.print(f"resume {verdict}: first resumed step {result['first_resumed_step']}, losses equal at steps "
                   f"{_ranges(result['compared_steps'])}")
 

@@ -88,8 +88,11 @@ def test_recover_bad_input(cluster_kit: Kit, tmp_path: Path) -> None:
 
 def test_drill_fails_a_resume_that_skips_rng(cluster_kit: Kit, tmp_path: Path) -> None:
     kit = cluster_kit
-    cfg = run_config(tmp_path, config={"steps": 40, "step_sleep": 0.05, "broken_resume": "skip_rng",
-                                       "checkpoint_interval": 10}, checkpoint={"interval_steps": 10})
+    # The kill follows heartbeats (every 0.5 s here): leave the run 35 x 0.1 s after step 25 so it cannot
+    # reach its end before the VM is gone.
+    cfg = run_config(tmp_path, config={"steps": 60, "step_sleep": 0.1, "broken_resume": "skip_rng",
+                                       "checkpoint_interval": 10}, checkpoint={"interval_steps": 10},
+                     monitor={"heartbeat_seconds": 0.5})
     res = kit.glue("drill", "--run", "broken", "--config", str(cfg), "--kill-at", "25", check=False, timeout=900)
     assert res.returncode == 1, res.stderr
     assert "FAIL" in res.stderr and "first differing step" in res.stderr

@@ -53,3 +53,13 @@ def test_resume_check_tolerance() -> None:
     old = {21: rec(2.0)}
     assert check_resume(old, {21: rec(2.0005)}, 20, 21, tolerance=1e-3).ok
     assert not check_resume(old, {21: rec(2.0005)}, 20, 21, tolerance=0.0).ok
+
+
+def test_resume_with_no_steps_passes_only_after_finished_training() -> None:
+    old = {s: rec(1.0 / s) for s in range(1, 41)}  # the lost attempt reached step 40 and saved it
+    # It had written its outputs: the VM died between the end of training and the exit.
+    assert check_resume(old, {}, ckpt=40, upto=40, tolerance=0.0, finished_before=True).ok
+    # No outputs: a resume that trains nothing skipped the rest of the run.
+    assert "reported no steps" in (check_resume(old, {}, 40, 40, 0.0, finished_before=False).problem or "")
+    # Outputs, but the checkpoint is behind the last step reached: steps were skipped.
+    assert not check_resume(old, {}, ckpt=30, upto=40, tolerance=0.0, finished_before=True).ok

@@ -8,7 +8,6 @@ An incident is recorded once per failed attempt, before anything is changed.
 from __future__ import annotations
 
 import shlex
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -160,16 +159,10 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     ev = Evidence(stall_timeout_s=float(manifest["config"].get("monitor", {}).get("stall_timeout_seconds", 60)))
     states = [_node_state(home, store, n, backend, nd) for nd in nodes_of(attempt)]
     errors = [e for e in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.error"))) if e]
-    log_node = combine(ev, states, errors, store.heartbeats(n), attempt.get("started_at"))
+    beats = store.heartbeats(n)
+    log_node = combine(ev, states, errors, beats, attempt.get("started_at"))
     ev.log_tail = "\n".join(store.log_text(n, log_node if len(states) > 1 else None).splitlines()[-80:])
-    beat = store.get_json("heartbeat.json")
-    if beat is None:
-        # rclone's local bucket can answer NoSuchKey for a moment while a record is replaced; a
-        # missing heartbeat counts as stalled from the attempt's start, so make sure it is missing.
-        time.sleep(0.2)
-        beat = store.get_json("heartbeat.json")
-    if beat and beat.get("attempt") != n:
-        beat = None
+    beat = next((b for b in beats if int(b.get("rank", 0)) == 0), None)
     ev.heartbeat_step = beat.get("step") if beat else None
     # No step yet: count from this process's start (a torchrun restart starts late in the attempt).
     since = (beat or {}).get("step_at") or (beat or {}).get("started_at") or attempt.get("started_at")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -108,9 +109,18 @@ class RunStore:
         return out
 
     def heartbeats(self, attempt: int) -> list[dict[str, Any]]:
-        """The last heartbeat of every rank of an attempt."""
-        beats = [self.get_json(k) for k in sorted(self.keys("heartbeat"))]
-        return [b for b in beats if b and b.get("attempt") == attempt]
+        """The last heartbeat of every rank of an attempt, rank 0 first."""
+        beats = []
+        for key in sorted(self.keys("heartbeat")):
+            beat = self.get_json(key)
+            if beat is None:
+                # Listed, yet missing: rclone's local bucket answers NoSuchKey for a moment while a
+                # record is replaced. A lost beat would make a live run look stalled.
+                time.sleep(0.2)
+                beat = self.get_json(key)
+            if beat and beat.get("attempt") == attempt:
+                beats.append(beat)
+        return sorted(beats, key=lambda b: int(b.get("rank", 0)))
 
     def log_text(self, attempt: int | None = None, node: int | None = None) -> str:
         """The shipped log of an attempt (every node's, node 0 first), or of one node."""

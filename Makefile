@@ -28,7 +28,7 @@ down: bootstrap ## Destroy the cluster's VMs (the bucket and its data are kept)
 	@$(GLUE) down
 
 demo: bootstrap ## The whole loop on the local backend: up, train, lose a VM, recover, verify, down
-	@$(PY) -m glue.demo
+	@$(PY) -m glue.recovery.demo
 
 test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e)
 	@$(PY) -m pytest $(PYTEST_ARGS)

@@ -35,7 +35,7 @@ from typing import Any
 import boto3
 import torch
 
-from glue.cloud.local_bucket import LocalBucket
+from glue.cloud.local.bucket import LocalBucket
 from glue.paths import tool
 from glue.train import Checkpointer
 from glue.train.storage import DEFAULT_TRANSFER

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from glue.cloud.local_bucket import LocalBucket
+from glue.cloud.local.bucket import LocalBucket
 from glue.examples import tiny_gpt
 from glue.paths import write_secret
 

@@ -16,14 +16,14 @@ from typing import Any
 
 from rich.console import Console
 
-from glue import cluster
-from glue import recover as recover_mod
-from glue.cloud.local import LocalBackend
-from glue.cloud.local_bucket import LocalBucket
+from glue.cloud.local.backend import LocalBackend
+from glue.cloud.local.bucket import LocalBucket
+from glue.cluster import lifecycle, state
 from glue.paths import PROJECT_ROOT
+from glue.recovery import recover as recover_mod
 from glue.runs import deploy as deploy_mod
-from glue.runs.group import GroupSpec
 from glue.runs.store import parse_iso
+from glue.runs.vm_group import GroupSpec
 
 
 def wait_step(home: Path, run: str, step: int) -> None:
@@ -55,7 +55,7 @@ def lose_last_vm_and_recover(home: Path, console: Console, run: str) -> dict[str
     wait_step(home, run, 50)
     LocalBackend(home).delete_vm(deploy_mod.open_store(home, run).attempt(1)["nodes"][-1]["vm_id"])
     result = recover_mod.recover(home, run, console)
-    cluster.down(home, console, force=True)
+    lifecycle.down(home, console, force=True)
     return result
 
 
@@ -73,7 +73,7 @@ def main() -> None:
     cfg_path = PROJECT_ROOT / "examples" / "tiny_gpt.yaml"
     overrides = {"steps": 400, "step_sleep": 0.05}
     try:
-        cluster.up(home, cluster.ClusterConfig(vms=2), console)
+        lifecycle.up(home, state.ClusterConfig(vms=2), console)
         # Baseline: cold start of the same trainer on a configured VM (deploy -> first step).
         cold, deploy_total = cold_start(home, console, "bench-cold", "gpukit-2")
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from recovery import cold_start, lose_last_vm_and_recover, remove_everything  # bench/recovery.py
 from rich.console import Console
 
-from glue import cluster
+from glue.cluster import lifecycle, state
 from glue.paths import PROJECT_ROOT
 from glue.runs import deploy as deploy_mod
-from glue.runs.group import GroupSpec
+from glue.runs.vm_group import GroupSpec
 
 PHASES = ("detect", "validate", "provision", "configure", "verify", "restore", "replay")
 
@@ -30,7 +30,7 @@ def main() -> None:
     cfg_path = PROJECT_ROOT / "examples" / "tiny_gpt.yaml"
     group = GroupSpec(nodes=2)
     try:
-        cluster.up(home, cluster.ClusterConfig(vms=2), console)
+        lifecycle.up(home, state.ClusterConfig(vms=2), console)
         cold, deploy_total = cold_start(home, console, "bench-grp-cold", None, group)
         deploy_mod.deploy(home, "bench-grp", cfg_path, None, False, console,
                           config_overrides={"steps": 400, "step_sleep": 0.05}, group=group)

@@ -38,7 +38,7 @@ def main() -> None:
     print(f"{'glue up, 2 VMs (no playbook)':38} {med(ups):8.2f} {10:7.1f} {med(ups) / med(noops):11.2f}x")
     print(f"{'glue down, 2 VMs':38} {med(downs):8.2f} {5:7.1f} {med(downs) / med(noops):11.2f}x")
     print(f"{'baseline: no-op glue up (terraform+provider)':38} {med(noops):8.2f}")
-    from glue.cloud.local_bucket import LocalBucket
+    from glue.cloud.local.bucket import LocalBucket
 
     LocalBucket(home).stop()
 

@@ -10,7 +10,7 @@ import boto3
 import pytest
 
 from glue.cloud.base import BucketCredentials, BucketInfo
-from glue.cloud.local_bucket import LocalBucket
+from glue.cloud.local.bucket import LocalBucket
 
 
 @dataclass

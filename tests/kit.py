@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from glue.cloud.local import LocalBackend
-from glue.cloud.local_bucket import LocalBucket
+from glue.cloud.local.backend import LocalBackend
+from glue.cloud.local.bucket import LocalBucket
 
 GLUE = [sys.executable, "-m", "glue.cli"]
 

@@ -13,11 +13,11 @@ BACKENDS = ("local", "lyceum")
 def get_backend(name: str, home: Path) -> Backend:
     """The backend called `name`, with kit state under `home`."""
     if name == "local":
-        from glue.cloud.local import LocalBackend
+        from glue.cloud.local.backend import LocalBackend
 
         return LocalBackend(home)
     if name == "lyceum":
-        from glue.cloud.lyceum import LyceumBackend
+        from glue.cloud.lyceum.backend import LyceumBackend
 
         return LyceumBackend(home)
     raise GlueError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")

@@ -59,6 +59,11 @@ class Backend(Protocol):
     """A cloud: creates, reads and deletes VMs, and says where its bucket is."""
 
     name: str
+    credentials_expire: bool  # True: bucket credentials must be refreshed and pushed to the VMs
+
+    def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
+        """Variables for terraform/envs/<backend>; checks the backend's own inputs before terraform runs."""
+        ...
 
     def create_vm(self, spec: VMSpec) -> VMRecord:
         """Create a VM and return once it accepts SSH."""

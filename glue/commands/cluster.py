@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from glue import cluster
+from glue.cluster import lifecycle, state
 from glue.infra import ssh
 from glue.paths import home
 
@@ -26,14 +26,14 @@ err = Console(stderr=True)
 def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configure: bool) -> None:
     """Create (or repair) the cluster: terraform apply, pin host keys, run the playbook."""
     h = home()
-    cfg = cluster.ClusterConfig.load(h)
+    cfg = state.ClusterConfig.load(h)
     if vms is not None:
         cfg.vms = vms
     if backend is not None:
         cfg.backend = backend
     if name_prefix is not None:
         cfg.name_prefix = name_prefix
-    hosts = cluster.up(h, cfg, err, configure=not no_configure)
+    hosts = lifecycle.up(h, cfg, err, configure=not no_configure)
     table = Table(title=f"cluster ({cfg.backend})", box=None)
     for col in ("vm", "ssh", "gpu"):
         table.add_column(col)
@@ -47,7 +47,7 @@ def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configu
 @click.option("--force", is_flag=True, help="Destroy even with runs unfinished or uploads pending.")
 def down(force: bool) -> None:
     """Destroy the cluster's VMs, once every run's outputs are in the bucket. The bucket stays."""
-    cluster.down(home(), err, force=force)
+    lifecycle.down(home(), err, force=force)
     err.print("[green]cluster destroyed[/]; the bucket and its data are kept")
 
 
@@ -62,7 +62,7 @@ def status(run_id: str | None, verify: bool, as_json: bool) -> None:
     if run_id is not None:
         runs.show_run(run_id, as_json)
         return
-    st = cluster.status(home(), verify=verify)
+    st = lifecycle.status(home(), verify=verify)
     st["runs"] = runs.list_runs()
     if as_json:
         click.echo(json.dumps(st, indent=2))
@@ -99,7 +99,7 @@ def status(run_id: str | None, verify: bool, as_json: bool) -> None:
 def ssh_cmd(vm: str, command: tuple[str, ...]) -> None:
     """Run COMMAND on VM over SSH (pinned host key): glue ssh gpukit-1 -- nvidia-smi"""
     h = home()
-    result = ssh.run(h, cluster.host(h, vm), shlex.join(command), stream=True)
+    result = ssh.run(h, state.host(h, vm), shlex.join(command), stream=True)
     sys.exit(result.exit_code)
 
 

@@ -15,8 +15,8 @@ from glue.errors import GlueError
 from glue.paths import home
 from glue.runs import deploy as deploy_mod
 from glue.runs import monitor
-from glue.runs.group import GroupSpec
 from glue.runs.store import RunStore
+from glue.runs.vm_group import GroupSpec
 
 err = Console(stderr=True)
 out = Console()
@@ -138,14 +138,14 @@ def _event(e: dict[str, Any]) -> str:
 
 
 def list_runs() -> list[str]:
-    from glue import cluster
     from glue.cloud import get_backend
+    from glue.cluster import state
     from glue.runs.store import run_ids
 
     h = home()
-    cfg = cluster.ClusterConfig.load(h)
+    cfg = state.ClusterConfig.load(h)
     try:
-        return run_ids(cluster.bucket_info(h), get_backend(cfg.backend, h).bucket_credentials())
+        return run_ids(state.bucket_info(h), get_backend(cfg.backend, h).bucket_credentials())
     except GlueError:
         return []
 

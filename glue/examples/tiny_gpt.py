@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 from glue.examples.corpus import generate
 from glue.train import Checkpointer, ResumableSampler, RNGState, TrainState
 from glue.train.agreement import agree
-from glue.train.group import join, under_torchrun
+from glue.train.process_group import join, under_torchrun
 
 DEFAULTS: dict[str, Any] = {
     "steps": 100, "batch_size": 8, "seq_len": 64, "d_model": 64, "n_layer": 2, "n_head": 4, "dropout": 0.1,

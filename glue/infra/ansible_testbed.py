@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from glue.cloud.base import BucketInfo, VMRecord, VMSpec
-from glue.cloud.local import LocalBackend
+from glue.cloud.local.backend import LocalBackend
 from glue.infra import inventory
-from glue.infra.keys import public_key
+from glue.infra.ssh_keys import public_key
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from glue.infra.keys import client_key, ssh_dir
+from glue.infra.ssh_keys import client_key, ssh_dir
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import paramiko
 
 from glue.errors import GlueError
 from glue.infra.inventory import Host, known_hosts_path
-from glue.infra.keys import client_key
+from glue.infra.ssh_keys import client_key
 
 
 @dataclass

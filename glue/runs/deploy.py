@@ -18,17 +18,17 @@ from typing import Any
 
 from rich.console import Console
 
-from glue import cluster
 from glue.cloud import get_backend
+from glue.cluster import state
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.paths import PROJECT_ROOT
 from glue.runs import config as runconfig
-from glue.runs import group as group_mod
 from glue.runs import guard, remote
-from glue.runs.group import GroupSpec, Rendezvous
+from glue.runs import vm_group as group_mod
 from glue.runs.store import RunStore, utc_iso
+from glue.runs.vm_group import GroupSpec, Rendezvous
 
 
 def code_version() -> dict[str, Any]:
@@ -46,8 +46,8 @@ def code_version() -> dict[str, Any]:
 
 
 def open_store(home: Path, run_id: str) -> RunStore:
-    cfg = cluster.ClusterConfig.load(home)
-    info = cluster.bucket_info(home)
+    cfg = state.ClusterConfig.load(home)
+    info = state.bucket_info(home)
     return RunStore(info, get_backend(cfg.backend, home).bucket_credentials(), run_id)
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from glue import cluster
 from glue.cloud import get_backend
+from glue.cluster import state
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
@@ -23,7 +23,7 @@ from glue.runs import remote, timeline
 from glue.runs.classify import Evidence, Outcome, Verdict, classify
 from glue.runs.guard import MOUNT
 from glue.runs.store import RunStore, parse_iso, utc_iso
-from glue.train.keys import exit_key
+from glue.train.layout import exit_key
 
 
 @dataclass
@@ -62,7 +62,7 @@ def nodes_of(attempt: dict[str, Any]) -> list[dict[str, Any]]:
 
 def host_for(home: Path, node: dict[str, Any]) -> Host | None:
     """The inventory host of an attempt's (or node's) VM, if that very VM is still in the cluster."""
-    for h in cluster.hosts(home):
+    for h in state.hosts(home):
         if h.name == node.get("vm") and h.id == node.get("vm_id"):
             return h
     return None
@@ -200,7 +200,7 @@ def capture_stacks(home: Path, host: Host, pid: int) -> str:
 def check(home: Path, store: RunStore, record_incident: bool = True) -> Report:
     """Classify the latest attempt; on a new failure, write the incident and update the attempt."""
     manifest = store.manifest()
-    cluster.refresh_credentials(home)  # a watched run must not lose the bucket when credentials expire
+    state.refresh_credentials(home)  # a watched run must not lose the bucket when credentials expire
     attempts = store.attempts()
     if not attempts:
         raise GlueError(f"run {store.run!r} has no attempts")

@@ -13,7 +13,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from glue.cloud.base import BucketCredentials, BucketInfo
 from glue.errors import GlueError
 from glue.storage import bucket as bucket_store
-from glue.train.keys import heartbeat_key
+from glue.train.layout import heartbeat_key
 
 
 def utc_iso(ts: datetime | None = None) -> str:

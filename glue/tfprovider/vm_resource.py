@@ -15,7 +15,7 @@ from tf.provider import Resource
 from tf.utils import Diagnostics
 
 from glue.cloud.base import VMRecord, VMSpec
-from glue.cloud.lyceum_spec import PROFILES, input_errors, with_instance_specs
+from glue.cloud.lyceum.spec import PROFILES, input_errors, with_instance_specs
 from glue.errors import GlueError
 from glue.tfprovider.provider import GpukitProvider
 

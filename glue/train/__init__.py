@@ -1,7 +1,7 @@
 """Runs on the VM: checkpoints, state, heartbeat. Imports nothing from glue.infra / glue.cloud.
 
 The names below load on first use: the controller's CLI imports light modules of this package
-(glue.train.keys, glue.train.supervise) and must not pay for importing torch on every command.
+(glue.train.layout, glue.train.supervise) and must not pay for importing torch on every command.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from glue.train.checkpoint import Checkpointer, RestoreReport, Stateful
+    from glue.train.ckpt_format import CheckpointStatus, Commit, ObjectRef, Problem, check_checkpoints
     from glue.train.errors import (
         CheckpointError,
         CorruptCheckpointError,
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
         StorageError,
         TargetError,
     )
-    from glue.train.manifest import CheckpointStatus, Commit, ObjectRef, Problem, check_checkpoints
     from glue.train.sampler import ResumableSampler
     from glue.train.state import RNGState, TrainState
     from glue.train.storage import RetryPolicy, Storage, open_target
@@ -29,7 +29,7 @@ _WHERE = {
     "checkpoint": ("Checkpointer", "RestoreReport", "Stateful"),
     "errors": ("CheckpointError", "CorruptCheckpointError", "ObjectMissingError", "SaveFailedError",
                "StateMismatchError", "StorageError", "TargetError"),
-    "manifest": ("CheckpointStatus", "Commit", "ObjectRef", "Problem", "check_checkpoints"),
+    "ckpt_format": ("CheckpointStatus", "Commit", "ObjectRef", "Problem", "check_checkpoints"),
     "sampler": ("ResumableSampler",),
     "state": ("RNGState", "TrainState"),
     "storage": ("RetryPolicy", "Storage", "open_target"),
@@ -46,7 +46,7 @@ def __getattr__(name: str) -> Any:
 
 def validate_checkpoints(target: str, *, deep: bool = True, **target_args: object) -> list[CheckpointStatus]:
     """List and validate every checkpoint under a target (`glue recover` uses this), newest first."""
-    from glue.train.manifest import check_checkpoints
+    from glue.train.ckpt_format import check_checkpoints
     from glue.train.storage import open_target
 
     return check_checkpoints(open_target(target, **target_args), deep=deep)  # type: ignore[arg-type]

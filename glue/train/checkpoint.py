@@ -33,14 +33,7 @@ from typing import IO, Any, Protocol, cast
 import torch
 import torch.distributed as dist
 
-from glue.train.errors import (
-    CheckpointError,
-    CorruptCheckpointError,
-    SaveFailedError,
-    StateMismatchError,
-    StorageError,
-)
-from glue.train.manifest import (
+from glue.train.ckpt_format import (
     COMMIT,
     FORMAT,
     CheckpointStatus,
@@ -54,6 +47,13 @@ from glue.train.manifest import (
     record_incident,
     step_prefix,
     validate_step,
+)
+from glue.train.errors import (
+    CheckpointError,
+    CorruptCheckpointError,
+    SaveFailedError,
+    StateMismatchError,
+    StorageError,
 )
 from glue.train.snapshot import HostSnapshotter, check_compatible
 from glue.train.storage import (

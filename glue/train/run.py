@@ -24,11 +24,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from glue.train import group
+from glue.train import process_group as group
 from glue.train.checkpoint import Checkpointer
 from glue.train.credentials import credentials_from_file
 from glue.train.errors import StorageError
-from glue.train.keys import error_key, heartbeat_key, metrics_key
+from glue.train.layout import error_key, heartbeat_key, metrics_key
 from glue.train.storage import Storage, iso, open_target, utc_now
 
 

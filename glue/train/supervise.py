@@ -22,7 +22,7 @@ from typing import Any
 
 from glue.train.credentials import credentials_from_file
 from glue.train.errors import StorageError
-from glue.train.keys import exit_key, log_prefix
+from glue.train.layout import exit_key, log_prefix
 from glue.train.storage import Storage, iso, open_target, utc_now
 
 CGROUP_V2 = Path("/sys/fs/cgroup")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from glue.cloud.local import LocalBackend
+from glue.cloud.local.backend import LocalBackend
 from glue.storage import bucket as bucket_store
 from tests.integration.test_runs import here, run_config, s3, status
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from glue.cloud.local import LocalBackend
-from glue.cloud.local_bucket import LocalBucket
+from glue.cloud.local.backend import LocalBackend
+from glue.cloud.local.bucket import LocalBucket
 from glue.storage import bucket as bucket_store
 from tests.integration.test_runs import here, run_config, s3, wait_for
 
@@ -105,7 +105,8 @@ def test_make_demo_passes_and_records_the_recovery(tmp_path: Path) -> None:
     env = {**os.environ, "GPUKIT_HOME": str(tmp_path / "home")}
     demo_home = tmp_path / "home" / "demo"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "glue.demo"], env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "-m", "glue.recovery.demo"], env=env, capture_output=True, text=True,
+                          timeout=900)
     try:
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "PASS" in proc.stderr and "resume verified" in proc.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from glue.cloud.base import BucketInfo
-from glue.cloud.local_bucket import LocalBucket
+from glue.cloud.local.bucket import LocalBucket
 from glue.storage import bucket as bucket_store
 
 from .conftest import Kit

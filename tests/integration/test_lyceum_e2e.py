@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from glue.cloud.base import BucketInfo
-from glue.cloud.lyceum import LyceumBackend
-from glue.paths import PROJECT_ROOT
+from glue.cloud.lyceum.backend import LyceumBackend
 from glue.storage import bucket as bucket_store
 from tests.lyceum_emulator import Emulator
 
@@ -164,10 +163,8 @@ def test_bad_input_is_one_clear_line_and_nothing_runs(kit: Kit, emu: Emulator, c
 @pytest.mark.stress  # ~5-10 min here: outside the default suite's CI budget; `make test-all` runs it
 @pytest.mark.timeout(1800)
 def test_demo_on_the_lyceum_backend(kit: Kit, emu: Emulator) -> None:
-    if not (PROJECT_ROOT / "glue" / "demo.py").exists():
-        pytest.skip("glue/demo.py (the `make demo` driver) does not exist yet")
     env = lyceum_env(kit, emu, BACKEND="lyceum")  # `make demo BACKEND=lyceum` passes it the same way
-    res = subprocess.run([sys.executable, "-m", "glue.demo"], env=env, capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-m", "glue.recovery.demo"], env=env, capture_output=True, text=True,
                          timeout=1800, stdin=subprocess.DEVNULL)
     assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     assert "PASS" in res.stderr

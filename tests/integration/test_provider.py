@@ -10,8 +10,8 @@ import time
 import pytest
 from rich.console import Console
 
-from glue.cloud.local import LocalBackend
-from glue.infra.keys import public_key
+from glue.cloud.local.backend import LocalBackend
+from glue.infra.ssh_keys import public_key
 from glue.infra.terraform import Terraform
 
 from .conftest import Kit

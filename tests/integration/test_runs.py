@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from glue.cloud.local_bucket import LocalBucket
+from glue.cloud.local.bucket import LocalBucket
 from glue.storage import bucket as bucket_store
 
 from .conftest import Kit

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from glue.cloud.base import VMSpec
-from glue.cloud.local import LocalBackend
-from glue.cloud.local_bucket import free_port
+from glue.cloud.local.backend import LocalBackend
+from glue.cloud.local.bucket import free_port
 from glue.errors import GlueError
 
 from .sts_bucket import StsBucket

@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from glue import advise
-from glue.recover import check_resume
+from glue.recovery import advise
+from glue.recovery.recover import check_resume
 
 
 def test_young_and_daly() -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from glue.runs.classify import Evidence, Outcome, classify
-from glue.runs.group import GroupSpec, Rendezvous, node_env, torchrun_argv
 from glue.runs.monitor import NodeState, combine
 from glue.runs.timeline import Event, order
+from glue.runs.vm_group import GroupSpec, Rendezvous, node_env, torchrun_argv
 from glue.train.agreement import config_hash, find_mismatch
-from glue.train.keys import error_key, metrics_key
+from glue.train.layout import error_key, metrics_key
 
 T0 = "2026-11-30T01:00:00.000000Z"
 

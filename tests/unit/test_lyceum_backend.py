@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from glue.cloud import lyceum
+from glue.cloud.lyceum import backend as lyceum
 from glue.cloud.base import VMSpec
-from glue.cloud.lyceum import LyceumBackend, parse_address, tf_vars
-from glue.cloud.lyceum_api import LyceumClient, RetryPolicy
-from glue.cloud.lyceum_spec import LyceumVMSpec
+from glue.cloud.lyceum.api import LyceumClient, RetryPolicy
+from glue.cloud.lyceum.backend import LyceumBackend, parse_address, tf_vars
+from glue.cloud.lyceum.spec import LyceumVMSpec
 from glue.errors import GlueError
 from tests.lyceum_emulator import Emulator
 

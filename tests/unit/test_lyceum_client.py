@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from glue.cloud.lyceum_api import (
+from glue.cloud.lyceum.api import (
     LyceumClient,
     LyceumError,
     LyceumNotFound,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from glue import cluster
 from glue.cloud import get_backend
+from glue.cluster import state
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.runs import monitor
@@ -21,11 +21,11 @@ VFS_META = "/var/cache/gpukit-rclone/vfsMeta"
 
 def blockers(home: Path) -> list[str]:
     """Human-readable reasons not to destroy the cluster now (empty: safe)."""
-    hosts = {h.id: h for h in cluster.hosts(home)}
+    hosts = {h.id: h for h in state.hosts(home)}
     if not hosts:
         return []
-    cfg = cluster.ClusterConfig.load(home)
-    info = cluster.bucket_info(home)
+    cfg = state.ClusterConfig.load(home)
+    info = state.bucket_info(home)
     creds = get_backend(cfg.backend, home).bucket_credentials()
     found: list[str] = []
     for run in run_ids(info, creds):

@@ -31,22 +31,22 @@ import paramiko
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from glue.cloud import lyceum_creds
 from glue.cloud.base import BucketCredentials, BucketInfo, VMRecord, VMSpec
-from glue.cloud.lyceum_api import (
+from glue.cloud.lyceum import bucket as lyceum_creds
+from glue.cloud.lyceum.api import (
     GONE_STATUSES,
     LyceumClient,
     LyceumNotFound,
     api_key_from_env,
     api_url_from_env,
 )
-from glue.cloud.lyceum_spec import GPU_PROFILES, PROFILES, LyceumVMSpec, check, input_errors
+from glue.cloud.lyceum.spec import GPU_PROFILES, PROFILES, LyceumVMSpec, check, input_errors
 from glue.errors import GlueError
 
 NAME = "lyceum"
 SSH_USER = "root"
 RUNNING_STATUSES = frozenset({"running", "ready"})
-DELETE_COMMAND = "python -m glue.cloud.lyceum delete"
+DELETE_COMMAND = "python -m glue.cloud.lyceum delete"  # __main__.py
 HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
 
 
@@ -120,6 +120,10 @@ class LyceumBackend:
     API (an empty destroy) do not need a key."""
 
     name = NAME
+    credentials_expire = True  # STS-style: refreshed near expiry and pushed to the VMs
+
+    def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
+        return tf_vars(vm_count, name_prefix, ssh_public_key)
 
     def __init__(self, home: Path, client: LyceumClient | None = None, console: Console | None = None) -> None:
         self.home = home

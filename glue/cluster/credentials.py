@@ -1,7 +1,7 @@
-"""Push refreshed Lyceum bucket credentials to the copies the VMs hold.
+"""Push refreshed bucket credentials to the copies the VMs hold.
 
-Lyceum's bucket credentials expire; the controller refreshes <home>/bucket/credentials.json
-(lyceum_creds). Each VM holds two copies that must follow:
+Some backends' bucket credentials expire (Lyceum's); the backend refreshes the controller's copy
+(<home>/bucket/credentials.json). Each VM holds two copies that must follow:
 - the trainer's file (glue.runs.remote.CREDENTIALS_PATH), which the checkpointer re-reads whenever
   its credentials near expiry: rewriting it is enough;
 - the /mnt/s3 mount's rclone config (the bucket_mount role's /etc/gpukit/rclone.conf): rclone reads
@@ -19,8 +19,7 @@ import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
-from glue.cloud.base import BucketCredentials
-from glue.cloud.lyceum import LyceumBackend
+from glue.cloud.base import Backend, BucketCredentials
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
@@ -91,10 +90,10 @@ def push(home: Path, hosts: Iterable[Host], creds: BucketCredentials) -> dict[st
     return results
 
 
-def push_if_refreshed(home: Path, hosts: list[Host], backend: LyceumBackend | None = None) -> dict[str, str]:
+def push_if_refreshed(home: Path, hosts: list[Host], backend: Backend) -> dict[str, str]:
     """Refresh the controller's credentials when near expiry; push them when they changed."""
-    creds = (backend or LyceumBackend(home)).bucket_credentials()
-    marker = home / "lyceum" / "pushed.json"
+    creds = backend.bucket_credentials()
+    marker = home / backend.name / "pushed.json"
     try:
         pushed = json.loads(marker.read_text())
     except (OSError, ValueError):

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from glue import cluster
+from glue.cluster import state
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
@@ -82,11 +82,11 @@ class Rendezvous:
 
 def pick_hosts(home: Path, vm: str | None, nodes: int) -> list[Host]:
     """One VM (--vm or the first) for a single-node run; the first N VMs (name order) for N nodes."""
-    hosts = cluster.hosts(home)
+    hosts = state.hosts(home)
     if not hosts:
         raise GlueError("no VMs in the cluster; run `glue up` first")
     if nodes == 1:
-        return [cluster.host(home, vm) if vm else hosts[0]]
+        return [state.host(home, vm) if vm else hosts[0]]
     if vm:
         raise GlueError("--vm picks the VM of a single-node run; a run with --nodes N uses the first N VMs")
     if len(hosts) < nodes:

@@ -4,7 +4,7 @@ Builds the VM's root (an overlay of the host root whose upper layer is the VM's 
 directory), chroots into it, starts sshd on loopback and reaps orphans until killed. Everything
 the VM writes lands in its disk directory, so deleting that directory is terminating the VM.
 
-Usage: python -m glue.cloud.local_init <vm_dir>   (vm_dir holds config.json written by local.py)
+Usage: python -m glue.cloud.local.vm_init <vm_dir>   (vm_dir holds config.json written by local.py)
 """
 
 from __future__ import annotations

@@ -1,51 +1,20 @@
-"""The cluster: bring it up (terraform, inventory, ansible), tear it down, report on it."""
+"""The cluster's lifecycle: bring it up (terraform, inventory, Ansible), tear it down behind the down
+guard, and report on it. Sits above glue.runs: the down guard asks the monitor whether runs are done."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from glue.cloud import get_backend
-from glue.cloud.base import BucketInfo
+from glue.cluster import down_guard
+from glue.cluster.state import ClusterConfig, bucket_info, hosts, tf_vars
 from glue.errors import GlueError
 from glue.infra import inventory, preflight, ssh
-from glue.infra.keys import public_key
 from glue.infra.terraform import Terraform
 from glue.storage import bucket as bucket_store
-
-DEFAULT_VMS = 2
-
-
-@dataclass
-class ClusterConfig:
-    """What `glue up` was last asked for (kept in <home>/cluster.json)."""
-
-    backend: str = "local"
-    vms: int = DEFAULT_VMS
-    name_prefix: str = "gpukit"
-
-    @classmethod
-    def load(cls, home: Path) -> ClusterConfig:
-        try:
-            return cls(**json.loads((home / "cluster.json").read_text()))
-        except (OSError, ValueError, TypeError):
-            return cls()
-
-    def save(self, home: Path) -> None:
-        (home / "cluster.json").write_text(json.dumps(self.__dict__))
-
-
-def tf_vars(home: Path, cfg: ClusterConfig) -> dict[str, Any]:
-    if cfg.backend == "lyceum":
-        from glue.cloud.lyceum import tf_vars
-
-        return tf_vars(cfg.vms, cfg.name_prefix, public_key(home))
-    return {"vm_count": cfg.vms, "name_prefix": cfg.name_prefix, "gpu_type": "none",
-            "ssh_public_key": public_key(home)}
 
 
 def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True) -> list[inventory.Host]:
@@ -54,10 +23,10 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True)
     tf = Terraform(home, cfg.backend, console)
     tf.apply(tf_vars(home, cfg))
     cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
-    hosts = inventory.write(home, tf.outputs())
+    written = inventory.write(home, tf.outputs())
     if configure:
         configure_hosts(home, console)
-    return hosts
+    return written
 
 
 def configure_hosts(home: Path, console: Console, limit: list[str] | None = None) -> None:
@@ -76,40 +45,14 @@ def configure_hosts(home: Path, console: Console, limit: list[str] | None = None
 
 
 def down(home: Path, console: Console, force: bool = False) -> None:
-    """Destroy the VMs once nothing would be lost (see glue.teardown); the bucket is never destroyed."""
-    from glue import teardown
-
+    """Destroy the VMs once nothing would be lost (see glue.cluster.down_guard); the bucket is never destroyed."""
     cfg = ClusterConfig.load(home)
     preflight.check_terraform()
-    for reason in teardown.check(home, force):
+    for reason in down_guard.check(home, force):
         console.print(f"[yellow]--force:[/] {reason}")
     tf = Terraform(home, cfg.backend, console)
     tf.apply(tf_vars(home, cfg), destroy=True)
     inventory.write(home, {"vms": {}, "bucket": tf.outputs().get("bucket", {})})
-
-
-def hosts(home: Path) -> list[inventory.Host]:
-    cfg = ClusterConfig.load(home)
-    if not (home / "terraform" / cfg.backend / "terraform.tfstate").exists():
-        return []
-    return inventory.hosts_from_outputs(Terraform(home, cfg.backend).outputs())
-
-
-def host(home: Path, name: str) -> inventory.Host:
-    found = {h.name: h for h in hosts(home)}
-    if name not in found:
-        known = ", ".join(found) or "none (run `glue up`)"
-        raise GlueError(f"unknown VM {name!r}; VMs in this cluster: {known}")
-    return found[name]
-
-
-def bucket_info(home: Path) -> BucketInfo:
-    cfg = ClusterConfig.load(home)
-    out = None
-    if (home / "terraform" / cfg.backend / "terraform.tfstate").exists():
-        out = Terraform(home, cfg.backend).outputs().get("bucket")
-    # After `down` the outputs are gone but the bucket is not: ask the backend (starts it on demand).
-    return BucketInfo(**out) if out else get_backend(cfg.backend, home).bucket()
 
 
 def status(home: Path, verify: bool = False) -> dict[str, Any]:
@@ -143,11 +86,3 @@ def status(home: Path, verify: bool = False) -> dict[str, Any]:
     return {"backend": cfg.backend, "vms": vms, "bucket": bucket}
 
 
-def refresh_credentials(home: Path) -> None:
-    """Expiring bucket credentials (lyceum's are STS-style): refresh them near expiry and push the new
-    ones to every VM's trainer file and /mnt/s3 mount. A no-op for backends whose keys do not expire."""
-    cfg = ClusterConfig.load(home)
-    if cfg.backend == "lyceum":
-        from glue.cloud import lyceum_refresh
-
-        lyceum_refresh.push_if_refreshed(home, hosts(home))

@@ -26,8 +26,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from glue import cluster
 from glue.cloud import get_backend
+from glue.cluster import lifecycle, state
 from glue.errors import GlueError
 from glue.infra import inventory, ssh
 from glue.infra.inventory import Host
@@ -36,8 +36,8 @@ from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import guard, monitor, remote
 from glue.runs.classify import Outcome
-from glue.runs.group import GroupSpec
 from glue.runs.store import RunStore, parse_iso, utc_iso
+from glue.runs.vm_group import GroupSpec
 
 REFUSE_WITHOUT_FORCE = {
     Outcome.OOM_GPU: "restarting does not repair a repeatable memory failure; investigate with "
@@ -138,14 +138,14 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
     """Terraform brings the group's VMs back: a lost VM is drift (re-created by the apply); the live VM
     of a single-node run is replaced too unless --same-vm; a group keeps its live VMs. Returns the
     hosts in node order and the names of the new VMs."""
-    cfg = cluster.ClusterConfig.load(home)
+    cfg = state.ClusterConfig.load(home)
     backend = get_backend(cfg.backend, home)
     tf = Terraform(home, cfg.backend, console)
     replace = [f'gpukit_vm.node["{nd["vm"]}"]' for nd in nodes
                if len(nodes) == 1 and not same_vm and backend.read_vm(str(nd["vm_id"])) is not None]
-    tf.apply(cluster.tf_vars(home, cfg), replace=replace)
+    tf.apply(state.tf_vars(home, cfg), replace=replace)
     inventory.write(home, tf.outputs())
-    hosts = [cluster.host(home, str(nd["vm"])) for nd in nodes]
+    hosts = [state.host(home, str(nd["vm"])) for nd in nodes]
     return hosts, [h.name for h, nd in zip(hosts, nodes, strict=True) if h.id != nd["vm_id"]]
 
 
@@ -202,7 +202,7 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
     fresh = replaced or [h.name for h in hosts]
     t0 = time.monotonic()
     with _phase(console, f"configure: the playbook on {', '.join(fresh)} (bucket mount, trainer runtime)"):
-        cluster.configure_hosts(home, console, limit=fresh)
+        lifecycle.configure_hosts(home, console, limit=fresh)
     configure_s = time.monotonic() - t0
     t0 = time.monotonic()
     with _phase(console, f"verify: mount live and checkpoint {ckpt} reads back on {', '.join(fresh)}"):

@@ -17,10 +17,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from glue import cluster
-from glue import recover as recover_mod
 from glue.cloud import get_backend
+from glue.cluster import state
 from glue.errors import GlueError
+from glue.recovery import recover as recover_mod
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import monitor
@@ -108,7 +108,7 @@ def compare_final(ref: RunStore, drill: RunStore, step: int) -> tuple[str | None
     """Load every component of both runs' step-N checkpoints and compare them tensor by tensor."""
     import torch
 
-    from glue.train.manifest import Commit
+    from glue.train.ckpt_format import Commit
 
     commits = []
     for store in (ref, drill):
@@ -134,7 +134,7 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
           kill_at: int | None = None, tolerance: float = 0.0, timeout: float = 600,
           overrides: dict[str, Any] | None = None) -> DrillResult:
     runconfig.check_run_id(run_id)
-    hosts = cluster.hosts(home)
+    hosts = state.hosts(home)
     if len(hosts) < 2:
         raise GlueError("the drill needs 2 VMs (one runs the reference, the other is destroyed); "
                         "run `glue up --vms 2`")
@@ -168,7 +168,7 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
     with console.status(f"training {drill_id} to step {at}"):
         _wait(home, dr, lambda r: (r.heartbeat or {}).get("step") is not None and r.heartbeat["step"] >= at,
               f"step {at}", timeout)
-    backend = get_backend(cluster.ClusterConfig.load(home).backend, home)
+    backend = get_backend(state.ClusterConfig.load(home).backend, home)
     victim_id = dr.attempt(1)["vm_id"]
     backend.delete_vm(victim_id)
     console.print(f"[red]destroyed VM {victim.name}[/] ({victim_id}) under {drill_id}")

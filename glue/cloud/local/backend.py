@@ -1,6 +1,6 @@
 """The local backend: VMs as namespaced process trees on this machine, the bucket as rclone serve s3.
 
-A VM = `unshare --mount --uts --pid --fork` running glue.cloud.local_init as its PID 1 (overlay of
+A VM = `unshare --mount --uts --pid --fork` running glue.cloud.local.vm_init as its PID 1 (overlay of
 the host root, private /root, tmpfs /run and /tmp, sshd on 127.0.0.1:<port>). Delete = SIGKILL that
 PID 1 (the kernel then kills every process in the namespace, FUSE daemons included; the mount
 namespace and its mounts go with them), then remove the disk directory.
@@ -19,9 +19,10 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from glue.cloud.base import BucketCredentials, BucketInfo, VMRecord, VMSpec
-from glue.cloud.local_bucket import HOST, LocalBucket, free_port, pid_alive
+from glue.cloud.local.bucket import HOST, LocalBucket, free_port, pid_alive
 from glue.errors import GlueError
 from glue.paths import write_secret
 
@@ -86,11 +87,16 @@ class LocalBackend:
     """Backend `local`: needs root (namespaces), openssh-server and fuse3."""
 
     name = "local"
+    credentials_expire = False
 
     def __init__(self, home: Path) -> None:
         self.home = home
         self.vms_dir = home / "vms"
         self.bucket_server = LocalBucket(home)
+
+    def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
+        return {"vm_count": vm_count, "name_prefix": name_prefix, "gpu_type": "none",
+                "ssh_public_key": ssh_public_key}
 
     # -- VMs ---------------------------------------------------------------------------------
     def _vm_dir(self, vm_id: str) -> Path:
@@ -134,7 +140,7 @@ class LocalBackend:
             log = open(vm_dir / "init.log", "ab")
             proc = subprocess.Popen(
                 ["unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child",
-                 sys.executable, "-m", "glue.cloud.local_init", str(vm_dir)],
+                 sys.executable, "-m", "glue.cloud.local.vm_init", str(vm_dir)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                 cwd="/", env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
             )

@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from rich.console import Console
 from rich.rule import Rule
 
-from glue import cluster, drill
+from glue.cluster import lifecycle, state
 from glue.errors import GlueError
 from glue.paths import PROJECT_ROOT, home
+from glue.recovery import drill
 
 STEPS, KILL_AT = 60, 30
 
@@ -33,13 +34,13 @@ def main() -> int:
     t0 = time.monotonic()
     try:
         console.print(Rule(f"1/4  up: 2 VMs on the {backend} backend, configured by Ansible"))
-        cfg = cluster.ClusterConfig(backend=backend, vms=2, name_prefix="demo")
-        cluster.up(demo_home, cfg, console)
+        cfg = state.ClusterConfig(backend=backend, vms=2, name_prefix="demo")
+        lifecycle.up(demo_home, cfg, console)
         console.print(Rule(f"2/4  train tiny_gpt twice ({STEPS} steps); destroy one VM at step {KILL_AT}; recover"))
         result = drill.drill(demo_home, run_id, PROJECT_ROOT / "examples" / "tiny_gpt.yaml", console,
                              steps=STEPS, kill_at=KILL_AT)
         console.print(Rule("3/4  down: destroy the VMs (the bucket and its data stay)"))
-        cluster.down(demo_home, console)
+        lifecycle.down(demo_home, console)
     except GlueError as exc:
         console.print(f"[red]demo failed:[/] {exc}")
         console.print(f"inspect with: GPUKIT_HOME={demo_home} .venv/bin/glue status; clean up with "

@@ -1,0 +1,74 @@
+"""Cluster state: what `glue up` was asked for, the VMs terraform reports, where the bucket is, and
+keeping expiring bucket credentials fresh on the VMs. Read-only lookups; depends on infra and cloud only."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from glue.cloud import get_backend
+from glue.cloud.base import BucketInfo
+from glue.cluster import credentials
+from glue.errors import GlueError
+from glue.infra import inventory
+from glue.infra.ssh_keys import public_key
+from glue.infra.terraform import Terraform
+
+DEFAULT_VMS = 2
+
+
+@dataclass
+class ClusterConfig:
+    """What `glue up` was last asked for (kept in <home>/cluster.json)."""
+
+    backend: str = "local"
+    vms: int = DEFAULT_VMS
+    name_prefix: str = "gpukit"
+
+    @classmethod
+    def load(cls, home: Path) -> ClusterConfig:
+        try:
+            return cls(**json.loads((home / "cluster.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            return cls()
+
+    def save(self, home: Path) -> None:
+        (home / "cluster.json").write_text(json.dumps(self.__dict__))
+
+
+def tf_vars(home: Path, cfg: ClusterConfig) -> dict[str, Any]:
+    return get_backend(cfg.backend, home).tf_vars(cfg.vms, cfg.name_prefix, public_key(home))
+
+
+def hosts(home: Path) -> list[inventory.Host]:
+    cfg = ClusterConfig.load(home)
+    if not (home / "terraform" / cfg.backend / "terraform.tfstate").exists():
+        return []
+    return inventory.hosts_from_outputs(Terraform(home, cfg.backend).outputs())
+
+
+def host(home: Path, name: str) -> inventory.Host:
+    found = {h.name: h for h in hosts(home)}
+    if name not in found:
+        known = ", ".join(found) or "none (run `glue up`)"
+        raise GlueError(f"unknown VM {name!r}; VMs in this cluster: {known}")
+    return found[name]
+
+
+def bucket_info(home: Path) -> BucketInfo:
+    cfg = ClusterConfig.load(home)
+    out = None
+    if (home / "terraform" / cfg.backend / "terraform.tfstate").exists():
+        out = Terraform(home, cfg.backend).outputs().get("bucket")
+    # After `down` the outputs are gone but the bucket is not: ask the backend (starts it on demand).
+    return BucketInfo(**out) if out else get_backend(cfg.backend, home).bucket()
+
+
+def refresh_credentials(home: Path) -> None:
+    """Expiring bucket credentials (lyceum's are STS-style): refresh them near expiry and push the new
+    ones to every VM's trainer file and /mnt/s3 mount. A no-op for backends whose keys do not expire."""
+    backend = get_backend(ClusterConfig.load(home).backend, home)
+    if backend.credentials_expire:
+        credentials.push_if_refreshed(home, hosts(home), backend)

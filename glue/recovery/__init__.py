@@ -1,0 +1,1 @@
+"""Operations that move or test a run across VMs: recover, drill, advise, and the demo that strings them."""

@@ -36,9 +36,10 @@ test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e)
 test-all: bootstrap ## The suite including the long `stress` tests (kill -9 storms, the lyceum demo)
 	@$(PY) -m pytest -m "" $(PYTEST_ARGS)
 
-lint: bootstrap ## ruff, mypy, terraform fmt/validate, ansible-lint, yamllint
+lint: bootstrap ## ruff, mypy, import layers, terraform fmt, ansible-lint, yamllint
 	@$(VENV)/bin/ruff check glue tests bench
 	@$(VENV)/bin/mypy
+	@$(VENV)/bin/lint-imports --no-cache
 	@TF_CLI_CONFIG_FILE=/dev/null terraform fmt -check -recursive terraform
 	@if [ -d ansible/roles ] && [ -n "$$(ls -A ansible/roles)" ]; then \
 	  $(VENV)/bin/yamllint -s ansible && (cd ansible && ../$(VENV)/bin/ansible-lint --profile production -q); fi

@@ -9,8 +9,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from glue.cloud.base import BucketCredentials, BucketInfo
 from glue.cloud.local.bucket import LocalBucket
+from glue.records import BucketCredentials, BucketInfo
 
 
 @dataclass

@@ -1,9 +1,12 @@
-"""The one small interface every backend implements, and the typed records at its boundary."""
+"""The one small interface every backend implements, and the VM records at its boundary. The bucket
+records live in glue.records: storage uses them too, and must not depend on the cloud layer."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
+
+from glue.records import BucketCredentials, BucketInfo
 
 
 @dataclass(frozen=True)
@@ -36,23 +39,7 @@ class VMRecord:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class BucketInfo:
-    """Where the persistent bucket is. Never holds credentials."""
-
-    endpoint: str
-    name: str
-    region: str
-
-
-@dataclass(frozen=True)
-class BucketCredentials:
-    """S3 credentials; expiring (STS-style) ones carry a session token and an expiry (epoch s)."""
-
-    access_key: str
-    secret_key: str
-    session_token: str | None = None
-    expires_at: float | None = None
+__all__ = ["Backend", "BucketCredentials", "BucketInfo", "VMRecord", "VMSpec"]
 
 
 class Backend(Protocol):

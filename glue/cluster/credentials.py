@@ -19,10 +19,11 @@ import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
-from glue.cloud.base import Backend, BucketCredentials
+from glue.cloud.base import Backend
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
+from glue.records import BucketCredentials
 
 TRAINER_FILE = "/run/gpukit/bucket-credentials.json"  # = glue.runs.remote.CREDENTIALS_PATH
 RCLONE_CONF = "/etc/gpukit/rclone.conf"  # bucket_mount_rclone_config

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from glue.cloud import get_backend
-from glue.cloud.base import BucketInfo
 from glue.cluster import credentials
 from glue.errors import GlueError
 from glue.infra import inventory
 from glue.infra.ssh_keys import public_key
 from glue.infra.terraform import Terraform
+from glue.records import BucketInfo
 
 DEFAULT_VMS = 2
 

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glue.cloud.base import BucketInfo, VMRecord, VMSpec
+from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local.backend import LocalBackend
 from glue.infra import inventory
 from glue.infra.ssh_keys import public_key
+from glue.records import BucketInfo
 
 
 @dataclass

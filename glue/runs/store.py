@@ -10,8 +10,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from glue.cloud.base import BucketCredentials, BucketInfo
 from glue.errors import GlueError
+from glue.records import BucketCredentials, BucketInfo
 from glue.storage import bucket as bucket_store
 from glue.train.layout import heartbeat_key
 

@@ -17,7 +17,7 @@ from botocore.exceptions import (
     ResponseStreamingError,
 )
 
-from glue.cloud.base import BucketCredentials, BucketInfo
+from glue.records import BucketCredentials, BucketInfo
 from glue.train import s3_errors
 
 

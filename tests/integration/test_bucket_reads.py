@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from glue.cloud.base import BucketCredentials, BucketInfo
+from glue.records import BucketCredentials, BucketInfo
 from glue.storage import bucket
 from glue.train.storage import RetryPolicy, S3Storage, make_s3_client
 from tests.conftest import BucketHandle

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from glue.cloud.base import BucketInfo
 from glue.cloud.local.bucket import LocalBucket
+from glue.records import BucketInfo
 from glue.storage import bucket as bucket_store
 
 from .conftest import Kit

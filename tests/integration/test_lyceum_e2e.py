@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from glue.cloud.base import BucketInfo
 from glue.cloud.lyceum.backend import LyceumBackend
+from glue.records import BucketInfo
 from glue.storage import bucket as bucket_store
 from tests.lyceum_emulator import Emulator
 

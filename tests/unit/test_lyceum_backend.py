@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from glue.cloud.lyceum import backend as lyceum
 from glue.cloud.base import VMSpec
+from glue.cloud.lyceum import backend as lyceum
 from glue.cloud.lyceum.api import LyceumClient, RetryPolicy
 from glue.cloud.lyceum.backend import LyceumBackend, parse_address, tf_vars
 from glue.cloud.lyceum.spec import LyceumVMSpec

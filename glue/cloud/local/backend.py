@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from glue.cloud.base import BucketCredentials, BucketInfo, VMRecord, VMSpec
+from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local.bucket import HOST, LocalBucket, free_port, pid_alive
 from glue.errors import GlueError
 from glue.paths import write_secret
+from glue.records import BucketCredentials, BucketInfo
 
 BOOT_TIMEOUT = 20.0
 _spawn_lock = threading.Lock()  # terraform creates VMs in parallel: one port pick + spawn at a time

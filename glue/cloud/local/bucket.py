@@ -16,9 +16,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from glue.cloud.base import BucketCredentials, BucketInfo
 from glue.errors import GlueError
 from glue.paths import tool, write_secret
+from glue.records import BucketCredentials, BucketInfo
 
 BUCKET_NAME = "gpukit"
 REGION = "local"

@@ -31,7 +31,7 @@ import paramiko
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from glue.cloud.base import BucketCredentials, BucketInfo, VMRecord, VMSpec
+from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.lyceum import bucket as lyceum_creds
 from glue.cloud.lyceum.api import (
     GONE_STATUSES,
@@ -42,6 +42,7 @@ from glue.cloud.lyceum.api import (
 )
 from glue.cloud.lyceum.spec import GPU_PROFILES, PROFILES, LyceumVMSpec, check, input_errors
 from glue.errors import GlueError
+from glue.records import BucketCredentials, BucketInfo
 
 NAME = "lyceum"
 SSH_USER = "root"

@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from glue.cloud.base import BucketCredentials, BucketInfo
 from glue.errors import GlueError
 from glue.paths import write_secret
+from glue.records import BucketCredentials, BucketInfo
 
 SOURCE = "lyceum"
 MAX_MARGIN_S = 300.0

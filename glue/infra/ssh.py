@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,47 +47,107 @@ def connect(home: Path, host: Host, timeout: float = 5.0) -> paramiko.SSHClient:
     return client
 
 
+# Connections kept open for the duration of a `session()`: (home, host id, address) -> client.
+_SESSION: ContextVar[dict[tuple[str, str, str, int], paramiko.SSHClient] | None] = ContextVar("ssh_session",
+                                                                                             default=None)
+
+
+@contextmanager
+def session() -> Iterator[None]:
+    """Reuse one SSH connection per host for every command run inside (a monitor poll runs several
+    per node: reachable, process state, ...); all are closed on exit. Outside a session each
+    command opens and closes its own connection."""
+    if _SESSION.get() is not None:  # nested: the outer session owns the connections
+        yield
+        return
+    pool: dict[tuple[str, str, str, int], paramiko.SSHClient] = {}
+    token = _SESSION.set(pool)
+    try:
+        yield
+    finally:
+        _SESSION.reset(token)
+        for client in pool.values():
+            client.close()
+
+
+@contextmanager
+def _connection(home: Path, host: Host) -> Iterator[paramiko.SSHClient]:
+    pool = _SESSION.get()
+    if pool is None:
+        client = connect(home, host)
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    key = (str(home), host.id, host.ssh_host, host.ssh_port)
+    cached = pool.get(key)
+    transport = cached.get_transport() if cached is not None else None
+    if cached is None or transport is None or not transport.is_active():
+        if cached is not None:
+            cached.close()
+        cached = pool[key] = connect(home, host)
+    try:
+        yield cached
+    except GlueError:
+        pool.pop(key, None)  # the connection may be what failed: the next command opens a new one
+        cached.close()
+        raise
+
+
+def opened_in_session() -> int:
+    """How many connections the current session holds (0 outside one); for tests and benchmarks."""
+    return len(_SESSION.get() or {})
+
+
 def run(home: Path, host: Host, command: str, timeout: float = 600, stream: bool = False) -> CommandResult:
     """Run `command` on the VM; with stream=True its output goes to our stdout/stderr as it comes."""
-    client = connect(home, host)
-    try:
-        chan = client.get_transport().open_session()  # type: ignore[union-attr]
-        chan.settimeout(timeout)
-        chan.exec_command(command)
-        out, err = bytearray(), bytearray()
-        eof_deadline: float | None = None
-        while True:
-            got = False
-            if chan.recv_ready():
-                data = chan.recv(65536)
-                out += data
-                got = True
-                if stream:
-                    sys.stdout.buffer.write(data)
-                    sys.stdout.flush()
-            if chan.recv_stderr_ready():
-                data = chan.recv_stderr(65536)
-                err += data
-                got = True
-                if stream:
-                    sys.stderr.buffer.write(data)
-                    sys.stderr.flush()
-            if not got:
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    # sshd can report the exit status before the last output: wait for its EOF, briefly
-                    # (a background child that keeps the pipe open must not hang us).
-                    eof_deadline = eof_deadline or time.monotonic() + 2.0
-                    if chan.eof_received or time.monotonic() > eof_deadline:
-                        break
-                    time.sleep(0.01)  # status_event is already set: waiting on it would spin
-                else:
-                    chan.status_event.wait(0.05)
-        code = chan.recv_exit_status()
-    except TimeoutError as exc:
-        raise GlueError(f"{host.name}: command timed out after {timeout:.0f}s") from exc
-    finally:
-        client.close()
+    with _connection(home, host) as client:
+        chan = _open_channel(client, host)
+        try:
+            chan.settimeout(timeout)
+            chan.exec_command(command)
+            out, err = bytearray(), bytearray()
+            eof_deadline: float | None = None
+            while True:
+                got = False
+                if chan.recv_ready():
+                    data = chan.recv(65536)
+                    out += data
+                    got = True
+                    if stream:
+                        sys.stdout.buffer.write(data)
+                        sys.stdout.flush()
+                if chan.recv_stderr_ready():
+                    data = chan.recv_stderr(65536)
+                    err += data
+                    got = True
+                    if stream:
+                        sys.stderr.buffer.write(data)
+                        sys.stderr.flush()
+                if not got:
+                    if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                        # sshd can report the exit status before the last output: wait for its EOF, briefly
+                        # (a background child that keeps the pipe open must not hang us).
+                        eof_deadline = eof_deadline or time.monotonic() + 2.0
+                        if chan.eof_received or time.monotonic() > eof_deadline:
+                            break
+                        time.sleep(0.01)  # status_event is already set: waiting on it would spin
+                    else:
+                        chan.status_event.wait(0.05)
+            code = chan.recv_exit_status()
+        except TimeoutError as exc:
+            raise GlueError(f"{host.name}: command timed out after {timeout:.0f}s") from exc
+        finally:
+            chan.close()  # a pooled connection outlives the command: its channel must not
     return CommandResult(code, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+def _open_channel(client: paramiko.SSHClient, host: Host) -> paramiko.Channel:
+    try:
+        return client.get_transport().open_session()  # type: ignore[union-attr]
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        raise GlueError(f"{host.name}: SSH failed: {exc}") from exc
 
 
 def reachable(home: Path, host: Host, timeout: float = 3.0) -> bool:
@@ -101,15 +164,15 @@ def put_file(home: Path, host: Host, path: str, data: bytes, mode: int = 0o600) 
     umask = 0o777 & ~mode
     directory = path.rsplit("/", 1)[0] or "/"
     cmd = f"umask {umask:03o} && mkdir -p '{directory}' && cat > '{path}' && chmod {mode:o} '{path}'"
-    client = connect(home, host)
-    try:
-        chan = client.get_transport().open_session()  # type: ignore[union-attr]
-        chan.exec_command(cmd)
-        chan.sendall(data)
-        chan.shutdown_write()
-        code = chan.recv_exit_status()
-        err = chan.recv_stderr(4096).decode(errors="replace").strip()
-    finally:
-        client.close()
+    with _connection(home, host) as client:
+        chan = _open_channel(client, host)
+        try:
+            chan.exec_command(cmd)
+            chan.sendall(data)
+            chan.shutdown_write()
+            code = chan.recv_exit_status()
+            err = chan.recv_stderr(4096).decode(errors="replace").strip()
+        finally:
+            chan.close()
     if code != 0:
         raise GlueError(f"{host.name}: could not write {path}: {err or f'exit {code}'}")

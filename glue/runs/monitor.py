@@ -198,7 +198,13 @@ def capture_stacks(home: Path, host: Host, pid: int) -> str:
 
 
 def check(home: Path, store: RunStore, record_incident: bool = True) -> Report:
-    """Classify the latest attempt; on a new failure, write the incident and update the attempt."""
+    """Classify the latest attempt; on a new failure, write the incident and update the attempt.
+    One SSH connection per node serves the whole poll (reachability, process state, stacks)."""
+    with ssh.session():
+        return _check(home, store, record_incident)
+
+
+def _check(home: Path, store: RunStore, record_incident: bool) -> Report:
     manifest = store.manifest()
     state.refresh_credentials(home)  # a watched run must not lose the bucket when credentials expire
     attempts = store.attempts()

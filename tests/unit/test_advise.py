@@ -3,7 +3,7 @@ import math
 import pytest
 
 from glue.recovery import advise
-from glue.recovery.recover import check_resume
+from glue.recovery.resume_check import check_resume
 
 
 def test_young_and_daly() -> None:

@@ -1,0 +1,82 @@
+"""The resume check: does the resumed attempt continue exactly where the lost one stopped?
+
+Pure functions over per-step metrics records ({step: {"loss": ..., "batch": ..., "rng": ...}}), so
+recover, the drill and their unit tests judge a resume the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from glue.runs.store import RunStore
+
+STEP_INPUTS = {"batch": "data position", "rng": "rng"}
+
+
+@dataclass
+class ResumeCheck:
+    ok: bool
+    first_step: int | None
+    compared: list[int] = field(default_factory=list)
+    problem: str | None = None
+
+
+def merged_metrics(store: RunStore, before_attempt: int, rank: int = 0) -> dict[int, dict[str, Any]]:
+    """step -> record of one rank from the attempts before `before_attempt` (a later attempt overrides)."""
+    out: dict[int, dict[str, Any]] = {}
+    for att, steps in sorted(store.metrics(rank).items()):
+        if att < before_attempt:
+            out.update(steps)
+    return out
+
+
+def check_resume(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]], ckpt: int | None,
+                 upto: int, tolerance: float, finished_before: bool = False) -> ResumeCheck:
+    """The first resumed step must be ckpt + 1; losses at steps both attempts ran must agree.
+
+    `new` empty means the resumed attempt exited 0 without a step. That is right only when the lost
+    attempt had finished training (`finished_before`: it wrote every required output) and the
+    checkpoint is the last step it reached: the VM died between the end of training and the exit.
+    """
+    if not new:
+        if finished_before and ckpt is not None and old and ckpt >= max(old):
+            return ResumeCheck(True, None)
+        return ResumeCheck(False, None, problem="the resumed attempt reported no steps")
+    first = min(new)
+    want = (ckpt or 0) + 1
+    if first != want:
+        return ResumeCheck(False, first, problem=f"first resumed step {first} != checkpoint step {ckpt} + 1")
+    compared: list[int] = []
+    for step in range(want, upto + 1):
+        if step not in old or step not in new:
+            continue
+        a, b = float(old[step]["loss"]), float(new[step]["loss"])
+        if abs(a - b) > tolerance:
+            what = [k for k in STEP_INPUTS if k in old[step] and old[step].get(k) != new[step].get(k)]
+            hint = f" (step inputs differ: {', '.join(STEP_INPUTS[k] for k in what)})" if what else ""
+            return ResumeCheck(False, first, compared, f"loss at step {step} is {b!r} after the resume, {a!r} "
+                               f"before the failure (tolerance {tolerance}){hint}")
+        compared.append(step)
+    return ResumeCheck(True, first, compared)
+
+
+def check_all_ranks(store: RunStore, old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]],
+                    failed_attempt: int, new_attempt: int, world_size: int, ckpt: int | None, upto: int,
+                    tolerance: float, finished_before: bool) -> ResumeCheck:
+    """check_resume on rank 0 (`old`/`new`), then on every other rank: each must continue exactly."""
+    check = check_resume(old, new, ckpt, upto, tolerance, finished_before)
+    for rank in range(1, world_size):
+        if not check.ok:
+            break
+        per_rank = check_resume(merged_metrics(store, failed_attempt + 1, rank),
+                                store.metrics(rank).get(new_attempt, {}), ckpt, upto, tolerance, finished_before)
+        if not per_rank.ok:
+            check = ResumeCheck(False, per_rank.first_step, check.compared, f"rank {rank}: {per_rank.problem}")
+    return check
+
+
+def step_ranges(steps: list[int]) -> str:
+    if not steps:
+        return "none (no overlapping steps)"
+    return f"{steps[0]}..{steps[-1]}" if len(steps) > 1 else str(steps[0])

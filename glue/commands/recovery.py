@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from glue.commands.options import NON_NEGATIVE, POSITIVE_FLOAT, POSITIVE_INT
 from glue.paths import home
 
 err = Console(stderr=True)
@@ -18,11 +19,11 @@ err = Console(stderr=True)
 @click.option("--force", is_flag=True, help="Recover even an oom_*, bad_restart or user_error failure.")
 @click.option("--from-scratch", is_flag=True, help="With no valid checkpoint, restart from step 0.")
 @click.option("--same-vm", is_flag=True, help="Reuse the VM when it is still alive (default: a new VM).")
-@click.option("--verify-steps", type=int, default=5, show_default=True,
+@click.option("--verify-steps", type=POSITIVE_INT, default=5, show_default=True,
               help="Resumed steps whose losses must match the pre-failure log.")
-@click.option("--tolerance", type=float, default=0.0, show_default=True,
+@click.option("--tolerance", type=NON_NEGATIVE, default=0.0, show_default=True,
               help="Allowed loss difference (0 = exact, right for CPU; use e.g. 1e-3 on GPU).")
-@click.option("--timeout", "wait_timeout", type=float, default=600, show_default=True,
+@click.option("--timeout", "wait_timeout", type=POSITIVE_FLOAT, default=600, show_default=True,
               help="Seconds to wait for the resumed run to reach the verification steps.")
 def recover(run_id: str, force: bool, from_scratch: bool, same_vm: bool, verify_steps: int, tolerance: float,
             wait_timeout: float) -> None:
@@ -41,10 +42,11 @@ COMMANDS = [recover]
 @click.option("--run", "run_id", required=True, help="Drill name (or an existing run whose config to drill).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Run config (default: the existing run's).")
-@click.option("--steps", type=int, default=None, help="Steps of both runs (default: the config's).")
-@click.option("--kill-at", type=int, default=None, help="Destroy the drill run's VM at this step (default: half).")
-@click.option("--tolerance", type=float, default=0.0, show_default=True, help="Allowed loss difference.")
-@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds to wait for each phase.")
+@click.option("--steps", type=POSITIVE_INT, default=None, help="Steps of both runs (default: the config's).")
+@click.option("--kill-at", type=POSITIVE_INT, default=None,
+              help="Destroy the drill run's VM at this step (default: half).")
+@click.option("--tolerance", type=NON_NEGATIVE, default=0.0, show_default=True, help="Allowed loss difference.")
+@click.option("--timeout", type=POSITIVE_FLOAT, default=600, show_default=True, help="Seconds to wait for each phase.")
 def drill(run_id: str, config_path: Path | None, steps: int | None, kill_at: int | None, tolerance: float,
           timeout: float) -> None:
     """Reference run vs. a run whose VM is destroyed mid-run and recovered; pass/fail."""
@@ -60,8 +62,9 @@ COMMANDS.append(drill)
 
 @click.command()
 @click.option("--run", "run_id", default=None, help="The run whose measured costs to use.")
-@click.option("--mtbf", type=float, default=None, help="Mean time between failures in hours (default: measured).")
-@click.option("--restore-seconds", type=float, default=None, help="Override the measured restore cost.")
+@click.option("--mtbf", type=POSITIVE_FLOAT, default=None,
+              help="Mean time between failures in hours (default: measured).")
+@click.option("--restore-seconds", type=NON_NEGATIVE, default=None, help="Override the measured restore cost.")
 @click.option("--example", is_flag=True, help="Print the worked example (failure at minute 95) and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def advise(run_id: str | None, mtbf: float | None, restore_seconds: float | None, example: bool,

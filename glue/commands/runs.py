@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from glue.commands.options import POSITIVE_INT
 from glue.errors import GlueError
 from glue.paths import home
 from glue.runs import deploy as deploy_mod
@@ -28,10 +29,11 @@ out = Console()
               help="The run config (YAML).")
 @click.option("--vm", default=None, help="VM to run on (default: the first).")
 @click.option("--resume", is_flag=True, help="Start a new attempt of an existing run from its last valid checkpoint.")
-@click.option("--memory-limit-mb", type=int, default=None, help="Cap the trainer's host memory (cgroup, else rlimit).")
-@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--memory-limit-mb", type=POSITIVE_INT, default=None,
+              help="Cap the trainer's host memory (cgroup, else rlimit).")
+@click.option("--nodes", type=POSITIVE_INT, default=1, show_default=True,
               help="VMs in the torchrun group (the first N VMs; node 0 hosts the rendezvous).")
-@click.option("--procs-per-node", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--procs-per-node", type=POSITIVE_INT, default=1, show_default=True,
               help="Worker processes per VM (one per GPU).")
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
               help="Times torchrun restarts the whole group after a worker fails (each restart resumes).")

@@ -44,6 +44,39 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+# key -> (type, lowest allowed value or None); `bool` is not an int here, an int is a float.
+_SPEC: dict[str, tuple[type | tuple[type, ...], float | None]] = {
+    "steps": (int, 1), "batch_size": (int, 1), "seq_len": (int, 1), "d_model": (int, 1), "n_layer": (int, 1),
+    "n_head": (int, 1), "dropout": ((int, float), 0), "lr": ((int, float), 1e-12), "warmup": (int, 0),
+    "seed": (int, 0), "corpus_chars": (int, 1000), "device": (str, None), "threads": (int, 1),
+    "broken_resume": ((str, type(None)), None), "skip_outputs": (bool, None), "step_sleep": ((int, float), 0),
+    "checkpoint_interval": (int, 1), "grad_accum": (int, 1), "checkpointing": (bool, None),
+    "autocast_bf16": (bool, None), "adapter_only": (bool, None), "dist_timeout_s": ((int, float), 1),
+}
+
+
+def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The trainer's own settings: known keys, right types, sane ranges; a ValueError names the key."""
+    for key in cfg:
+        value: Any = cfg[key]
+        if key not in _SPEC:
+            raise ValueError(f"unknown key {key!r} in config; known: {', '.join(sorted(_SPEC))}")
+        kind, low = _SPEC[key]
+        wrong = isinstance(value, bool) and kind is not bool
+        if wrong or not isinstance(value, kind):
+            names = " or ".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
+            raise ValueError(f"config.{key} must be {names}, got {value!r}")
+        if low is not None and cfg[key] < low:  # cfg[key]: not narrowed by isinstance
+            raise ValueError(f"config.{key} must be >= {low:g}, got {value!r}")
+    if cfg["dropout"] >= 1:
+        raise ValueError(f"config.dropout must be below 1, got {cfg['dropout']!r}")
+    if cfg["d_model"] % cfg["n_head"]:
+        raise ValueError(f"config.d_model ({cfg['d_model']}) must be a multiple of config.n_head ({cfg['n_head']})")
+    if cfg["device"] not in ("cpu", "cuda") and not str(cfg["device"]).startswith("cuda:"):
+        raise ValueError(f"config.device must be 'cpu', 'cuda' or 'cuda:N', got {cfg['device']!r}")
+    return cfg
+
+
 def init_distributed(cfg: dict[str, Any]) -> bool:
     """Join the torchrun group when there is one (a deployed run's RunContext already has)."""
     if not under_torchrun(dict(os.environ)):
@@ -208,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg.update(ctx.config)
             cfg.update(json.loads(args.config))
             cfg.setdefault("checkpoint_interval", ctx.checkpoint_interval)
+            check_config(cfg)  # raised inside the run: recorded as the trainer's own error (user_error)
             distributed = init_distributed(cfg)
             ckpt = ctx.checkpointer()
             result = train(cfg, ckpt, resume=ctx.resume or args.resume, report=ctx)
@@ -224,6 +258,11 @@ def main(argv: list[str] | None = None) -> int:
                 ctx.write_output("final.json", json.dumps({"step": result["step"], "loss": result["loss"]}).encode())
         return 0
     cfg.update(json.loads(args.config))
+    try:
+        check_config(cfg)
+    except ValueError as exc:
+        print(f"tiny_gpt: {exc}", file=sys.stderr)
+        return 2
     init_distributed(cfg)
     local = Checkpointer(args.checkpoint) if args.checkpoint else None
     result = train(cfg, local, resume=args.resume)

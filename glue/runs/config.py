@@ -1,4 +1,7 @@
-"""The run config (run.yaml): parsed, validated, unknown keys rejected by name.
+"""The run config (run.yaml): validated by pydantic models (types, ranges, unknown keys), every
+problem reported as one line naming the key. The user's own `config:` block is the trainer's business
+(handed over as GPUKIT_CONFIG); everything else is the kit's and is checked here.
+docs/run-config.schema.json is generated from these models (`python -m glue.runs.config --schema`).
 
 ```yaml
 command: [python, -m, glue.examples.tiny_gpt]   # or image: for the docker runtime
@@ -15,158 +18,190 @@ monitor: {heartbeat_seconds: 2, stall_timeout_seconds: 60}
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass, field
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from glue.errors import GlueError
 
 RUN_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-SECRET_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+SECRET_NAME_RE = r"^[A-Z_][A-Z0-9_]*$"
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "run-config.schema.json"
+
+NonEmpty = Annotated[StrictStr, StringConstraints(min_length=1)]
 
 
-@dataclass(frozen=True)
-class InputSpec:
-    uri: str
-    version: str
+class _Strict(BaseModel):
+    """Unknown keys are errors; numbers and strings are not coerced from other types (StrictInt/StrictStr)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-@dataclass(frozen=True)
-class OutputsSpec:
-    destination: str
-    required: tuple[str, ...]
+class InputSpec(_Strict):
+    """The training data and its version (recorded in the manifest)."""
+
+    uri: NonEmpty
+    version: Annotated[StrictStr, Field(min_length=1)]
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_as_text(cls, v: Any) -> Any:
+        return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
 
 
-@dataclass(frozen=True)
-class CheckpointSpec:
-    target: str
-    interval_steps: int
-    keep_last: int
+class OutputsSpec(_Strict):
+    """Where the trainer exports results, and which files must be there before a run counts as done."""
+
+    destination: NonEmpty
+    required: tuple[NonEmpty, ...] = ()
 
 
-@dataclass(frozen=True)
-class MonitorSpec:
-    heartbeat_seconds: float = 2.0
-    stall_timeout_seconds: float = 60.0
+class CheckpointSpec(_Strict):
+    """Where checkpoints go (must be in the bucket), how often, and how many valid ones to keep."""
+
+    target: NonEmpty
+    interval_steps: Annotated[StrictInt, Field(ge=1, le=10_000_000)] = 50
+    keep_last: Annotated[StrictInt, Field(ge=2, le=1000)] = 2
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    command: tuple[str, ...]
-    image: str | None
-    runtime: str
-    config: dict[str, Any]
-    input: InputSpec | None
+class MonitorSpec(_Strict):
+    """Heartbeat period and how long a silent heartbeat may last before the run counts as stalled."""
+
+    heartbeat_seconds: Annotated[float, Field(ge=0.1, le=3600)] = 2.0
+    stall_timeout_seconds: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = 60.0
+
+    @field_validator("heartbeat_seconds", "stall_timeout_seconds", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError(f"must be a number of seconds, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _stall_after_heartbeats(self) -> MonitorSpec:
+        if self.stall_timeout_seconds < 2 * self.heartbeat_seconds:
+            raise ValueError(f"stall_timeout_seconds ({self.stall_timeout_seconds:g}) must be at least twice "
+                             f"heartbeat_seconds ({self.heartbeat_seconds:g}), or a healthy run reads as stalled")
+        return self
+
+
+class RunConfig(_Strict):
+    """A whole run.yaml. `parse()` substitutes {run} and {bucket} in the locations."""
+
+    command: tuple[str, ...] = ()
+    image: NonEmpty | None = None
+    runtime: Literal["process", "docker"] = "process"
+    config: dict[str, Any] = Field(default_factory=dict)
+    input: InputSpec | None = None
     outputs: OutputsSpec
     checkpoint: CheckpointSpec
-    env: dict[str, str]
-    secrets: tuple[str, ...]
-    monitor: MonitorSpec = field(default_factory=MonitorSpec)
+    env: dict[str, str] = Field(default_factory=dict)
+    secrets: tuple[Annotated[StrictStr, StringConstraints(pattern=SECRET_NAME_RE)], ...] = ()
+    monitor: MonitorSpec = Field(default_factory=MonitorSpec)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = v.split()
+        if not isinstance(v, list | tuple) or not all(isinstance(c, str | int | float) and not isinstance(c, bool)
+                                                      for c in v):
+            raise ValueError("must be a list of strings (or one string)")
+        return tuple(str(c) for c in v)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: Any) -> Any:
+        if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+            raise ValueError("must be a mapping of NAME: value")
+        return {k: str(x) for k, x in v.items()}
+
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secrets(cls, v: Any) -> Any:
+        if not isinstance(v, list | tuple):
+            raise ValueError("must be a list of environment variable NAMES (values never go in run.yaml)")
+        return tuple(v)
+
+    @model_validator(mode="after")
+    def _runnable(self) -> RunConfig:
+        if not self.command and not self.image:
+            raise ValueError("missing command: set `command:` (process runtime) or `image:` (docker runtime)")
+        if self.runtime == "docker" and not self.image:
+            raise ValueError("runtime docker needs `image:` (build it from images/trainer/Dockerfile)")
+        return self
 
     def locations(self) -> dict[str, str]:
         """Every place the run writes durable data: each must be in the bucket."""
         return {"checkpoint.target": self.checkpoint.target, "outputs.destination": self.outputs.destination}
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "command": list(self.command), "image": self.image, "runtime": self.runtime, "config": self.config,
-            "input": self.input.__dict__ if self.input else None,
-            "outputs": {"destination": self.outputs.destination, "required": list(self.outputs.required)},
-            "checkpoint": self.checkpoint.__dict__, "env": self.env, "secrets": list(self.secrets),
-            "monitor": self.monitor.__dict__,
-        }
+        out = self.model_dump(mode="json")
+        out["input"] = self.input.model_dump() if self.input else None
+        return out
+
+    def with_config(self, overrides: dict[str, Any]) -> RunConfig:
+        return self.model_copy(update={"config": {**self.config, **overrides}})
 
 
-def _keys(where: str, raw: Any, allowed: set[str], required: set[str] = frozenset()) -> dict[str, Any]:  # type: ignore[assignment]
-    if not isinstance(raw, dict):
-        raise GlueError(f"{where} must be a mapping, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise GlueError(f"unknown key {unknown[0]!r} in {where}; allowed: {', '.join(sorted(allowed))}")
-    missing = sorted(required - set(raw))
-    if missing:
-        raise GlueError(f"missing key {missing[0]!r} in {where}")
-    return raw
+def _where(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "run config"
 
 
-def _str(where: str, v: Any) -> str:
-    if not isinstance(v, str) or not v:
-        raise GlueError(f"{where} must be a non-empty string")
-    return v
-
-
-def _int(where: str, v: Any, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise GlueError(f"{where} must be an integer >= {lo}")
-    return v
+def _one_line(exc: ValidationError) -> str:
+    """The first problem, naming the key: what is wrong and what is allowed."""
+    err = exc.errors()[0]
+    loc, kind = tuple(err["loc"]), err["type"]
+    if kind == "extra_forbidden":
+        parent = loc[:-1]
+        sections: dict[str, type[BaseModel]] = {"input": InputSpec, "outputs": OutputsSpec,
+                                                "checkpoint": CheckpointSpec, "monitor": MonitorSpec}
+        model = sections[str(parent[0])] if parent else RunConfig
+        allowed = ", ".join(model.model_fields)
+        return f"unknown key {str(loc[-1])!r} in {_where(parent)}; allowed: {allowed}"
+    if kind == "missing":
+        return f"missing key {str(loc[-1])!r} in {_where(loc[:-1])}"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if kind == "string_pattern_mismatch" and loc[:1] == ("secrets",):
+        msg = "must be an environment variable NAME (A-Z, 0-9, _); the value comes from your environment"
+    if not loc:
+        return msg
+    got = err.get("input")
+    shown = "" if isinstance(got, dict | list) or kind.startswith("value_error") else f" (got {got!r})"
+    return f"{_where(loc)}: {msg}{shown}"
 
 
 def parse(raw: Any, run_id: str, bucket: str) -> RunConfig:
     """Validate a loaded run.yaml; `{run}` and `{bucket}` in locations are substituted."""
-    top = _keys("run config", raw, {"command", "image", "runtime", "config", "input", "outputs", "checkpoint",
-                                    "env", "secrets", "monitor"}, {"outputs", "checkpoint"})
-    runtime = top.get("runtime", "process")
-    if runtime not in ("process", "docker"):
-        raise GlueError(f"runtime must be 'process' or 'docker', got {runtime!r}")
-    command = top.get("command")
-    if isinstance(command, str):
-        command = command.split()
-    if command is not None and (not isinstance(command, list) or not command
-                                or not all(isinstance(c, str | int | float) for c in command)):
-        raise GlueError("command must be a list of strings (or one string)")
-    image = top.get("image")
-    if image is not None:
-        image = _str("image", image)
-    if not command and not image:
-        raise GlueError("missing command: set `command:` (process runtime) or `image:` (docker runtime)")
-    if runtime == "docker" and not image:
-        raise GlueError("runtime docker needs `image:` (build it from images/trainer/Dockerfile)")
+    if not isinstance(raw, dict):
+        raise GlueError(f"run config must be a mapping, got {type(raw).__name__}")
+    try:
+        rc = RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise GlueError(f"run config: {_one_line(exc)}") from None  # one line, no pydantic traceback
 
     def subst(s: str) -> str:
-        return s.replace("{run}", run_id).replace("{bucket}", bucket)
+        return s.replace("{run}", run_id).replace("{bucket}", bucket).rstrip("/")
 
-    out = _keys("outputs", top["outputs"], {"destination", "required"}, {"destination"})
-    req = out.get("required", [])
-    if not isinstance(req, list) or not all(isinstance(r, str) and r for r in req):
-        raise GlueError("outputs.required must be a list of file names")
-    ck = _keys("checkpoint", top["checkpoint"], {"target", "interval_steps", "keep_last"}, {"target"})
-    inp = top.get("input")
-    input_spec = None
-    if inp is not None:
-        inp = _keys("input", inp, {"uri", "version"}, {"uri", "version"})
-        input_spec = InputSpec(_str("input.uri", inp["uri"]), str(inp["version"]))
-    cfg = top.get("config", {})
-    if not isinstance(cfg, dict):
-        raise GlueError("config must be a mapping of trainer settings")
-    env = top.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
-        raise GlueError("env must be a mapping of NAME: value")
-    secrets = top.get("secrets", [])
-    if not isinstance(secrets, list) or not all(isinstance(s, str) and SECRET_NAME_RE.match(s) for s in secrets):
-        raise GlueError("secrets must be a list of environment variable NAMES (values never go in run.yaml)")
-    mon = _keys("monitor", top.get("monitor", {}), {"heartbeat_seconds", "stall_timeout_seconds"})
-    return RunConfig(
-        command=tuple(str(c) for c in command or ()),
-        image=image,
-        runtime=runtime,
-        config=dict(cfg),
-        input=input_spec,
-        outputs=OutputsSpec(subst(_str("outputs.destination", out["destination"])).rstrip("/"), tuple(req)),
-        checkpoint=CheckpointSpec(
-            target=subst(_str("checkpoint.target", ck["target"])).rstrip("/"),
-            interval_steps=_int("checkpoint.interval_steps", ck.get("interval_steps", 50), 1),
-            keep_last=_int("checkpoint.keep_last", ck.get("keep_last", 2), 2),
-        ),
-        env={k: str(v) for k, v in env.items()},
-        secrets=tuple(secrets),
-        monitor=MonitorSpec(
-            heartbeat_seconds=float(mon.get("heartbeat_seconds", 2.0)),
-            stall_timeout_seconds=float(mon.get("stall_timeout_seconds", 60.0)),
-        ),
-    )
+    return rc.model_copy(update={
+        "outputs": rc.outputs.model_copy(update={"destination": subst(rc.outputs.destination)}),
+        "checkpoint": rc.checkpoint.model_copy(update={"target": subst(rc.checkpoint.target)}),
+    })
 
 
 def check_run_id(run_id: str) -> None:
@@ -185,3 +220,17 @@ def load(path: Path, run_id: str, bucket: str) -> RunConfig:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise GlueError(f"{path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
     return parse(raw, run_id, bucket)
+
+
+def json_schema() -> dict[str, Any]:
+    """The run config's JSON schema, for editors (docs/run-config.schema.json)."""
+    schema = RunConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "gpukit run config (run.yaml)"
+    return schema
+
+
+if __name__ == "__main__":  # python -m glue.runs.config --schema > docs/run-config.schema.json
+    if sys.argv[1:] != ["--schema"]:
+        sys.exit("usage: python -m glue.runs.config --schema")
+    print(json.dumps(json_schema(), indent=2, sort_keys=True))

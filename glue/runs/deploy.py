@@ -92,7 +92,7 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
     store = open_store(home, run_id)
     rc = runconfig.load(config_path, run_id, store.info.name)
     if config_overrides:
-        rc = runconfig.RunConfig(**{**rc.__dict__, "config": {**rc.config, **config_overrides}})
+        rc = rc.with_config(config_overrides)
     if group.distributed and rc.runtime == "docker":
         raise GlueError("--nodes/--procs-per-node need `runtime: process` (torchrun on the VM); "
                         "a docker trainer runs on one VM")

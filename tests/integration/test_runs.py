@@ -177,6 +177,9 @@ def test_finished_without_required_outputs_is_export_missing(cluster_kit: Kit, t
     assert st["state"] == "export_missing" and "model.pt" in st["reason"]
 
 
+OK = "command: [python]\noutputs: {destination: s3://gpukit/x}\ncheckpoint: {target: s3://gpukit/x}\n"
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
@@ -186,6 +189,9 @@ def test_finished_without_required_outputs_is_export_missing(cluster_kit: Kit, t
         ("outputs: {destination: s3://gpukit/x}\ncheckpoint: {target: s3://gpukit/x}\n", "missing command"),
         ("command: [python]\noutputs: {destination: s3://gpukit/x, required: [a], when: now}\n"
          "checkpoint: {target: s3://gpukit/x}\n", "unknown key 'when' in outputs"),
+        (f"{OK}monitor: {{heartbeat_seconds: abc}}\n", "monitor.heartbeat_seconds: must be a number"),
+        (f"{OK}monitor: {{heartbeat_seconds: 0}}\n", "monitor.heartbeat_seconds"),
+        (f"{OK}monitor: {{stall_timeout_seconds: -1}}\n", "monitor.stall_timeout_seconds"),
     ],
 )
 def test_bad_run_config_is_one_line_and_writes_nothing(cluster_kit: Kit, tmp_path: Path, text: str,
@@ -196,6 +202,15 @@ def test_bad_run_config_is_one_line_and_writes_nothing(cluster_kit: Kit, tmp_pat
     assert res.returncode != 0 and needle in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert run_objects(here(cluster_kit), "bad-cfg") == []
+
+
+@pytest.mark.parametrize("limit", ["-5", "0"])
+def test_bad_memory_limit_is_one_line_and_writes_nothing(cluster_kit: Kit, tmp_path: Path, limit: str) -> None:
+    cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
+    res = cluster_kit.glue("deploy", "--run", "bad-mem", "--config", str(cfg), "--memory-limit-mb", limit,
+                           check=False)
+    assert res.returncode != 0 and "--memory-limit-mb" in res.stderr and "Traceback" not in res.stderr
+    assert run_objects(here(cluster_kit), "bad-mem") == []
 
 
 def test_duplicate_run_and_unknown_vm_refused(cluster_kit: Kit, tmp_path: Path) -> None:

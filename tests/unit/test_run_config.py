@@ -1,0 +1,70 @@
+"""The kit's run-config keys are validated: types, ranges, unknown keys; one line naming the key."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from glue.errors import GlueError
+from glue.runs import config
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_gpt.yaml"
+
+
+def _base() -> dict[str, Any]:
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+def test_the_example_parses_with_locations_substituted() -> None:
+    rc = config.parse(_base(), "r1", "bkt")
+    assert rc.checkpoint.target == "s3://bkt/runs/r1" and rc.outputs.destination == "s3://bkt/runs/r1/outputs"
+    assert rc.monitor.heartbeat_seconds == 1.0 and rc.checkpoint.interval_steps == 20
+    assert rc.as_dict()["outputs"]["required"] == ["model.pt", "final.json"]
+    assert rc.with_config({"steps": 7}).config["steps"] == 7 and rc.config["steps"] == 120
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "needle"),
+    [
+        ("monitor", "heartbeat_seconds", -1, "monitor.heartbeat_seconds"),
+        ("monitor", "heartbeat_seconds", 0, "monitor.heartbeat_seconds"),
+        ("monitor", "heartbeat_seconds", "abc", "monitor.heartbeat_seconds: must be a number"),
+        ("monitor", "heartbeat_seconds", True, "monitor.heartbeat_seconds: must be a number"),
+        ("monitor", "stall_timeout_seconds", -1, "monitor.stall_timeout_seconds"),
+        ("monitor", "stall_timeout_seconds", 1.5, "at least twice heartbeat_seconds"),
+        ("monitor", "every", 3, "unknown key 'every' in monitor"),
+        ("checkpoint", "interval_steps", 0, "checkpoint.interval_steps"),
+        ("checkpoint", "interval_steps", "10", "checkpoint.interval_steps"),
+        ("checkpoint", "interval_steps", True, "checkpoint.interval_steps"),
+        ("checkpoint", "keep_last", 1, "checkpoint.keep_last"),
+        ("outputs", "destination", "", "outputs.destination"),
+        (None, "runtime", "k8s", "runtime"),
+        (None, "secrets", ["lower"], "secrets.0: must be an environment variable NAME"),
+        (None, "colour", "blue", "unknown key 'colour' in run config"),
+    ],
+)
+def test_each_bad_kit_input_is_one_line_naming_the_key(section: str | None, key: str, value: Any,
+                                                        needle: str) -> None:
+    raw = copy.deepcopy(_base())
+    (raw[section] if section else raw)[key] = value
+    with pytest.raises(GlueError) as err:
+        config.parse(raw, "r1", "bkt")
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_users_own_config_block_is_passed_through_unchecked() -> None:
+    raw = _base()
+    raw["config"] = {"anything": {"nested": [1, "two"]}, "steps": "many"}
+    assert config.parse(raw, "r1", "bkt").config["steps"] == "many"
+
+
+def test_the_committed_json_schema_matches_the_models() -> None:
+    committed = json.loads(config.SCHEMA_PATH.read_text())
+    assert committed == json.loads(json.dumps(config.json_schema())), \
+        "regenerate: python -m glue.runs.config --schema > docs/run-config.schema.json"
+    assert committed["properties"]["monitor"] and committed["additionalProperties"] is False

@@ -11,8 +11,10 @@ Errors carry FastAPI's `detail`: 401 (missing/unknown key), 403 (inactive key), 
 422 (malformed body, detail is a list of {loc, msg, type}), 400 (unknown profile), 409 (no capacity).
 
 Test controls (methods here, and unauthenticated POSTs under /_emulator/ for the CLI mode):
-faults (5xx/429, optionally after the request was processed), capacity per profile, VMs stuck in
-pending, killing a VM out of band, expiring every storage credential.
+faults (5xx/429, a body that is not JSON, or a connection closed without an answer; optionally
+after the request was processed), capacity per profile, VMs stuck in pending, killing a VM out of
+band, expiring every storage credential. `connections` counts the TCP connections accepted (the
+server speaks HTTP/1.1 keep-alive, so a client that reuses its connections opens few).
 """
 
 from __future__ import annotations
@@ -48,7 +50,11 @@ def _iso(ts: float) -> str:
 
 @dataclass
 class Fault:
-    """Answer the next `count` matching requests with `status` (the 5xx/429 a real API can give)."""
+    """Answer the next `count` matching requests with `status` (the 5xx/429 a real API can give).
+
+    `body`: send this text (as `content_type`) instead of a JSON `detail`, e.g. a proxy's HTML page.
+    `drop`: close the connection without any answer (status is then ignored; recorded as 0).
+    """
 
     status: int
     count: int = 1
@@ -57,6 +63,9 @@ class Fault:
     retry_after: float | None = None
     after_processing: bool = False  # handle the request, then answer the fault (a lost response)
     detail: str = "emulated upstream failure"
+    body: str | None = None
+    content_type: str = "text/html"
+    drop: bool = False
 
 
 @dataclass
@@ -110,6 +119,7 @@ class Emulator:
         self.faults: list[Fault] = []
         self.vms: dict[str, VM] = {}
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status): never headers
+        self.connections = 0  # TCP connections accepted
         self.local = LocalBackend(home / "local")
         self.sts = StsBucket(home / "bucket", bucket=bucket, ttl=credentials_ttl)
         self._lock = threading.RLock()
@@ -222,7 +232,8 @@ class Emulator:
         return vm
 
     # -- request handling --------------------------------------------------------------------
-    def handle(self, method: str, path: str, headers: Any, raw: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
+    def handle(self, method: str, path: str, headers: Any, raw: bytes) -> tuple[int, Any, dict[str, str]]:
+        """(status, JSON document or raw bytes, extra headers); status 0: close without answering."""
         if path.startswith("/_emulator/"):
             return self._admin(method, path, raw)
         if not path.startswith(PREFIX + "/"):
@@ -251,8 +262,12 @@ class Emulator:
         return None
 
     @staticmethod
-    def _fault_answer(fault: Fault) -> tuple[int, dict[str, Any], dict[str, str]]:
+    def _fault_answer(fault: Fault) -> tuple[int, Any, dict[str, str]]:
+        if fault.drop:
+            return 0, b"", {}
         extra = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
+        if fault.body is not None:
+            return fault.status, fault.body.encode(), {**extra, "Content-Type": fault.content_type}
         return fault.status, {"detail": fault.detail}, extra
 
     def _route(self, method: str, route: str, raw: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
@@ -366,14 +381,24 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        emu: Emulator = self.server.emulator  # type: ignore[attr-defined]
+        with emu._lock:
+            emu.connections += 1
+
     def _serve(self) -> None:
         emu: Emulator = self.server.emulator  # type: ignore[attr-defined]
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         status, doc, extra = emu.handle(self.command, self.path, self.headers, raw)
         emu.requests.append((self.command, self.path.split("?", 1)[0], status))
-        body = json.dumps(doc).encode()
+        if status == 0:  # the answer is lost: the connection closes without one
+            self.close_connection = True
+            return
+        body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+        extra = dict(extra)
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", extra.pop("Content-Type", "application/json"))
         self.send_header("Content-Length", str(len(body)))
         for key, value in extra.items():
             self.send_header(key, value)

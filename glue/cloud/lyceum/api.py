@@ -1,13 +1,20 @@
-"""A small client for Lyceum's public REST API (docs.lyceum.technology), stdlib only.
+"""A small client for Lyceum's public REST API (docs.lyceum.technology), on urllib3.
 
 Endpoints (under the base URL, default https://api.lyceum.technology/api/v2/external):
 POST /vms/create, GET /vms/{id}/status, GET /vms/list, GET /vms/availability, DELETE /vms/{id},
 POST /storage/credentials. Auth: `Authorization: Bearer <key>` with the key from LYCEUM_API_KEY.
 
-The key lives only in this object and in the request header: it is never part of a message, a
-log line, an exception, a file or a process argument. 429 and 5xx answers (and connection errors)
-are retried with exponential backoff (honouring Retry-After); 4xx answers become one-line
-GlueErrors that carry the API's `detail`.
+Transport: one urllib3 PoolManager per client (keep-alive connections, reused across requests
+and threads) and a urllib3 Retry per request. Idempotent requests (GET, DELETE, and the harmless
+POST /storage/credentials) are retried on 429/5xx, on a lost connection and on a connect failure,
+with bounded exponential backoff and jitter; a Retry-After header is honoured, and one that points
+past the request's retry deadline ends the retries at once. A POST /vms/create is never repeated
+blindly: its retries (create_vm) first look for the VM it asked for, by name, and adopt it.
+
+The key lives only in this object (redacted from its repr) and in the request header: it is never
+part of a message, a log line, an exception, a file or a process argument, and an answer that
+echoes it has it blanked out. 401/403/404/422 and other 4xx answers, answers that are not JSON and
+retries that ran out become one-line LyceumErrors (GlueErrors) that carry the API's `detail`.
 """
 
 from __future__ import annotations
@@ -25,6 +32,19 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3
+from urllib3.exceptions import (
+    HTTPError,
+    InvalidHeader,
+    MaxRetryError,
+    NameResolutionError,
+    NewConnectionError,
+    ProtocolError,
+    ResponseError,
+    SSLError,
+)
+from urllib3.util.retry import Retry
+
 from glue.errors import GlueError
 
 log = logging.getLogger("glue.cloud.lyceum")
@@ -34,19 +54,32 @@ KEY_ENV = "LYCEUM_API_KEY"
 URL_ENV = "LYCEUM_API_URL"
 KEYS_PAGE = "https://dashboard.lyceum.technology/api-keys"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# Requests that may be sent twice without harm; everything else is sent once (create_vm adopts).
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 # A VM in one of these states is gone for good: its disk is wiped and it is no longer billed.
 GONE_STATUSES = frozenset({"terminated", "error", "failed", "stopped", "deleted"})
+CREATE_TIMEOUT_S = 150.0  # Lyceum answers a create once the VM is scheduled, which can take a while
+POOL_SIZE = 10  # connections kept per host: terraform creates up to 10 VMs at once
 _JWT_RE = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$")
 _KEY_RE = re.compile(r"^lk_[\x21-\x7e]{8,}$")
+_REDACTED = "<redacted>"
 
 
 class LyceumError(GlueError):
-    """An answer from the API that retrying does not fix (or retries ran out)."""
+    """An answer from the API that retrying does not fix (or retries ran out).
 
-    def __init__(self, message: str, status: int | None = None, detail: str = "") -> None:
+    status: the HTTP status (None: no answer). retryable: the request may be sent again (a 429, a
+    5xx or a lost answer that the transport did not retry itself, a POST). retry_after: the
+    answer's Retry-After, in seconds.
+    """
+
+    def __init__(self, message: str, status: int | None = None, detail: str = "", *,
+                 retryable: bool = False, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.detail = detail
+        self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class LyceumNotFound(LyceumError):
@@ -55,12 +88,20 @@ class LyceumNotFound(LyceumError):
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential backoff with jitter, bounded by attempts and by total time."""
+    """Exponential backoff with jitter, bounded by attempts and by total time.
+
+    The wait before retry n (n = 1, 2, ...) is drawn from [b/2, b], b = min(max_s, base_s * 2**(n-1)),
+    unless the answer says Retry-After. No request retries past deadline_s after it started.
+    """
 
     attempts: int = 6
     base_s: float = 0.5
     max_s: float = 10.0
     deadline_s: float = 90.0
+
+    def backoff(self, retry_number: int) -> float:
+        ceiling = min(self.max_s, self.base_s * 2 ** max(0, retry_number - 1))
+        return random.uniform(ceiling / 2, ceiling)
 
 
 def api_key_from_env(env: dict[str, str] | None = None) -> str:
@@ -98,13 +139,19 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _one_line(text: str, limit: int = 300) -> str:
+    return " ".join(text.split())[:limit]
+
+
 def _detail_text(body: bytes) -> str:
-    """The API's `detail` as one line: a string, or FastAPI's list of {loc, msg}."""
+    """The API's `detail` as one line: a string, or FastAPI's list of {loc, msg}; a body that is
+    not JSON (a proxy's error page) as its text, tags stripped."""
     try:
         data = json.loads(body)
     except ValueError:
         text = body.decode(errors="replace")
-        return " ".join(text.split())[:300]
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+        return _one_line(title.group(1) if title else re.sub(r"<[^>]*>", " ", text))
     detail = data.get("detail", data) if isinstance(data, dict) else data
     if isinstance(detail, list):
         items = []
@@ -115,30 +162,156 @@ def _detail_text(body: bytes) -> str:
             else:
                 items.append(str(item))
         detail = "; ".join(items)
-    return " ".join(str(detail).split())[:300]
+    return _one_line(str(detail))
 
 
 def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds: delay-seconds (decimals tolerated) or an HTTP date; None if absent or junk."""
+    if not value or not value.strip():
+        return None
     try:
-        return max(0.0, float(value)) if value else None
+        return max(0.0, float(value))
     except ValueError:
+        pass
+    try:
+        return Retry(total=0).parse_retry_after(value)
+    except InvalidHeader:
         return None
 
 
+def _transport_reason(exc: BaseException) -> str:
+    """Why no answer came, in a few words (no object reprs, no URLs, no headers)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, MaxRetryError) and cur.reason is not None:
+            cur = cur.reason
+            continue
+        if isinstance(cur, NameResolutionError):
+            return "host name not found"
+        if isinstance(cur, SSLError):
+            return f"TLS error: {_one_line(str(cur.args[-1] if cur.args else cur), 160)}"
+        if isinstance(cur, socket.timeout | TimeoutError) or "timed out" in str(cur).lower():
+            return "timed out"
+        if isinstance(cur, http.client.RemoteDisconnected):
+            return "the connection closed without an answer"
+        if isinstance(cur, OSError) and cur.strerror:
+            return str(cur.strerror)
+        if isinstance(cur, ProtocolError) and len(cur.args) > 1 and isinstance(cur.args[1], BaseException):
+            cur = cur.args[1]
+            continue
+        nxt = cur.__cause__ or cur.__context__
+        if nxt is None:
+            break
+        cur = nxt
+    if isinstance(exc, NewConnectionError):
+        return "connection failed"
+    return type(cur or exc).__name__
+
+
+class _Secret:
+    """A string that does not show itself: repr/str say <redacted>."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return _REDACTED
+
+    __str__ = __repr__
+
+
+@dataclass
+class _Tries:
+    """Shared by every copy of one request's _Retry: what the caller reports when it gives up."""
+
+    sent: int = 1  # requests sent so far
+    gave_up: bool = False  # retries ran out (attempts or deadline) on a retryable failure
+    why: str = ""  # why they ended early (the deadline), if they did
+
+    def suffix(self) -> str:
+        """What the final error adds: how many attempts, and why no more."""
+        if self.why:
+            return f" (gave up after {self.sent} attempt{'s' if self.sent > 1 else ''}: {self.why})"
+        return f" (gave up after {self.sent} attempts)" if self.sent > 1 else ""
+
+
+def _deadline_note(retry_after: float | None, deadline_s: float) -> str:
+    if retry_after is not None:
+        return f"Lyceum asked to retry after {retry_after:g}s, past the {deadline_s:g}s retry deadline"
+    return f"the {deadline_s:g}s retry deadline passed"
+
+
+class _Retry(Retry):
+    """urllib3's Retry with RetryPolicy's backoff, a deadline for the whole request, Retry-After
+    bounded by that deadline, and one log line per retry (what failed, how long we wait)."""
+
+    def __init__(self, *args: Any, policy: RetryPolicy | None = None, deadline: float = 0.0, what: str = "",
+                 tries: _Tries | None = None, wait: float = 0.0, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.policy = policy or RetryPolicy()
+        self.deadline = deadline
+        self.what = what
+        self.tries = tries if tries is not None else _Tries()
+        self.wait = wait
+
+    def new(self, **kw: Any) -> _Retry:
+        for name in ("policy", "deadline", "what", "tries"):
+            kw.setdefault(name, getattr(self, name))
+        return super().new(**kw)
+
+    def get_retry_after(self, response: Any) -> float | None:
+        return _retry_after(response.headers.get("Retry-After"))
+
+    def increment(self, method: str | None = None, url: str | None = None, response: Any = None,
+                  error: Exception | None = None, _pool: Any = None, _stacktrace: Any = None) -> _Retry:
+        try:
+            new = super().increment(method, url, response, error, _pool, _stacktrace)
+        except MaxRetryError:
+            self.tries.gave_up = True
+            raise
+        retry_after = self.get_retry_after(response) if response is not None else None
+        wait = retry_after if retry_after is not None else self.policy.backoff(self.tries.sent)
+        left = self.deadline - time.monotonic()
+        if left <= 0 or (retry_after is not None and retry_after > left):
+            self.tries.gave_up = True
+            self.tries.why = _deadline_note(retry_after, self.policy.deadline_s)
+            raise MaxRetryError(_pool, url or "", error or ResponseError(f"deadline ({self.policy.deadline_s:g}s)"))
+        new.wait = min(wait, left)
+        if response is not None:
+            reason = f"Lyceum API {response.status}: {_detail_text(response.data or b'')}"
+        else:
+            reason = _transport_reason(error) if error is not None else "no answer"
+        self.tries.sent += 1
+        log.warning("%s: %s; retrying in %.3gs (attempt %d/%d)", self.what, reason, new.wait,
+                    self.tries.sent, self.policy.attempts)
+        return new
+
+    def sleep(self, response: Any = None) -> None:
+        if self.wait > 0:
+            time.sleep(self.wait)
+
+
 class LyceumClient:
-    """One API key against one base URL. Thread-safe: every request opens its own connection."""
+    """One API key against one base URL. Thread-safe: requests share one urllib3 PoolManager."""
 
     def __init__(self, api_key: str, base_url: str = DEFAULT_API_URL, retry: RetryPolicy | None = None,
                  timeout: float = 30.0) -> None:
-        self._key = api_key
+        self._key = _Secret(api_key)
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.timeout = timeout
         parts = urllib.parse.urlsplit(self.base_url)
-        self._scheme = parts.scheme
-        self._host = parts.hostname or ""
-        self._port = parts.port
+        self._origin = f"{parts.scheme}://{parts.netloc}"
         self._prefix = parts.path.rstrip("/")
+        # block=False: more parallel requests than POOL_SIZE open extra connections, not waits.
+        self._pool = urllib3.PoolManager(num_pools=4, maxsize=POOL_SIZE, block=False)
 
     @classmethod
     def from_env(cls, retry: RetryPolicy | None = None) -> LyceumClient:
@@ -147,58 +320,76 @@ class LyceumClient:
     def __repr__(self) -> str:  # never show the key
         return f"LyceumClient({self.base_url!r})"
 
+    def close(self) -> None:
+        """Close the pooled connections (a later request opens new ones)."""
+        self._pool.clear()
+
+    def __enter__(self) -> LyceumClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _scrub(self, text: str) -> str:
+        key = self._key.reveal()
+        return text.replace(key, _REDACTED) if key else text
+
     # -- transport ---------------------------------------------------------------------------
-    def _once(self, method: str, path: str, body: bytes | None, timeout: float) -> tuple[int, dict[str, str], bytes]:
-        conn: http.client.HTTPConnection
-        if self._scheme == "https":
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout)
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
-        headers = {"Authorization": f"Bearer {self._key}", "Accept": "application/json",
-                   "User-Agent": "gpukit-glue"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        try:
-            conn.request(method, self._prefix + path, body=body, headers=headers)
-            resp = conn.getresponse()
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-        finally:
-            conn.close()
-
     def request(self, method: str, path: str, payload: dict[str, Any] | None = None,
-                timeout: float | None = None, retry: bool = True) -> Any:
-        """JSON in, JSON out. Retries 429/5xx/connection errors; raises LyceumError otherwise."""
-        body = json.dumps(payload).encode() if payload is not None else None
+                timeout: float | None = None, idempotent: bool | None = None,
+                deadline: float | None = None) -> Any:
+        """JSON in, JSON out. An idempotent request (default: by method) is retried on 429/5xx and
+        lost connections; any request is retried when it could not connect (nothing was sent).
+        Raises LyceumError (one line) for everything else."""
+        method = method.upper()
+        if idempotent is None:
+            idempotent = method in IDEMPOTENT_METHODS
         what = f"{method} {path}"
-        start = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            wait: float | None = None
-            try:
-                status, headers, data = self._once(method, path, body, timeout or self.timeout)
-            except (OSError, http.client.HTTPException) as exc:
-                reason = f"cannot reach the Lyceum API at {self.base_url} ({_os_reason(exc)})"
-                status, headers, data = 0, {}, b""
-            else:
-                if status < 400:
-                    return json.loads(data) if data.strip() else {}
-                reason = f"Lyceum API {status} on {what}: {_detail_text(data) or http.client.responses.get(status, '')}"
-                if status not in RETRY_STATUSES:
-                    raise self._error(status, what, data)
-                wait = _retry_after(headers.get("retry-after"))
-            elapsed = time.monotonic() - start
-            if not retry or attempt >= self.retry.attempts or elapsed >= self.retry.deadline_s:
-                tries = f" (gave up after {attempt} attempts)" if attempt > 1 else ""
-                raise LyceumError(f"{reason}{tries}", status or None, _detail_text(data) if status else "")
-            backoff = min(self.retry.max_s, self.retry.base_s * 2 ** (attempt - 1))
-            delay = min(wait if wait is not None else random.uniform(backoff / 2, backoff),
-                        max(0.0, self.retry.deadline_s - elapsed), 30.0)
-            log.warning("%s; retrying in %.1fs (attempt %d/%d)", reason, delay, attempt + 1, self.retry.attempts)
-            time.sleep(delay)
+        tries = _Tries()
+        retries = _Retry(
+            total=max(0, self.retry.attempts - 1), redirect=False, raise_on_status=False,
+            status_forcelist=RETRY_STATUSES, respect_retry_after_header=True,
+            allowed_methods=IDEMPOTENT_METHODS | ({method} if idempotent else set()),
+            policy=self.retry, deadline=deadline if deadline is not None else time.monotonic() + self.retry.deadline_s,
+            what=what, tries=tries,
+        )
+        headers = {"Authorization": f"Bearer {self._key.reveal()}", "Accept": "application/json",
+                   "User-Agent": "gpukit-glue"}
+        body = None
+        if payload is not None:
+            body = json.dumps(payload).encode()
+            headers["Content-Type"] = "application/json"
+        per_try = timeout or self.timeout
+        try:
+            resp = self._pool.urlopen(
+                method, self._origin + self._prefix + path, body=body, headers=headers, retries=retries,
+                redirect=False, timeout=urllib3.Timeout(connect=min(per_try, 30.0), read=per_try),
+            )
+        except (HTTPError, OSError) as exc:
+            # Not retried here: a lost answer to a POST (the caller decides), or retries ran out.
+            raise LyceumError(self._scrub(f"cannot reach the Lyceum API at {self.base_url} "
+                                          f"({_transport_reason(exc)}){tries.suffix()}"),
+                              retryable=not tries.gave_up) from None
+        return self._answer(what, resp.status, resp.headers, resp.data or b"", tries)
 
-    def _error(self, status: int, what: str, data: bytes) -> LyceumError:
-        detail = _detail_text(data) or http.client.responses.get(status, "error")
+    def _answer(self, what: str, status: int, headers: Any, data: bytes, tries: _Tries) -> Any:
+        if 200 <= status < 300:
+            if not data.strip():
+                return {}
+            try:
+                return json.loads(data)
+            except ValueError:
+                ctype = str(headers.get("Content-Type") or "no content type").split(";")[0]
+                raise LyceumError(self._scrub(
+                    f"Lyceum API answered {what} with {status} but a body that is not JSON ({ctype}: "
+                    f"{_detail_text(data) or 'empty'!r}); is {URL_ENV} the API's URL?"), status) from None
+        err = self._error(status, what, data, tries.suffix())
+        err.retryable = status in RETRY_STATUSES and not tries.gave_up
+        err.retry_after = _retry_after(headers.get("Retry-After"))
+        raise err
+
+    def _error(self, status: int, what: str, data: bytes, suffix: str = "") -> LyceumError:
+        detail = self._scrub(_detail_text(data) or http.client.responses.get(status, "error"))
         if status == 401:
             return LyceumError(f"Lyceum rejected the API key (401 on {what}: {detail}); check {KEY_ENV} "
                                f"(keys: {KEYS_PAGE})", status, detail)
@@ -209,52 +400,89 @@ class LyceumClient:
             return LyceumNotFound(f"Lyceum: not found (404 on {what}: {detail})", status, detail)
         if status == 422:
             return LyceumError(f"Lyceum rejected the request as malformed (422 on {what}: {detail})", status, detail)
-        return LyceumError(f"Lyceum API {status} on {what}: {detail}", status, detail)
+        if 300 <= status < 400:
+            return LyceumError(f"Lyceum API answered {what} with a redirect ({status}) that gpukit does not "
+                               f"follow; is {URL_ENV} the API's URL?", status, detail)
+        return LyceumError(f"Lyceum API {status} on {what}: {detail}{suffix}", status, detail)
+
+    def _object(self, what: str, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise LyceumError(f"Lyceum API answered {what} with JSON of an unexpected shape "
+                              f"({type(data).__name__}, expected an object)")
+        return data
 
     # -- endpoints ---------------------------------------------------------------------------
     def create_vm(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST /vms/create, retried without ever creating two VMs.
 
-        A create is not idempotent: after a 5xx or a lost connection the VM may exist anyway. So
+        A create is not idempotent: after a 5xx or a lost answer the VM may exist anyway. So
         before retrying we look for a VM with our name that was not there before the first try,
-        and adopt it instead of asking for another one. (A 429 was not processed: plain retry.)
+        and adopt it instead of asking for another one. A 429 was not processed, and a create that
+        could not connect was never sent: those are retried as they are. A create without a name
+        cannot be recognised, so it is retried only after a 429.
         """
+        what = "POST /vms/create"
         name = str(body.get("name") or "")
         before = {str(v.get("vm_id")) for v in self.list_vms()} if name else set()
-        start = time.monotonic()
+        deadline = time.monotonic() + self.retry.deadline_s
         attempt = 0
         while True:
             attempt += 1
             try:
-                return dict(self.request("POST", "/vms/create", body, timeout=150.0, retry=False))
+                return self._object(what, self.request("POST", "/vms/create", body, timeout=CREATE_TIMEOUT_S,
+                                                       idempotent=False, deadline=deadline))
             except LyceumError as exc:
-                if exc.status is not None and exc.status not in RETRY_STATUSES:
+                if not exc.retryable:
                     raise
-                elapsed = time.monotonic() - start
-                if attempt >= self.retry.attempts or elapsed >= self.retry.deadline_s:
-                    raise
-                if exc.status != 429 and name:
-                    for vm in self.list_vms():
-                        if (str(vm.get("vm_id")) not in before and vm.get("name") == name
-                                and str(vm.get("status", "")).lower() not in GONE_STATUSES):
-                            log.warning("create of %s answered %s, but the VM exists (%s): adopting it",
-                                        name, exc.status or "no answer", vm.get("vm_id"))
-                            return vm
-                delay = min(self.retry.max_s, self.retry.base_s * 2 ** (attempt - 1))
-                log.warning("%s; retrying the create in %.1fs", exc, delay)
-                time.sleep(random.uniform(delay / 2, delay))
+                if exc.status != 429 and not name:
+                    raise LyceumError(f"{exc} (not retried: the create names no VM, so one it made anyway could "
+                                      "not be recognised; check with `python -m glue.cloud.lyceum list`)",
+                                      exc.status, exc.detail) from None
+                left = deadline - time.monotonic()
+                wait = exc.retry_after if exc.retry_after is not None else self.retry.backoff(attempt)
+                if attempt >= self.retry.attempts or left <= 0 or wait > left:
+                    tries = _Tries(sent=attempt, why="" if attempt >= self.retry.attempts else
+                                   _deadline_note(exc.retry_after, self.retry.deadline_s))
+                    raise LyceumError(f"{exc}{tries.suffix()}", exc.status, exc.detail) from None
+                if exc.status != 429:
+                    adopted = self._find_created(name, before, exc)
+                    if adopted is not None:
+                        return adopted
+                log.warning("%s; retrying the create of %s in %.3gs (attempt %d/%d)", exc, name or "a VM",
+                            wait, attempt + 1, self.retry.attempts)
+                time.sleep(wait)
+
+    def _find_created(self, name: str, before: set[str], exc: LyceumError) -> dict[str, Any] | None:
+        """The VM named `name` that a create whose answer was lost made after all, if any."""
+        try:
+            vms = self.list_vms()
+        except LyceumError as lookup:
+            raise LyceumError(f"{exc}; the create of {name} may have gone through, and listing the VMs to "
+                              f"check failed too ({lookup})", exc.status, exc.detail) from None
+        for vm in vms:
+            if (str(vm.get("vm_id")) not in before and vm.get("name") == name
+                    and str(vm.get("status", "")).lower() not in GONE_STATUSES):
+                log.warning("the create of %s answered %s, but the VM exists (%s): adopting it",
+                            name, exc.status or "nothing", vm.get("vm_id"))
+                return vm
+        return None
 
     def vm_status(self, vm_id: str) -> dict[str, Any]:
-        return dict(self.request("GET", f"/vms/{urllib.parse.quote(vm_id, safe='')}/status"))
+        path = f"/vms/{urllib.parse.quote(vm_id, safe='')}/status"
+        return self._object(f"GET {path}", self.request("GET", path))
 
     def list_vms(self) -> list[dict[str, Any]]:
         data = self.request("GET", "/vms/list")
         vms = data.get("vms", []) if isinstance(data, dict) else data
+        if not isinstance(vms, list | None) or not all(isinstance(v, dict) for v in vms or []):
+            raise LyceumError("Lyceum API answered GET /vms/list with JSON of an unexpected shape "
+                              "(expected {\"vms\": [objects]})")
         return [dict(v) for v in vms or []]
 
     def availability(self) -> list[dict[str, Any]]:
         data = self.request("GET", "/vms/availability")
-        return [dict(v) for v in (data.get("available_instance_variants") or [])] if isinstance(data, dict) else []
+        variants = data.get("available_instance_variants") if isinstance(data, dict) else None
+        return [dict(v) for v in variants or [] if isinstance(v, dict)]
 
     def delete_vm(self, vm_id: str) -> None:
         """Terminate a VM; one that is already gone (404) is not an error."""
@@ -264,10 +492,6 @@ class LyceumClient:
             pass
 
     def storage_credentials(self) -> dict[str, Any]:
-        return dict(self.request("POST", "/storage/credentials"))
-
-
-def _os_reason(exc: BaseException) -> str:
-    if isinstance(exc, socket.timeout | TimeoutError):
-        return "timed out"
-    return str(getattr(exc, "strerror", None) or exc) or type(exc).__name__
+        # A POST, but safe to repeat: each call only issues another set of expiring credentials.
+        return self._object("POST /storage/credentials",
+                            self.request("POST", "/storage/credentials", idempotent=True))

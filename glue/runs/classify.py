@@ -1,5 +1,5 @@
 """Failure classification: evidence in, one class and the reason out. Pure, so it is testable on
-recorded fixtures. The classes and their policies are in DESIGN.md ("Failure classes").
+recorded fixtures. The classes and their policies: docs/design.md, section 6 "Failure classes and policies".
 """
 
 from __future__ import annotations

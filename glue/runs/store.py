@@ -1,4 +1,4 @@
-"""Controller-side records of a run in the bucket (layout in DESIGN.md, "Bucket layout")."""
+"""Controller-side records of a run in the bucket (layout: docs/design.md, section 4 "Bucket layout")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The playbooks parse, every role has the layout DESIGN.md asks for, and yamllint is clean.
+"""The playbooks parse, every role has the layout docs/design.md asks for ("Repository layout"), and yamllint is clean.
 (ansible-lint --profile production runs in `make lint`; it takes too long for the unit suite.)"""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""glue.infra.ansible without VMs: results, first failure per host, changed counts, progress display,
-and no secrets in ansible-runner's artifacts (no_log output, the caller's environment)."""
+"""The Ansible driver without VMs (glue.infra.ansible and the ansible_run / ansible_progress modules
+behind it): results, first failure per host, changed counts, progress display, and no secrets in
+ansible-runner's artifacts (no_log output, the caller's environment)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import yaml
 
 from glue.errors import GlueError
-from glue.infra import ansible
+from glue.infra import ansible, ansible_progress, ansible_run, inventory
 
 SECRET = "s3cr3t-do-not-log-4242"
 API_KEY = "lk_api-key-do-not-log-1717"
@@ -53,7 +54,7 @@ def home(tmp_path: Path) -> Path:
                    "vars": {"ansible_connection": "local", "creds_file": str(creds),
                             "out_dir": str(tmp_path / "out")}}}
     (tmp_path / "out").mkdir()
-    ansible.inventory_file(home).write_text(yaml.safe_dump(inv))
+    inventory.inventory_path(home).write_text(yaml.safe_dump(inv))
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     return home
 
@@ -95,27 +96,26 @@ def test_missing_inventory_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_control_sockets_stay_under_home_unless_too_long(tmp_path: Path) -> None:
-    assert ansible.control_path_dir(Path("/work/x/.gpukit")) == Path("/work/x/.gpukit/ansible/cp")
+    assert ansible_run.control_path_dir(Path("/work/x/.gpukit")) == Path("/work/x/.gpukit/ansible/cp")
     long_home = Path("/tmp") / ("d" * 80) / "home"
-    cp = ansible.control_path_dir(long_home)
+    cp = ansible_run.control_path_dir(long_home)
     assert str(cp).startswith("/tmp/gpukit-cp-") and len(str(cp)) < 40
-    assert cp == ansible.control_path_dir(long_home)
+    assert cp == ansible_run.control_path_dir(long_home)
 
 
 def test_failure_message() -> None:
-    assert ansible.failure_message({"msg": "non-zero return code", "stderr": "a\nb: cause\n"}) == "b: cause"
-    assert ansible.failure_message({"msg": "non-zero return code", "rc": 13, "stderr":
-                                    "gpukit-mount: fuse missing: x\r\nShared connection to 127.0.0.1 closed.\r\n"}
-                                   ) == "gpukit-mount: fuse missing: x"
-    assert ansible.failure_message({"msg": "non-zero return code", "stdout": "gpukit-mount: bucket missing: b\r\n",
-                                    "stderr": "Shared connection to 127.0.0.1 closed.\r\n"}
-                                   ) == "gpukit-mount: bucket missing: b"
-    assert ansible.failure_message({"censored": "hidden"}) == "output hidden (no_log)"
-    assert ansible.failure_message({"msg": "Failed   to\n connect"}) == "Failed to connect"
-    assert ansible.failure_message({"msg": "All items completed",
-                                    "results": [{"failed": False}, {"failed": True, "msg": "item 2"}]}
-                                   ) == "All items completed"
-    assert ansible.failure_message({"results": [{"failed": True, "msg": "item 2"}]}) == "item 2"
+    fm = ansible_progress.failure_message
+    assert fm({"msg": "non-zero return code", "stderr": "a\nb: cause\n"}) == "b: cause"
+    assert fm({"msg": "non-zero return code", "rc": 13,
+               "stderr": "gpukit-mount: fuse missing: x\r\nShared connection to 127.0.0.1 closed.\r\n"}
+              ) == "gpukit-mount: fuse missing: x"
+    assert fm({"msg": "non-zero return code", "stdout": "gpukit-mount: bucket missing: b\r\n",
+               "stderr": "Shared connection to 127.0.0.1 closed.\r\n"}) == "gpukit-mount: bucket missing: b"
+    assert fm({"censored": "hidden"}) == "output hidden (no_log)"
+    assert fm({"msg": "Failed   to\n connect"}) == "Failed to connect"
+    assert fm({"msg": "All items completed", "results": [{"failed": False}, {"failed": True, "msg": "item 2"}]}
+              ) == "All items completed"
+    assert fm({"results": [{"failed": True, "msg": "item 2"}]}) == "item 2"
 
 
 def test_verify_collects_summaries(home: Path, tmp_path: Path) -> None:
@@ -126,9 +126,9 @@ def test_verify_collects_summaries(home: Path, tmp_path: Path) -> None:
 
 def test_fact_cache_is_dropped_for_new_or_replaced_vms(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    inv = ansible.inventory_file(home)
+    inv = inventory.inventory_path(home)
     inv.parent.mkdir(parents=True)
-    cache = ansible.facts_dir(home)
+    cache = ansible_run.facts_dir(home)
 
     def write(ids: dict[str, str]) -> None:
         inv.write_text(yaml.safe_dump({"all": {"hosts": {h: {"gpukit_vm_id": i} for h, i in ids.items()}}}))
@@ -140,14 +140,14 @@ def test_fact_cache_is_dropped_for_new_or_replaced_vms(tmp_path: Path) -> None:
 
     write({"h1": "vm-a", "h2": "vm-b", "h10": "vm-c"})
     seed()
-    ansible._prune_fact_cache(home, inv)  # nothing known yet: everything gathered anew
+    ansible_run.prune_fact_cache(home, inv)  # nothing known yet: everything gathered anew
     assert sorted(p.name for p in cache.iterdir()) == [".vm-ids.json"]
     seed()
-    ansible._prune_fact_cache(home, inv)  # same VMs: cache kept
+    ansible_run.prune_fact_cache(home, inv)  # same VMs: cache kept
     assert {p.name for p in cache.iterdir()} == {".vm-ids.json", "s1_h1", "s1_h2", "s1_h10"}
     write({"h1": "vm-a", "h2": "vm-NEW", "h10": "vm-c"})
-    ansible._prune_fact_cache(home, inv)  # h2 replaced: only its facts go
+    ansible_run.prune_fact_cache(home, inv)  # h2 replaced: only its facts go
     assert {p.name for p in cache.iterdir()} == {".vm-ids.json", "s1_h1", "s1_h10"}
     write({"h10": "vm-c"})
-    ansible._prune_fact_cache(home, inv)  # h1 left the cluster
+    ansible_run.prune_fact_cache(home, inv)  # h1 left the cluster
     assert {p.name for p in cache.iterdir()} == {".vm-ids.json", "s1_h10"}

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glue.infra import ansible
-from glue.infra.ansible_testbed import LocalTestbed
+from tests.testbed import LocalTestbed
 
 TARGET_FIRST = 20.0
 TARGET_NOOP = 6.0

@@ -1,18 +1,25 @@
 """Terraform outputs -> the Ansible inventory and a pinned known_hosts file.
 
+The outputs contract (terraform/modules/cluster/outputs.tf, passed through by every env): `vms` maps
+a VM name to the fields of `Host` (VM_FIELDS), and `bucket` holds the fields of `BucketInfo`
+(BUCKET_FIELDS), never credentials. This module is the one place in Python that reads (and, for
+test beds without Terraform, builds) that shape.
+
 Host keys come from the `host_key` output of each VM; strict host key checking stays on, so a VM
 whose key changed without Terraform replacing it is refused rather than trusted.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from glue.infra.ssh_keys import client_key, ssh_dir
+from glue.records import BucketInfo
 
 
 @dataclass(frozen=True)
@@ -32,13 +39,33 @@ class Host:
         return self.ssh_host if self.ssh_port == 22 else f"[{self.ssh_host}]:{self.ssh_port}"
 
 
-def hosts_from_outputs(outputs: dict[str, Any]) -> list[Host]:
-    vms = outputs.get("vms") or {}
-    return [
-        Host(name=name, id=v["id"], ssh_host=v["ssh_host"], ssh_port=int(v["ssh_port"]), ssh_user=v["ssh_user"],
-             host_key=v["host_key"], gpu_type=v["gpu_type"], gpu_count=int(v["gpu_count"]), backend=v["backend"])
-        for name, v in sorted(vms.items())
-    ]
+# The contract: what each entry of the `vms` output holds (its key is the name), and the `bucket` output.
+VM_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Host) if f.name != "name")
+BUCKET_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(BucketInfo))
+_INT_FIELDS = frozenset({"ssh_port", "gpu_count"})  # numbers in Terraform: may arrive as floats
+
+
+def hosts_from_outputs(outputs: Mapping[str, Any]) -> list[Host]:
+    def host(name: str, vm: Mapping[str, Any]) -> Host:
+        values: dict[str, Any] = {k: int(vm[k]) if k in _INT_FIELDS else vm[k] for k in VM_FIELDS}
+        return Host(name=name, **values)
+
+    return [host(name, vm) for name, vm in sorted((outputs.get("vms") or {}).items())]
+
+
+def bucket_from_outputs(outputs: Mapping[str, Any]) -> BucketInfo:
+    """The `bucket` output; fields missing from it (no state yet) read as ""."""
+    bucket = outputs.get("bucket") or {}
+    return BucketInfo(**{k: str(bucket.get(k) or "") for k in BUCKET_FIELDS})
+
+
+def outputs_of(vms: Mapping[str, Any], bucket: BucketInfo) -> dict[str, Any]:
+    """The outputs Terraform would give for these VMs (anything with the VM_FIELDS as attributes,
+    e.g. glue.cloud's VMRecord) and this bucket: for a test bed that skips Terraform."""
+    return {
+        "vms": {name: {k: getattr(vm, k) for k in VM_FIELDS} for name, vm in sorted(vms.items())},
+        "bucket": {k: getattr(bucket, k) for k in BUCKET_FIELDS},
+    }
 
 
 def known_hosts_path(home: Path) -> Path:
@@ -49,11 +76,11 @@ def inventory_path(home: Path) -> Path:
     return home / "ansible" / "inventory.yml"
 
 
-def write(home: Path, outputs: dict[str, Any]) -> list[Host]:
+def write(home: Path, outputs: Mapping[str, Any]) -> list[Host]:
     """Write known_hosts and inventory.yml from terraform outputs; return the hosts."""
     hosts = hosts_from_outputs(outputs)
     known_hosts_path(home).write_text("".join(f"{h.known_hosts_name} {h.host_key}\n" for h in hosts))
-    bucket = outputs.get("bucket") or {}
+    bucket = bucket_from_outputs(outputs)
     inv = {
         "all": {
             "hosts": {
@@ -72,9 +99,9 @@ def write(home: Path, outputs: dict[str, Any]) -> list[Host]:
                 "ansible_ssh_private_key_file": str(client_key(home)),
                 "gpukit_home": str(home),
                 "gpukit_known_hosts": str(known_hosts_path(home)),
-                "gpukit_bucket_endpoint": bucket.get("endpoint", ""),
-                "gpukit_bucket_name": bucket.get("name", ""),
-                "gpukit_bucket_region": bucket.get("region", ""),
+                "gpukit_bucket_endpoint": bucket.endpoint,
+                "gpukit_bucket_name": bucket.name,
+                "gpukit_bucket_region": bucket.region,
                 # A path, never the secret itself.
                 "gpukit_bucket_credentials_file": str(home / "bucket" / "credentials.json"),
             },

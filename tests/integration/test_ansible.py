@@ -15,7 +15,7 @@ import boto3
 import pytest
 
 from glue.infra import ansible, inventory, ssh
-from glue.infra.ansible_testbed import LocalTestbed
+from tests.testbed import LocalTestbed
 
 pytestmark = [pytest.mark.integration]
 

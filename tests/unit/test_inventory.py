@@ -3,6 +3,7 @@ from pathlib import Path
 import yaml
 
 from glue.infra import inventory
+from glue.records import BucketInfo
 
 OUTPUTS = {
     "vms": {
@@ -30,3 +31,19 @@ def test_inventory_and_known_hosts_from_outputs(tmp_path: Path) -> None:
     assert v["gpukit_bucket_credentials_file"].endswith("bucket/credentials.json")
     assert not any("secret" in k for k in v)
     assert Path(v["ansible_ssh_private_key_file"]).stat().st_mode & 0o077 == 0
+
+
+def test_outputs_contract_round_trips_through_one_definition() -> None:
+    """hosts_from_outputs reads exactly what outputs_of builds (the test bed's stand-in for Terraform)."""
+    hosts = inventory.hosts_from_outputs(OUTPUTS)
+    bucket = inventory.bucket_from_outputs(OUTPUTS)
+    assert inventory.outputs_of({h.name: h for h in hosts}, bucket) == OUTPUTS
+    assert set(inventory.VM_FIELDS) == set(OUTPUTS["vms"]["gpukit-1"])
+    assert set(inventory.BUCKET_FIELDS) == set(OUTPUTS["bucket"])
+    assert inventory.bucket_from_outputs({}) == BucketInfo(endpoint="", name="", region="")
+
+
+def test_terraform_numbers_arrive_as_ints() -> None:
+    vm = {**OUTPUTS["vms"]["gpukit-1"], "ssh_port": 22.0, "gpu_count": 8.0}
+    [h] = inventory.hosts_from_outputs({"vms": {"gpukit-1": vm}})
+    assert (h.ssh_port, h.gpu_count) == (22, 8) and isinstance(h.ssh_port, int)

@@ -1,7 +1,9 @@
-"""Local VMs + the local bucket + an inventory, without Terraform: for the Ansible tests and bench.
+"""Local VMs + the local bucket + an inventory, without Terraform: for the Ansible tests and
+bench/converge.py.
 
 `glue up` reaches the same state through Terraform (whose outputs feed `inventory.write`); this
-skips Terraform so a test measures and exercises only the Ansible side.
+skips Terraform so a test measures and exercises only the Ansible side. The outputs it hands to
+`inventory.write` are built by `inventory.outputs_of`, the same contract Terraform's outputs follow.
 """
 
 from __future__ import annotations
@@ -34,14 +36,8 @@ class LocalTestbed:
         return self.backend.bucket()
 
     def outputs(self) -> dict[str, Any]:
-        b = self.bucket
-        return {
-            "vms": {name: {"id": r.id, "ssh_host": r.ssh_host, "ssh_port": r.ssh_port, "ssh_user": r.ssh_user,
-                           "host_key": r.host_key, "gpu_type": r.gpu_type, "gpu_count": r.gpu_count,
-                           "backend": r.backend}
-                    for name, r in sorted(self.vms.items())},
-            "bucket": {"endpoint": b.endpoint, "name": b.name, "region": b.region},
-        }
+        """What Terraform's `vms` and `bucket` outputs would be for these VMs."""
+        return inventory.outputs_of(self.vms, self.bucket)
 
     def write_inventory(self) -> None:
         inventory.write(self.home, self.outputs())

@@ -21,9 +21,10 @@ from glue.cloud import get_backend
 from glue.cluster import state
 from glue.errors import GlueError
 from glue.recovery import recover as recover_mod
+from glue.recovery.resume_check import step_ranges
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
-from glue.runs import monitor
+from glue.runs import lease, monitor
 from glue.runs.classify import Outcome
 from glue.runs.store import RunStore
 
@@ -168,29 +169,34 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
     with console.status(f"training {drill_id} to step {at}"):
         _wait(home, dr, lambda r: (r.heartbeat or {}).get("step") is not None and r.heartbeat["step"] >= at,
               f"step {at}", timeout)
-    backend = get_backend(state.ClusterConfig.load(home).backend, home)
-    victim_id = dr.attempt(1)["vm_id"]
-    backend.delete_vm(victim_id)
-    console.print(f"[red]destroyed VM {victim.name}[/] ({victim_id}) under {drill_id}")
-    # The kill follows the heartbeat, so a fast run can reach its end first; a resume from the final
-    # checkpoint replays nothing and would "pass" without testing anything.
-    saved = monitor.last_valid_checkpoint(dr, dr.manifest())
-    if saved is not None and saved >= total:
-        raise GlueError(f"run {drill_id} had saved its final checkpoint (step {saved}) before VM {victim.name} "
-                        f"was destroyed, so there is nothing to replay; use an earlier --kill-at (heartbeats "
-                        f"come every {rc.monitor.heartbeat_seconds:g}s) or a run with more or slower steps")
-    result = DrillResult(passed=False, ref_run=ref_id, drill_run=drill_id, steps=total, kill_at=at)
-    try:
-        result.recovery = recover_mod.recover(home, drill_id, console, tolerance=tolerance, wait_timeout=timeout)
-    except GlueError as exc:
-        result.problem = str(exc)
-        rec = dr.keys("recoveries/")
-        result.recovery = dr.get_json(sorted(rec)[-1]) if rec else {}
+    with lease.held(dr, "drill"):  # nobody else recovers the drill run while it loses its VM
+        backend = get_backend(state.ClusterConfig.load(home).backend, home)
+        victim_id = dr.attempt(1)["vm_id"]
+        backend.delete_vm(victim_id)
+        console.print(f"[red]destroyed VM {victim.name}[/] ({victim_id}) under {drill_id}")
+        # The kill follows the heartbeat, so a fast run can reach its end first; a resume from the final
+        # checkpoint replays nothing and would "pass" without testing anything.
+        saved = monitor.last_valid_checkpoint(dr, dr.manifest())
+        if saved is not None and saved >= total:
+            raise GlueError(f"run {drill_id} had saved its final checkpoint (step {saved}) before VM {victim.name} "
+                            f"was destroyed, so there is nothing to replay; use an earlier --kill-at (heartbeats "
+                            f"come every {rc.monitor.heartbeat_seconds:g}s) or a run with more or slower steps")
+        result = DrillResult(passed=False, ref_run=ref_id, drill_run=drill_id, steps=total, kill_at=at)
+        try:
+            result.recovery = recover_mod.recover(home, drill_id, console, tolerance=tolerance, wait_timeout=timeout)
+        except GlueError as exc:
+            result.problem = str(exc)
+            rec = dr.keys("recoveries/")
+            result.recovery = dr.get_json(sorted(rec)[-1]) if rec else {}
     with console.status("waiting for both runs to finish"):
         _wait(home, ref, lambda r: r.verdict.outcome is Outcome.COMPLETED, "the reference to complete", timeout)
         if result.problem is None:
             _wait(home, dr, lambda r: r.verdict.outcome is Outcome.COMPLETED, "the drill run to complete", timeout)
     ref_l, dr_l = _losses(ref), _losses(dr)
+    for label, losses in (("the reference", ref_l), ("the drill run", dr_l)):
+        gone = [s_ for s_ in range(1, total + 1) if s_ not in losses]
+        if gone and result.problem is None:
+            result.problem = f"step(s) {step_ranges(gone)} missing from {label}: those steps cannot be compared"
     for step in range(1, total + 1):
         a, b = ref_l.get(step), dr_l.get(step)
         if a is None or b is None:
@@ -204,6 +210,8 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
     if result.problem is None and result.first_bad_step is None:
         diff, result.compared_tensors = compare_final(ref, dr, total)
         result.first_bad_tensor = diff
+    if result.problem is None and result.compared_steps == 0:
+        result.problem = "no step was compared"
     result.passed = result.problem is None and result.first_bad_step is None and result.first_bad_tensor is None
     if not result.passed and result.problem is None:
         result.problem = "the recovered run diverged from the reference"

@@ -31,8 +31,8 @@ from glue.recovery import phases
 from glue.recovery.phases import REFUSE_WITHOUT_FORCE, Timings, secs_between
 from glue.recovery.resume_check import check_resume, merged_metrics, step_ranges
 from glue.runs import deploy as deploy_mod
-from glue.runs import monitor
-from glue.runs.store import utc_iso
+from glue.runs import lease, monitor
+from glue.runs.store import RunStore, utc_iso
 
 __all__ = ["REFUSE_WITHOUT_FORCE", "check_resume", "merged_metrics", "print_table", "recover"]
 
@@ -42,6 +42,15 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
             wait_timeout: float = 600.0) -> dict[str, Any]:
     store = deploy_mod.open_store(home, run_id)
     manifest = store.manifest()  # unknown run -> one line
+    with lease.held(store, "recover"):  # one writer: a second recover refuses, naming this one
+        return _recover(home, store, manifest, console, force, from_scratch, same_vm, verify_steps, tolerance,
+                        wait_timeout)
+
+
+def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Console, force: bool,
+             from_scratch: bool, same_vm: bool, verify_steps: int, tolerance: float,
+             wait_timeout: float) -> dict[str, Any]:
+    run_id = store.run
     timed = Timings()
     with console.status("[bold]detect[/]: classifying the last attempt …"):
         failure = phases.detect(home, store, force)

@@ -47,10 +47,16 @@ def check_resume(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]],
     want = (ckpt or 0) + 1
     if first != want:
         return ResumeCheck(False, first, problem=f"first resumed step {first} != checkpoint step {ckpt} + 1")
+    window = list(range(want, upto + 1))  # the steps both attempts must have run
+    # Every step of the window must be in both runs: a step missing from either one could hide the very
+    # divergence this check exists to find, so it fails rather than being skipped.
+    for label, steps in (("the resumed run", new), ("the run before the failure", old)):
+        gone = [s for s in window if s not in steps]
+        if gone:
+            return ResumeCheck(False, first, problem=f"step(s) {step_ranges(gone)} missing from {label}; "
+                                                     "nothing can be said about them")
     compared: list[int] = []
-    for step in range(want, upto + 1):
-        if step not in old or step not in new:
-            continue
+    for step in window:
         a, b = float(old[step]["loss"]), float(new[step]["loss"])
         if abs(a - b) > tolerance:
             what = [k for k in STEP_INPUTS if k in old[step] and old[step].get(k) != new[step].get(k)]
@@ -58,6 +64,8 @@ def check_resume(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]],
             return ResumeCheck(False, first, compared, f"loss at step {step} is {b!r} after the resume, {a!r} "
                                f"before the failure (tolerance {tolerance}){hint}")
         compared.append(step)
+    # An empty window is the one case with nothing to compare: the lost attempt died right after
+    # saving its checkpoint (upto == ckpt), so the first resumed step is all there is to check.
     return ResumeCheck(True, first, compared)
 
 

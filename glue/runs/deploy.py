@@ -12,7 +12,6 @@ import os
 import shlex
 import subprocess
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.paths import PROJECT_ROOT
 from glue.runs import config as runconfig
-from glue.runs import guard, remote
+from glue.runs import guard, lease, remote
 from glue.runs import vm_group as group_mod
 from glue.runs.store import RunStore, utc_iso
 from glue.runs.vm_group import GroupSpec, Rendezvous
@@ -120,19 +119,34 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
         env_info = remote.env_info(home, hosts[0])
         digest = _image_digest(home, hosts[0], rc.image)
         rdzv = group_mod.rendezvous(home, hosts, [remote.python(h) for h in hosts]) if group.distributed else None
+    with lease.held(store, "deploy", unless_exists=None if exists else "manifest.json"):
+        return _record_and_start(home, store, rc, hosts, argvs, resume, env_info, digest, group, rdzv,
+                                 memory_limit_mb, console)
+
+
+def _record_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, hosts: list[Host],
+                      argvs: list[list[str]], resume: bool, env_info: dict[str, Any], digest: str | None,
+                      group: GroupSpec, rdzv: Rendezvous | None, memory_limit_mb: int | None,
+                      console: Console) -> dict[str, Any]:
+    """Under the run's lease: check again that the run is (or is not) there, write the manifest, start."""
+    run_id = store.run
+    exists = store.exists()
+    if exists and not resume:
+        raise GlueError(f"run {run_id!r} already exists in the bucket (another deploy just created it)")
     attempts = store.attempts()
     attempt = (max(attempts) + 1) if attempts else 1
+    names = ", ".join(h.name for h in hosts)
     if not exists:
         store.put_json("manifest.json", {
             "run": run_id, "created_at": utc_iso(), "image": rc.image, "image_digest": digest,
             "command": list(rc.command), "runtime": rc.runtime, "config": rc.as_dict(),
-            "input": asdict(rc.input) if rc.input else None, "code": code_version(),
+            "input": rc.input.model_dump() if rc.input else None, "code": code_version(),
             "environment": {**env_info, "gpu_type": hosts[0].gpu_type, "gpu_count": hosts[0].gpu_count,
                             "backend": hosts[0].backend},
             "distributed": group.as_dict() if group.distributed else None,
             "secrets": list(rc.secrets), "outputs": {"destination": rc.outputs.destination,
                                                      "required": list(rc.outputs.required)},
-            "checkpoint": asdict(rc.checkpoint), "bucket": {"endpoint": store.info.endpoint,
+            "checkpoint": rc.checkpoint.model_dump(), "bucket": {"endpoint": store.info.endpoint,
                                                             "name": store.info.name},
         })
     record = start_attempt(home, hosts, store, rc, argvs, attempt, resume=resume or attempt > 1,

@@ -63,3 +63,24 @@ def test_resume_with_no_steps_passes_only_after_finished_training() -> None:
     assert "reported no steps" in (check_resume(old, {}, 40, 40, 0.0, finished_before=False).problem or "")
     # Outputs, but the checkpoint is behind the last step reached: steps were skipped.
     assert not check_resume(old, {}, ckpt=30, upto=40, tolerance=0.0, finished_before=True).ok
+
+
+def test_resume_check_fails_on_a_step_missing_from_either_run() -> None:
+    old = {s: rec(1.0 / s) for s in range(1, 38)}
+    new = {s: rec(1.0 / s) for s in range(21, 45)}
+    del new[30]
+    res = check_resume(old, new, ckpt=20, upto=37, tolerance=0.0)
+    assert not res.ok and "30 missing from the resumed run" in (res.problem or "")
+    new[30] = rec(1.0 / 30)
+    del old[25]
+    res = check_resume(old, new, ckpt=20, upto=37, tolerance=0.0)
+    assert not res.ok and "25 missing from the run before the failure" in (res.problem or "")
+
+
+def test_resume_check_compares_nothing_only_when_the_failure_was_at_the_checkpoint() -> None:
+    old = {s: rec(1.0 / s) for s in range(1, 41)}
+    new = {s: rec(1.0 / s) for s in range(41, 46)}
+    res = check_resume(old, new, ckpt=40, upto=40, tolerance=0.0)  # died right after saving step 40
+    assert res.ok and res.compared == [] and res.first_step == 41
+    res = check_resume({s: rec(1.0) for s in range(1, 31)}, new, ckpt=40, upto=45, tolerance=0.0)
+    assert not res.ok  # steps to compare existed (41..45) but the old run never had them

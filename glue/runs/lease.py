@@ -1,0 +1,180 @@
+"""One writer per run: a lease in the bucket that deploy, recover and drill hold while they change a run.
+
+S3-compatible stores do not all honour conditional writes (rclone's `serve s3` ignores If-None-Match),
+so the lease is built from plain PUT and LIST:
+
+  runs/<run>/lease/<gen>/claim-<token>.json   a contender's claim on generation <gen>
+  runs/<run>/lease/<gen>/released.json        written by the winner when it is done
+
+To take the lease a contender reads the newest generation; if it is held (claimed, not released, not
+expired, and its holder not a dead process on this machine) it refuses, naming the holder. Otherwise
+it claims the next generation, waits `SETTLE_S`, and lists that generation's claims: the winner is
+the claim the store timestamped first (one clock, the server's), ties broken by token. Every
+contender computes the same winner from the same listing; a claim that lands after the winner
+listed is later by the server's clock and loses.
+
+The lease keeps controllers apart. The trainer is fenced separately: before each checkpoint commit it
+checks that no newer attempt of its run exists (glue.train.fence), so an attempt that was replaced
+while paused can never commit again.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from glue.errors import GlueError
+from glue.runs.store import RunStore, parse_iso, utc_iso
+
+PREFIX = "lease/"
+SETTLE_S = float(os.environ.get("GPUKIT_LEASE_SETTLE_S", "1.5"))  # > the store's timestamp resolution (1 s)
+TTL_S = 6 * 3600.0  # a lease whose holder vanished elsewhere is free again after this
+
+_HELD: dict[tuple[str, str, str], tuple[Lease, int]] = {}  # (endpoint, bucket, run) -> (lease, depth)
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Lease:
+    run: str
+    gen: int
+    token: str
+    holder: str
+    op: str
+    expires_at: str
+
+
+def _holder() -> str:
+    return f"{os.environ.get('USER') or 'root'}@{socket.gethostname()} pid {os.getpid()}"
+
+
+def _claims(store: RunStore, gen: int | None = None) -> dict[int, list[dict[str, Any]]]:
+    """gen -> its claims (each with the server's LastModified), plus a `released` flag per gen."""
+    sub = PREFIX + (f"{gen:06d}/" if gen is not None else "")
+    out: dict[int, list[dict[str, Any]]] = {}
+    try:
+        pages = store.s3.get_paginator("list_objects_v2").paginate(Bucket=store.info.name, Prefix=store.prefix + sub)
+        for page in pages:
+            for obj in page.get("Contents", []):
+                rel = obj["Key"][len(store.prefix) + len(PREFIX):]
+                g, _, name = rel.partition("/")
+                if not g.isdigit():
+                    continue
+                out.setdefault(int(g), []).append({"name": name, "modified": obj["LastModified"]})
+    except (ClientError, BotoCoreError) as exc:
+        raise GlueError(f"bucket {store.info.name} did not answer (list {sub}): {str(exc).splitlines()[0]}") from exc
+    return out
+
+
+def _winner(store: RunStore, gen: int, entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    claims = sorted((e for e in entries if e["name"].startswith("claim-")), key=lambda e: (e["modified"], e["name"]))
+    for entry in claims:  # the first claim that still reads back (a torn write is skipped)
+        doc = store.get_json(f"{PREFIX}{gen:06d}/{entry['name']}")
+        if doc:
+            return dict(doc)
+    return None
+
+
+def _stale(doc: dict[str, Any]) -> bool:
+    """Expired, or held by a process of this machine that no longer exists (a Ctrl-C'd recover)."""
+    if parse_iso(doc["expires_at"]) < datetime.now(UTC):
+        return True
+    if doc.get("host") == socket.gethostname() and isinstance(doc.get("pid"), int):
+        try:
+            os.kill(doc["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+    return False
+
+
+def current(store: RunStore) -> dict[str, Any] | None:
+    """The holder's claim when the run's lease is held now, else None."""
+    gens = _claims(store)
+    if not gens:
+        return None
+    gen = max(gens)
+    if any(e["name"] == "released.json" for e in gens[gen]):
+        return None
+    doc = _winner(store, gen, gens[gen])
+    return None if doc is None or _stale(doc) else {**doc, "gen": gen}
+
+
+def acquire(store: RunStore, op: str) -> Lease:
+    """Take the run's lease for `op` or raise one line naming who holds it."""
+    gens = _claims(store)
+    top = max(gens) if gens else 0
+    if gens:
+        held = current(store)
+        if held is not None:
+            raise GlueError(f"run {store.run} is being changed by {held['holder']} ({held['op']}, since "
+                            f"{held['created_at']}); wait for it to finish. The lease frees itself at "
+                            f"{held['expires_at']} or when that process is gone")
+    gen = top + 1
+    token = secrets.token_hex(8)
+    now = datetime.now(UTC)
+    doc = {"run": store.run, "gen": gen, "token": token, "holder": _holder(), "host": socket.gethostname(),
+           "pid": os.getpid(), "op": op, "created_at": utc_iso(now),
+           "expires_at": utc_iso(now + timedelta(seconds=TTL_S))}
+    store.put_json(f"{PREFIX}{gen:06d}/claim-{token}.json", doc)
+    time.sleep(SETTLE_S)
+    entries = _claims(store, gen).get(gen, [])
+    winner = _winner(store, gen, entries)
+    if winner is None or winner.get("token") != token:
+        who = winner or {"holder": "another controller", "op": "?", "created_at": "?"}
+        raise GlueError(f"run {store.run} is being changed by {who['holder']} ({who['op']}, since "
+                        f"{who['created_at']}); it took the lease a moment before this command")
+    return Lease(store.run, gen, token, str(doc["holder"]), op, str(doc["expires_at"]))
+
+
+def release(store: RunStore, lease: Lease, unless_exists: str | None = None) -> None:
+    """Free the lease. With `unless_exists` (a new run's manifest.json) and that key absent, the command
+    created nothing: its claim is removed instead, so a refused new run leaves no trace in the bucket."""
+    gen_dir = f"{PREFIX}{lease.gen:06d}/"
+    if unless_exists is not None and store.get_bytes(unless_exists) is None \
+            and list(store.keys(gen_dir)) == [f"{gen_dir}claim-{lease.token}.json"]:
+        try:
+            store.s3.delete_object(Bucket=store.info.name, Key=f"{store.prefix}{gen_dir}claim-{lease.token}.json")
+            return
+        except (ClientError, BotoCoreError):
+            pass  # then release it the ordinary way
+    store.put_json(f"{gen_dir}released.json", {"token": lease.token, "released_at": utc_iso()})
+
+
+@contextmanager
+def held(store: RunStore, op: str, unless_exists: str | None = None) -> Iterator[Lease]:
+    """Hold the run's lease for the block. Re-entrant within one process (drill -> deploy, recover).
+    `unless_exists`: see release()."""
+    key = (store.info.endpoint, store.info.name, store.run)
+    with _LOCK:
+        mine = _HELD.get(key)
+        if mine is not None:
+            _HELD[key] = (mine[0], mine[1] + 1)
+    if mine is not None:
+        try:
+            yield mine[0]
+        finally:
+            with _LOCK:
+                lease, depth = _HELD[key]
+                _HELD[key] = (lease, depth - 1)
+        return
+    lease = acquire(store, op)
+    with _LOCK:
+        _HELD[key] = (lease, 1)
+    try:
+        yield lease
+    finally:
+        with _LOCK:
+            del _HELD[key]
+        release(store, lease, unless_exists)

@@ -29,6 +29,7 @@ import re
 import socket
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,16 +254,18 @@ class _Retry(Retry):
     bounded by that deadline, and one log line per retry (what failed, how long we wait)."""
 
     def __init__(self, *args: Any, policy: RetryPolicy | None = None, deadline: float = 0.0, what: str = "",
-                 tries: _Tries | None = None, wait: float = 0.0, **kw: Any) -> None:
+                 tries: _Tries | None = None, scrub: Callable[[str], str] = str, wait: float = 0.0,
+                 **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.policy = policy or RetryPolicy()
         self.deadline = deadline
         self.what = what
         self.tries = tries if tries is not None else _Tries()
+        self.scrub = scrub  # blanks the key out of what the log line quotes from an answer
         self.wait = wait
 
     def new(self, **kw: Any) -> _Retry:
-        for name in ("policy", "deadline", "what", "tries"):
+        for name in ("policy", "deadline", "what", "tries", "scrub"):
             kw.setdefault(name, getattr(self, name))
         return super().new(**kw)
 
@@ -289,7 +292,7 @@ class _Retry(Retry):
         else:
             reason = _transport_reason(error) if error is not None else "no answer"
         self.tries.sent += 1
-        log.warning("%s: %s; retrying in %.3gs (attempt %d/%d)", self.what, reason, new.wait,
+        log.warning("%s: %s; retrying in %.3gs (attempt %d/%d)", self.what, self.scrub(reason), new.wait,
                     self.tries.sent, self.policy.attempts)
         return new
 
@@ -351,7 +354,7 @@ class LyceumClient:
             status_forcelist=RETRY_STATUSES, respect_retry_after_header=True,
             allowed_methods=IDEMPOTENT_METHODS | ({method} if idempotent else set()),
             policy=self.retry, deadline=deadline if deadline is not None else time.monotonic() + self.retry.deadline_s,
-            what=what, tries=tries,
+            what=what, tries=tries, scrub=self._scrub,
         )
         headers = {"Authorization": f"Bearer {self._key.reveal()}", "Accept": "application/json",
                    "User-Agent": "gpukit-glue"}

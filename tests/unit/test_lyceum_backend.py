@@ -56,6 +56,29 @@ def test_create_read_delete(backend: LyceumBackend, emu: Emulator) -> None:
     assert backend.read_vm(rec.id) is None and emu.live_vms() == []
 
 
+@pytest.mark.parametrize("lost", ["dropped", "502"])
+def test_a_create_whose_answer_was_lost_adopts_the_vm(backend: LyceumBackend, emu: Emulator, lost: str) -> None:
+    """The create went through but its answer never came: the VM is found by name and used, not made twice."""
+    if lost == "dropped":
+        emu.inject(0, path="/vms/create", drop=True, after_processing=True)
+    else:
+        emu.inject(502, path="/vms/create", after_processing=True)
+    rec = backend.create_vm(spec())
+    assert list(emu.vms) == [rec.id] and rec.status == "running" and rec.host_key == HOST_KEY
+    assert api_calls(emu)[:4] == ["GET /vms/availability", "GET /vms/list", "POST /vms/create", "GET /vms/list"]
+    assert api_calls(emu).count("POST /vms/create") == 1
+
+
+def test_a_flaky_api_is_ridden_out(backend: LyceumBackend, emu: Emulator) -> None:
+    emu.inject(503, count=1, path="/vms/availability")
+    emu.inject(0, count=1, path="/status", drop=True)
+    emu.inject(502, count=1, path="/vms/vm-", method="DELETE", after_processing=True)  # deleted; answer lost
+    rec = backend.create_vm(spec())
+    backend.delete_vm(rec.id)
+    assert emu.live_vms() == [] and len(emu.vms) == 1
+    assert [s for m, p, s in emu.requests if m == "DELETE"] == [502, 200]  # repeated: harmless
+
+
 @pytest.mark.parametrize("status", ["terminated", "error"])
 def test_read_maps_a_lost_vm_to_gone(backend: LyceumBackend, emu: Emulator, status: str) -> None:
     rec = backend.create_vm(spec())

@@ -52,6 +52,14 @@ def test_bucket_info_and_credentials_file(backend: LyceumBackend, emu: Emulator)
     assert sum(1 for m, p, _ in emu.requests if p.endswith("/storage/credentials")) == issued
 
 
+def test_fetching_credentials_is_retried(backend: LyceumBackend, emu: Emulator) -> None:
+    """A POST, but a harmless one to repeat (it only issues another set): retried on 5xx and a lost answer."""
+    emu.inject(503, count=1, path="/storage/credentials")
+    emu.inject(0, count=1, path="/storage/credentials", drop=True, after_processing=True)
+    assert backend.bucket_credentials().session_token
+    assert [s for m, p, s in emu.requests if p.endswith("/storage/credentials")] == [503, 0, 200]
+
+
 def test_expired_credentials_stop_working_and_are_refreshed(backend: LyceumBackend, emu: Emulator) -> None:
     old = backend.bucket_credentials()
     put(backend, old, "before-expiry")

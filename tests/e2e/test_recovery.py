@@ -139,3 +139,49 @@ def test_make_demo_passes_and_records_the_recovery(tmp_path: Path) -> None:
             backend.delete_vm(vm.id)
         LocalBucket(demo_home).stop()
     print(f"demo took {time.monotonic() - t0:.0f}s")
+
+
+def _two_recovers(kit: Kit, run: str, stagger_s: float) -> list[subprocess.CompletedProcess[str]]:
+    """Two real `glue recover --run` processes, the second `stagger_s` after the first."""
+    procs = []
+    for k in range(2):
+        if k and stagger_s:
+            time.sleep(stagger_s)
+        procs.append(subprocess.Popen([sys.executable, "-m", "glue.cli", "recover", "--run", run], env=kit.env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      stdin=subprocess.DEVNULL))
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=600)
+        out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    return out
+
+
+def test_two_recovers_of_one_run_start_exactly_one_attempt(cluster_kit: Kit, tmp_path: Path) -> None:
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": 2000, "step_sleep": 0.05, "checkpoint_interval": 10},
+                     checkpoint={"interval_steps": 10})
+    kit.glue("deploy", "--run", "two-rec", "--config", str(cfg), "--vm", "gpukit-2")
+    try:
+        for attempt, stagger in ((1, 0.0), (2, 3.0)):  # started together, then the second 3 s later
+            wait_for(fast, "two-rec", lambda s: (s["step"] or 0) >= 15 and s["state"] == "running", timeout=180)
+            rec = bucket_json(fast, f"runs/two-rec/attempts/{attempt}.json")
+            fast.glue("ssh", rec["vm"], "--", "kill", "-9", str(rec["trainer_pid"]))
+            wait_for(fast, "two-rec", lambda s: s["state"] != "running")
+            results = _two_recovers(kit, "two-rec", stagger)
+            ok = [r for r in results if r.returncode == 0]
+            refused = [r for r in results if r.returncode != 0]
+            assert len(ok) == 1 and len(refused) == 1, [r.stderr[-2000:] for r in results]
+            line = refused[0].stderr.strip()
+            assert "two-rec is being changed by" in line and "recover" in line and "Traceback" not in line, line
+            assert len(line.splitlines()) == 1, line
+            attempts = sorted(k for k in fast_keys(fast, "runs/two-rec/attempts/") if k.count(".") == 1)
+            assert attempts == [f"{n}.json" for n in range(1, attempt + 2)], attempts
+    finally:
+        for vm in ("gpukit-1", "gpukit-2"):
+            fast.glue("ssh", vm, "--", "pkill", "-9", "-f", "glue.train.supervise", check=False)
+
+
+def fast_keys(kit: Kit, prefix: str) -> list[str]:
+    resp = s3(kit).list_objects_v2(Bucket="gpukit", Prefix=prefix)
+    return [o["Key"][len(prefix):] for o in resp.get("Contents", [])]

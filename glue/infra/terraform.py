@@ -1,7 +1,10 @@
 """The one module that drives the terraform CLI, through its `-json` machine-readable output.
 
 Each backend's root config (terraform/envs/<backend>) is copied into <home>/terraform/<backend>/ and
-run there, so state, lock file and .terraform/ belong to the kit home, not the source tree.
+run there, so state, lock file and .terraform/ belong to the kit home, not the source tree. The
+modules it calls (terraform/modules/<name>, as source "../../modules/<name>") are copied to
+<home>/terraform/modules/<name>/, and that source reads "../modules/<name>" in the copy: the
+working dir sits one level less deep than terraform/envs/<backend>.
 Variables travel in a tfvars.json file, not on the command line.
 """
 
@@ -9,10 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,16 @@ from glue.paths import PROJECT_ROOT
 from glue.tfprovider.install import install
 
 ENVS_DIR = PROJECT_ROOT / "terraform" / "envs"
+MODULES_DIR = PROJECT_ROOT / "terraform" / "modules"
+# Where the envs' VMs live in the state (terraform/modules/cluster, called as "cluster").
+VM_RESOURCE = "module.cluster.gpukit_vm.node"
+# An env's call of one of our modules: `source = "../../modules/<name>"`.
+_MODULE_SOURCE = re.compile(r'^(\s*source\s*=\s*")\.\./\.\./modules/', re.MULTILINE)
+
+
+def vm_address(name: str) -> str:
+    """The resource address of VM `name` (for `Terraform.apply(replace=...)`)."""
+    return f'{VM_RESOURCE}["{name}"]'
 
 
 @dataclass
@@ -74,16 +88,16 @@ class Terraform:
         return env
 
     def _sync(self) -> None:
-        """Copy the env's .tf files into the working dir (removing ones deleted from the source)."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        wanted = {p.name: p.read_text() for p in self.src.glob("*.tf")}
-        for old in self.workdir.glob("*.tf"):
-            if old.name not in wanted:
-                old.unlink()
-        for name, text in wanted.items():
-            dst = self.workdir / name
-            if not dst.exists() or dst.read_text() != text:
-                dst.write_text(text)
+        """Copy the env's .tf files into the working dir and the modules beside it (see the module doc)."""
+        _sync_tf(self.src, self.workdir, lambda text: _MODULE_SOURCE.sub(r"\1../modules/", text))
+        modules = self.workdir.parent / "modules"
+        wanted = {d.name for d in MODULES_DIR.iterdir() if d.is_dir()} if MODULES_DIR.is_dir() else set()
+        for name in sorted(wanted):
+            _sync_tf(MODULES_DIR / name, modules / name)
+        if modules.is_dir():
+            for old in modules.iterdir():
+                if old.is_dir() and old.name not in wanted:
+                    shutil.rmtree(old)
 
     def _stream(self, args: list[str]) -> Iterator[dict[str, Any]]:
         """Run terraform with -json and yield its messages; raise GlueError on failure."""
@@ -121,7 +135,8 @@ class Terraform:
     def apply(self, variables: dict[str, Any], destroy: bool = False,
               replace: list[str] | None = None) -> dict[str, ResourceProgress]:
         """terraform apply (or destroy) with a live per-resource progress table; `replace` forces new
-        instances of the given resource addresses (a VM to abandon even though it still runs)."""
+        instances of the given resource addresses (a VM to abandon even though it still runs: see
+        `vm_address`). Terraform ignores an address that names nothing, so that is an error here."""
         self.init()
         self._vars_file(variables)
         args = ["apply", "-json", "-input=false", "-auto-approve"] + (["-destroy"] if destroy else [])
@@ -135,6 +150,10 @@ class Terraform:
         finally:
             if not self.console.is_terminal:
                 self.console.print()  # so a following error line starts on a line of its own
+        untouched = [addr for addr in replace or [] if addr not in rows]
+        if untouched and not destroy:
+            raise GlueError(f"terraform replaced nothing at {', '.join(untouched)}: no such resource "
+                            f"(a VM's address is {vm_address('<name>')})")
         return rows
 
     def _output(self) -> subprocess.CompletedProcess[str]:
@@ -164,6 +183,19 @@ class Terraform:
         if out.returncode != 0:
             raise GlueError(f"terraform output failed: {' '.join(out.stderr.split())[:300]}")
         return {k: v["value"] for k, v in json.loads(out.stdout or "{}").items()}
+
+
+def _sync_tf(src: Path, dst: Path, transform: Callable[[str], str] = str) -> None:
+    """Make dst's .tf files those of src (after `transform`): write what differs, remove what src lacks."""
+    dst.mkdir(parents=True, exist_ok=True)
+    wanted = {p.name: transform(p.read_text()) for p in src.glob("*.tf")}
+    for old in dst.glob("*.tf"):
+        if old.name not in wanted:
+            old.unlink()
+    for name, text in wanted.items():
+        path = dst / name
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
 
 
 def _diag_line(diag: dict[str, Any]) -> str:

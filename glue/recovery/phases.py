@@ -23,7 +23,7 @@ from glue.cluster import lifecycle, state
 from glue.errors import GlueError
 from glue.infra import inventory, ssh
 from glue.infra.inventory import Host
-from glue.infra.terraform import Terraform
+from glue.infra.terraform import Terraform, vm_address
 from glue.recovery.resume_check import ResumeCheck, check_all_ranks, merged_metrics
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
@@ -144,7 +144,7 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
     cfg = state.ClusterConfig.load(home)
     backend = get_backend(cfg.backend, home)
     tf = Terraform(home, cfg.backend, console)
-    replace = [f'gpukit_vm.node["{nd["vm"]}"]' for nd in nodes
+    replace = [vm_address(str(nd["vm"])) for nd in nodes
                if len(nodes) == 1 and not same_vm and backend.read_vm(str(nd["vm_id"])) is not None]
     tf.apply(state.tf_vars(home, cfg), replace=replace)
     inventory.write(home, tf.outputs())

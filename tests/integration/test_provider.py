@@ -1,4 +1,5 @@
-"""The gpukit provider under real terraform: create, read, drift on out-of-band loss, delete."""
+"""The gpukit provider under real terraform: create, read, drift on out-of-band loss, delete; the envs'
+cluster module in the kit home, and a state from before the module moved (not re-created)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,16 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from glue.cloud.local.backend import LocalBackend
+from glue.errors import GlueError
+from glue.infra import inventory
 from glue.infra.ssh_keys import public_key
-from glue.infra.terraform import Terraform
+from glue.infra.terraform import Terraform, vm_address
 
 from .conftest import Kit
 
@@ -24,9 +28,9 @@ def test_create_read_lost_vm_plans_replacement_delete(kit: Kit) -> None:
     variables = {"vm_count": 1, "name_prefix": "prov", "gpu_type": "none", "ssh_public_key": public_key(kit.home)}
     tf.apply(variables)
     vm = tf.outputs()["vms"]["prov-1"]
-    assert set(vm) == {"id", "ssh_host", "ssh_port", "ssh_user", "host_key", "gpu_type", "gpu_count", "backend"}
+    assert set(vm) == set(inventory.VM_FIELDS)
     assert vm["ssh_host"] == "127.0.0.1" and vm["host_key"].startswith("ssh-ed25519 ")
-    assert set(tf.outputs()["bucket"]) == {"endpoint", "name", "region"}
+    assert set(tf.outputs()["bucket"]) == set(inventory.BUCKET_FIELDS)
 
     backend = LocalBackend(kit.home)
     rec = backend.read_vm(vm["id"])
@@ -38,7 +42,7 @@ def test_create_read_lost_vm_plans_replacement_delete(kit: Kit) -> None:
     os.kill(state["init_pid"], signal.SIGKILL)
     time.sleep(0.2)
     assert backend.read_vm(vm["id"]) is None
-    assert tf.plan_changes(variables) == [('gpukit_vm.node["prov-1"]', "create")]
+    assert tf.plan_changes(variables) == [(vm_address("prov-1"), "create")]
 
     tf.apply(variables)
     new_id = tf.outputs()["vms"]["prov-1"]["id"]
@@ -60,3 +64,93 @@ def test_credentials_never_reach_terraform_state(kit: Kit) -> None:
             assert creds["secret_key"] not in text and creds["access_key"] not in text, path
     tf.apply({"vm_count": 1, "name_prefix": "sec", "gpu_type": "none", "ssh_public_key": public_key(kit.home)},
              destroy=True)
+
+
+# terraform/envs/local before terraform/modules/cluster: the VMs were resources of the root config.
+ROOT_LAYOUT = """
+terraform {
+  required_providers {
+    gpukit = {
+      source  = "local/gpukit/gpukit"
+      version = "~> 0.1"
+    }
+  }
+}
+
+provider "gpukit" {
+  backend = "local"
+}
+
+variable "vm_count" { type = number }
+variable "name_prefix" { type = string }
+variable "gpu_type" { type = string }
+variable "ssh_public_key" { type = string }
+
+data "gpukit_bucket" "this" {}
+
+resource "gpukit_vm" "node" {
+  for_each = toset([for i in range(var.vm_count) : "${var.name_prefix}-${i + 1}"])
+
+  name           = each.key
+  gpu_type       = var.gpu_type
+  gpu_count      = 0
+  disk_gb        = 10
+  ssh_public_key = var.ssh_public_key
+}
+
+output "vms" {
+  value = {
+    for name, vm in gpukit_vm.node : name => {
+      id        = vm.id
+      ssh_host  = vm.ssh_host
+      ssh_port  = vm.ssh_port
+      ssh_user  = vm.ssh_user
+      host_key  = vm.host_key
+      gpu_type  = vm.gpu_type
+      gpu_count = vm.gpu_count
+      backend   = vm.backend
+    }
+  }
+}
+
+output "bucket" {
+  value = {
+    endpoint = data.gpukit_bucket.this.endpoint
+    name     = data.gpukit_bucket.this.name
+    region   = data.gpukit_bucket.this.region
+  }
+}
+"""
+
+
+def test_state_from_before_the_module_is_moved_not_recreated_and_replace_by_address(kit: Kit, tmp_path: Path) -> None:
+    variables = {"vm_count": 1, "name_prefix": "mig", "gpu_type": "none", "ssh_public_key": public_key(kit.home)}
+    old_env = tmp_path / "old-env"
+    old_env.mkdir()
+    (old_env / "main.tf").write_text(ROOT_LAYOUT)
+    old = Terraform(kit.home, "local", Console(quiet=True))
+    old.src = old_env
+    old.apply(variables)
+    before = old.outputs()
+    assert list(before["vms"]) == ["mig-1"]
+
+    tf = Terraform(kit.home, "local", Console(quiet=True))
+    assert tf.plan_changes(variables) == [(vm_address("mig-1"), "move")]  # moved: no destroy, no create
+    # The env's copy calls the module's copy beside it in the kit home.
+    assert 'source = "../modules/cluster"' in (tf.workdir / "main.tf").read_text()
+    module = kit.home / "terraform" / "modules" / "cluster"
+    assert sorted(p.name for p in module.glob("*.tf")) == ["main.tf", "outputs.tf", "variables.tf", "versions.tf"]
+    tf.apply(variables)
+    assert tf.outputs() == before
+    assert tf.plan_changes(variables) == []
+
+    # Recovery abandons a live VM by its address; an address that names nothing is an error, not a no-op.
+    tf.apply(variables, replace=[vm_address("mig-1")])
+    new_id = tf.outputs()["vms"]["mig-1"]["id"]
+    assert new_id != before["vms"]["mig-1"]["id"]
+    with pytest.raises(GlueError, match="replaced nothing"):
+        tf.apply(variables, replace=['gpukit_vm.node["mig-1"]'])
+    assert tf.outputs()["vms"]["mig-1"]["id"] == new_id
+
+    tf.apply(variables, destroy=True)
+    assert list((kit.home / "vms").iterdir()) == []

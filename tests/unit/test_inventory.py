@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import yaml
@@ -47,3 +48,19 @@ def test_terraform_numbers_arrive_as_ints() -> None:
     vm = {**OUTPUTS["vms"]["gpukit-1"], "ssh_port": 22.0, "gpu_count": 8.0}
     [h] = inventory.hosts_from_outputs({"vms": {"gpukit-1": vm}})
     assert (h.ssh_port, h.gpu_count) == (22, 8) and isinstance(h.ssh_port, int)
+
+
+TERRAFORM = Path(__file__).resolve().parents[2] / "terraform"
+
+
+def test_terraform_module_emits_the_contract_inventory_reads() -> None:
+    """terraform/modules/cluster/outputs.tf states the outputs once; the envs only pass them through."""
+    text = (TERRAFORM / "modules" / "cluster" / "outputs.tf").read_text()
+    vm_keys = re.findall(r"^\s*(\w+)\s*=\s*vm\.(\w+)\s*$", text, re.MULTILINE)
+    bucket_keys = re.findall(r"^\s*(\w+)\s*=\s*data\.gpukit_bucket\.this\.(\w+)\s*$", text, re.MULTILINE)
+    assert all(k == attr for k, attr in vm_keys + bucket_keys)
+    assert [k for k, _ in vm_keys] == list(inventory.VM_FIELDS)
+    assert [k for k, _ in bucket_keys] == list(inventory.BUCKET_FIELDS)
+    for env in ("local", "lyceum"):
+        outputs = (TERRAFORM / "envs" / env / "outputs.tf").read_text()
+        assert re.findall(r"value\s*=\s*(\S+)", outputs) == ["module.cluster.vms", "module.cluster.bucket"], env

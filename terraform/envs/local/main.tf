@@ -1,15 +1,14 @@
+# The local backend: VMs are namespaced process trees on this machine, the bucket is rclone serve s3
+# on loopback (started on demand by reading it; destroying the cluster never touches it).
 provider "gpukit" {
   backend = "local"
 }
 
-# The persistent bucket (rclone serve s3 on loopback). Reading it starts the server when needed;
-# destroying the cluster never touches it.
-data "gpukit_bucket" "this" {}
+module "cluster" {
+  source = "../../modules/cluster"
 
-resource "gpukit_vm" "node" {
-  for_each = toset([for i in range(var.vm_count) : "${var.name_prefix}-${i + 1}"])
-
-  name           = each.key
+  vm_count       = var.vm_count
+  name_prefix    = var.name_prefix
   gpu_type       = var.gpu_type
   gpu_count      = 0
   disk_gb        = 10

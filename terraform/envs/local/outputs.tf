@@ -1,24 +1,10 @@
+# The contract every env emits, defined once in terraform/modules/cluster/outputs.tf.
 output "vms" {
-  description = "The cluster's VMs: name => connection and hardware facts (the contract every env emits)."
-  value = {
-    for name, vm in gpukit_vm.node : name => {
-      id        = vm.id
-      ssh_host  = vm.ssh_host
-      ssh_port  = vm.ssh_port
-      ssh_user  = vm.ssh_user
-      host_key  = vm.host_key
-      gpu_type  = vm.gpu_type
-      gpu_count = vm.gpu_count
-      backend   = vm.backend
-    }
-  }
+  description = "The cluster's VMs: name => connection and hardware facts (see modules/cluster)."
+  value       = module.cluster.vms
 }
 
 output "bucket" {
   description = "The persistent bucket: endpoint, name and region. Never credentials."
-  value = {
-    endpoint = data.gpukit_bucket.this.endpoint
-    name     = data.gpukit_bucket.this.name
-    region   = data.gpukit_bucket.this.region
-  }
+  value       = module.cluster.bucket
 }

@@ -1,23 +1,14 @@
+# Validated in the cluster module; only what is particular to the local backend is checked here.
 variable "vm_count" {
-  description = "Number of VMs in the cluster."
+  description = "Number of VMs in the cluster (1-16; every VM runs on this machine)."
   type        = number
   default     = 2
-
-  validation {
-    condition     = var.vm_count >= 1 && var.vm_count <= 16 && floor(var.vm_count) == var.vm_count
-    error_message = "vm_count must be a whole number from 1 to 16 (the local backend runs every VM on this machine)."
-  }
 }
 
 variable "name_prefix" {
   description = "Prefix of VM names; VMs are named <prefix>-1 ... <prefix>-N."
   type        = string
   default     = "gpukit"
-
-  validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{0,30}[a-z0-9]$", var.name_prefix))
-    error_message = "name_prefix must be 2-32 characters: lowercase letters, digits and dashes, starting with a letter and not ending with a dash."
-  }
 }
 
 variable "gpu_type" {
@@ -34,9 +25,4 @@ variable "gpu_type" {
 variable "ssh_public_key" {
   description = "Public key authorised for root on every VM (glue passes its own key from .gpukit/ssh/)."
   type        = string
-
-  validation {
-    condition     = can(regex("^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp256) [A-Za-z0-9+/=]+", var.ssh_public_key))
-    error_message = "ssh_public_key must be an OpenSSH public key line (ssh-ed25519 AAAA...)."
-  }
 }

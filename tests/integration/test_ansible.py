@@ -231,5 +231,8 @@ def test_supervisor_remounts_after_rclone_dies_and_refuses_writes_meanwhile(bed:
     assert r.stdout.strip().endswith("back"), r.stdout + r.stderr
     r = sh(bed, "gpukit-1", "grep -c 'rclone mount exited' /var/log/gpukit-mount.log")
     assert int(r.stdout.strip()) >= 1
+    # What glue's credentials push runs after rewriting rclone.conf: no GPUKIT_MOUNT_CONFIG, the default settings.
+    r = sh(bed, "gpukit-1", "/usr/local/sbin/gpukit-mount reload && /usr/local/sbin/gpukit-mount status")
+    assert r.stdout.split() == ["started", "mounted"], r.stdout + r.stderr
     again = ansible.converge(bed.home, progress=False)
     assert again.ok and again.changed == {"gpukit-1": 0}

@@ -38,7 +38,7 @@ import torch
 from glue.cloud.local.bucket import LocalBucket
 from glue.paths import tool
 from glue.train import Checkpointer
-from glue.train.storage import DEFAULT_TRANSFER
+from glue.train.s3_storage import DEFAULT_TRANSFER
 
 MB = 1e6
 

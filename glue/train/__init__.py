@@ -21,9 +21,10 @@ if TYPE_CHECKING:
         StorageError,
         TargetError,
     )
+    from glue.train.retry import RetryPolicy
     from glue.train.sampler import ResumableSampler
     from glue.train.state import RNGState, TrainState
-    from glue.train.storage import RetryPolicy, Storage, open_target
+    from glue.train.storage import Storage, open_target
 
 _WHERE = {
     "checkpoint": ("Checkpointer", "RestoreReport", "Stateful"),
@@ -32,7 +33,8 @@ _WHERE = {
     "ckpt_format": ("CheckpointStatus", "Commit", "ObjectRef", "Problem", "check_checkpoints"),
     "sampler": ("ResumableSampler",),
     "state": ("RNGState", "TrainState"),
-    "storage": ("RetryPolicy", "Storage", "open_target"),
+    "retry": ("RetryPolicy",),
+    "storage": ("Storage", "open_target"),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 

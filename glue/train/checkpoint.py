@@ -32,7 +32,9 @@ from typing import IO, Any, Protocol, cast
 
 import torch
 import torch.distributed as dist
+from boto3.s3.transfer import TransferConfig
 
+from glue.train.buffers import BlobReader
 from glue.train.ckpt_format import (
     COMMIT,
     FORMAT,
@@ -55,17 +57,11 @@ from glue.train.errors import (
     StateMismatchError,
     StorageError,
 )
+from glue.train.retry import RetryPolicy
+from glue.train.s3_client import CredentialsCallback
 from glue.train.snapshot import HostSnapshotter, check_compatible
-from glue.train.storage import (
-    BlobReader,
-    CredentialsCallback,
-    RetryPolicy,
-    Storage,
-    TransferConfig,
-    iso,
-    open_target,
-    utc_now,
-)
+from glue.train.storage import Storage, open_target
+from glue.train.utc import iso, utc_now
 
 log = logging.getLogger("glue.train")
 _IO_DEPTH = 2  # objects uploaded / read back concurrently by one save

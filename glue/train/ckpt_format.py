@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glue.train.errors import ObjectMissingError
-from glue.train.storage import Storage, iso, utc_now
+from glue.train.storage import Storage
+from glue.train.utc import iso, utc_now
 
 FORMAT = "gpukit-ckpt/1"
 COMMIT = "COMMIT.json"

@@ -29,7 +29,8 @@ from glue.train.checkpoint import Checkpointer
 from glue.train.credentials import credentials_from_file
 from glue.train.errors import StorageError
 from glue.train.layout import error_key, heartbeat_key, metrics_key
-from glue.train.storage import Storage, iso, open_target, utc_now
+from glue.train.storage import Storage, open_target
+from glue.train.utc import iso, utc_now
 
 
 def _memory() -> dict[str, float]:

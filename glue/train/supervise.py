@@ -23,7 +23,8 @@ from typing import Any
 from glue.train.credentials import credentials_from_file
 from glue.train.errors import StorageError
 from glue.train.layout import exit_key, log_prefix
-from glue.train.storage import Storage, iso, open_target, utc_now
+from glue.train.storage import Storage, open_target
+from glue.train.utc import iso, utc_now
 
 CGROUP_V2 = Path("/sys/fs/cgroup")
 CGROUP_V1_MEM = Path("/sys/fs/cgroup/memory")

@@ -16,7 +16,9 @@ import pytest
 
 from glue.records import BucketCredentials, BucketInfo
 from glue.storage import bucket
-from glue.train.storage import RetryPolicy, S3Storage, make_s3_client
+from glue.train.retry import RetryPolicy
+from glue.train.s3_client import make_s3_client
+from glue.train.s3_storage import S3Storage
 from tests.conftest import BucketHandle
 
 BODY = b'{"step": 7}'

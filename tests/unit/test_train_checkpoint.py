@@ -28,7 +28,8 @@ from glue.train import (
     TrainState,
     validate_checkpoints,
 )
-from glue.train.storage import FileStorage, RetryPolicy, _Transient, with_retry
+from glue.train.fs_storage import FileStorage
+from glue.train.retry import RetryPolicy, Transient, with_retry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -332,7 +333,7 @@ def test_with_retry_backs_off_then_gives_up() -> None:
     def flaky() -> str:
         calls.append(time.monotonic())
         if len(calls) < 3:
-            raise _Transient("connection refused")
+            raise Transient("connection refused")
         return "ok"
 
     state = random.getstate()
@@ -341,7 +342,7 @@ def test_with_retry_backs_off_then_gives_up() -> None:
     assert random.getstate() == state, "backoff jitter must not draw from the training loop's RNG"
 
     def dead() -> None:
-        raise _Transient("connection refused")
+        raise Transient("connection refused")
 
     with pytest.raises(StorageError, match=r"op failed after 3 attempts.*connection refused"):
         with_retry("op", dead, RetryPolicy(attempts=3, base_s=0.01, max_s=0.01, deadline_s=5))
@@ -372,7 +373,7 @@ _CHILD = textwrap.dedent(
     from pathlib import Path
     import torch
     from glue.train import Checkpointer, TrainState
-    from glue.train.storage import FileStorage
+    from glue.train.fs_storage import FileStorage
 
     class Slow(FileStorage):
         def put(self, key, data):

@@ -1,0 +1,177 @@
+"""A checkpoint target that is an S3 prefix, `s3://bucket/prefix` (boto3; large objects move in
+parallel multipart parts). Missing buckets and rejected credentials fail at once (TargetError);
+everything else is retried (glue.train.retry)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from boto3.exceptions import Boto3Error
+from boto3.s3.transfer import TransferConfig
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from s3transfer.exceptions import RetriesExceededError
+
+from glue.train.errors import ObjectMissingError, StorageError, TargetError
+from glue.train.retry import RetryPolicy, Transient, with_retry
+
+T = TypeVar("T")
+MiB = 1024 * 1024
+
+# Codes that no amount of retrying fixes.
+_PERMANENT = {
+    "NoSuchBucket": "bucket does not exist",
+    "AccessDenied": "access denied (credentials lack permission)",
+    "InvalidAccessKeyId": "credentials rejected (unknown access key)",
+    "SignatureDoesNotMatch": "credentials rejected (wrong secret key)",
+    "InvalidBucketName": "invalid bucket name",
+}
+_MISSING = {"NoSuchKey", "404", "NotFound"}
+
+DEFAULT_TRANSFER = TransferConfig(
+    multipart_threshold=64 * MiB, multipart_chunksize=64 * MiB, max_concurrency=8, use_threads=True
+)
+
+
+class _HashSink:
+    """A write-only (non-seekable) download target: s3transfer then writes parts in order, so the
+    sha256 is computed while the download runs instead of in a second pass."""
+
+    def __init__(self, size_hint: int | None) -> None:
+        self.buf = bytearray(size_hint or 0)
+        self.pos = 0
+        self.sha = hashlib.sha256()
+
+    def seekable(self) -> bool:
+        return False
+
+    def write(self, data: bytes) -> int:
+        n = len(data)
+        end = self.pos + n
+        if end > len(self.buf):
+            self.buf.extend(bytes(end - len(self.buf)))
+        self.buf[self.pos : end] = data
+        self.sha.update(data)
+        self.pos = end
+        return n
+
+    def result(self) -> tuple[bytearray, str]:
+        del self.buf[self.pos :]
+        return self.buf, self.sha.hexdigest()
+
+
+class S3Storage:
+    """`s3://bucket/prefix`. Large objects go up and down in parallel multipart parts."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        client: Any,
+        transfer: TransferConfig | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.client = client
+        self.transfer = transfer or DEFAULT_TRANSFER
+        self.retry = retry or RetryPolicy()
+
+    def describe(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _call(
+        self, what: str, op: Callable[[], T], missing_key: str | None = None, policy: RetryPolicy | None = None
+    ) -> T:
+        def attempt() -> T:
+            try:
+                return op()
+            except ClientError as exc:
+                err = exc.response.get("Error", {})
+                code = str(err.get("Code", ""))
+                if code in _PERMANENT:
+                    raise TargetError(f"{self.describe()}: {_PERMANENT[code]}") from exc
+                if missing_key is not None and code in _MISSING:
+                    raise ObjectMissingError(missing_key) from exc
+                raise Transient(f"{code or 'error'}: {err.get('Message', '')}".strip()) from exc
+            except NoCredentialsError as exc:
+                raise TargetError("no S3 credentials available") from exc
+            except (BotoCoreError, Boto3Error, RetriesExceededError) as exc:
+                raise Transient(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+
+        return with_retry(f"{what} ({self.describe()})", attempt, policy or self.retry)
+
+    def check(self) -> None:
+        def head() -> None:
+            try:
+                self.client.head_bucket(Bucket=self.bucket)
+            except ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code", ""))
+                if code in ("404", "NoSuchBucket", "NotFound"):
+                    raise TargetError(f"bucket {self.bucket!r} does not exist at {self._endpoint()}") from exc
+                if code in ("403", "AccessDenied", "Forbidden"):
+                    raise TargetError(f"access to bucket {self.bucket!r} denied: check the credentials") from exc
+                raise
+
+        # A short policy: a target that cannot be reached at start-up is reported, not waited for.
+        quick = RetryPolicy(attempts=3, base_s=0.5, max_s=2.0, deadline_s=10.0)
+        try:
+            self._call("check bucket", head, policy=quick)
+        except TargetError:
+            raise
+        except StorageError as exc:
+            raise TargetError(f"cannot reach S3 endpoint {self._endpoint()}: {exc}") from exc
+
+    def _endpoint(self) -> str:
+        return str(getattr(self.client.meta, "endpoint_url", "?"))
+
+    def put(self, key: str, data: bytes) -> None:
+        full = self._key(key)
+
+        def up() -> None:
+            self.client.upload_fileobj(io.BytesIO(data), self.bucket, full, Config=self.transfer)
+
+        self._call(f"upload {key}", up)
+
+    def get(self, key: str, size_hint: int | None = None) -> tuple[bytearray, str]:
+        full = self._key(key)
+
+        def down() -> tuple[bytearray, str]:
+            sink = _HashSink(size_hint)
+            self.client.download_fileobj(self.bucket, full, sink, Config=self.transfer)
+            return sink.result()
+
+        return self._call(f"download {key}", down, missing_key=key)
+
+    def list(self, prefix: str = "") -> dict[str, int]:
+        full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
+        strip = len(self.prefix) + 1 if self.prefix else 0
+
+        def ls() -> dict[str, int]:
+            out: dict[str, int] = {}
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
+                for obj in page.get("Contents", []):
+                    out[obj["Key"][strip:]] = int(obj["Size"])
+            return out
+
+        return self._call(f"list {prefix or '/'}", ls)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        todo = [self._key(k) for k in keys]
+        for i in range(0, len(todo), 1000):
+            batch = todo[i : i + 1000]
+
+            def rm(batch: list[str] = batch) -> None:
+                resp = self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
+                )
+                errors = [e for e in resp.get("Errors", []) if e.get("Code") not in _MISSING]
+                if errors:
+                    raise Transient(f"{errors[0].get('Key')}: {errors[0].get('Code')} {errors[0].get('Message', '')}")
+
+            self._call("delete", rm)

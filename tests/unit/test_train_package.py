@@ -1,0 +1,16 @@
+"""glue.train's public names: each loads lazily from the module that defines it."""
+
+from __future__ import annotations
+
+import importlib
+
+import glue.train as train
+
+
+def test_every_exported_name_maps_to_its_defining_module() -> None:
+    lazy = set(train.__all__) - {"validate_checkpoints"}
+    assert lazy == set(train._MODULE_OF), "the _WHERE table and __all__ disagree"
+    for name, module in train._MODULE_OF.items():
+        obj = getattr(importlib.import_module(f"glue.train.{module}"), name)
+        assert obj.__module__ == f"glue.train.{module}", f"{name} is defined in {obj.__module__}, not {module}"
+        assert getattr(train, name) is obj

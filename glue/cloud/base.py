@@ -64,6 +64,11 @@ class Backend(Protocol):
         """Delete the VM and everything on its disk. Deleting a gone VM is not an error."""
         ...
 
+    def owned_vm_ids(self) -> list[str]:
+        """Every VM this kit home created that still exists, recorded in Terraform's state or not: an
+        apply killed mid-create can leave a VM the state never heard of (`glue up`/`down` remove it)."""
+        ...
+
     def bucket(self) -> BucketInfo:
         """The persistent bucket, started or looked up on demand."""
         ...

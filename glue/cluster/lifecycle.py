@@ -21,9 +21,12 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True)
     """terraform apply, then inventory + known_hosts, then the Ansible playbook (when configure)."""
     preflight.check(cfg.backend)
     tf = Terraform(home, cfg.backend, console)
-    tf.apply(tf_vars(home, cfg))
-    cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
-    written = inventory.write(home, tf.outputs())
+    with tf.locked():
+        tf.apply(tf_vars(home, cfg))
+        cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
+        outputs = tf.outputs()
+        remove_orphans(home, cfg.backend, outputs, console)
+    written = inventory.write(home, outputs)
     if configure:
         configure_hosts(home, console)
     return written
@@ -51,8 +54,24 @@ def down(home: Path, console: Console, force: bool = False) -> None:
     for reason in down_guard.check(home, force):
         console.print(f"[yellow]--force:[/] {reason}")
     tf = Terraform(home, cfg.backend, console)
-    tf.apply(tf_vars(home, cfg), destroy=True)
-    inventory.write(home, {"vms": {}, "bucket": tf.outputs().get("bucket", {})})
+    with tf.locked():
+        tf.apply(tf_vars(home, cfg), destroy=True)
+        outputs = tf.outputs()
+        remove_orphans(home, cfg.backend, outputs, console)
+    inventory.write(home, {"vms": {}, "bucket": outputs.get("bucket", {})})
+
+
+def remove_orphans(home: Path, backend_name: str, outputs: dict[str, Any], console: Console) -> list[str]:
+    """Delete VMs this kit home created that Terraform's state does not hold: an apply killed before it
+    recorded a create leaves them running (and billed) where no `glue down` would look. Call it under
+    `Terraform.locked()`, so no apply of ours is creating VMs at the same moment."""
+    backend = get_backend(backend_name, home)
+    in_state = {str(vm.get("id")) for vm in (outputs.get("vms") or {}).values()}
+    orphans = [vm_id for vm_id in backend.owned_vm_ids() if vm_id not in in_state]
+    for vm_id in orphans:
+        backend.delete_vm(vm_id)
+        console.print(f"[yellow]removed[/] VM {vm_id}: created by an interrupted run, never recorded in the state")
+    return orphans
 
 
 def status(home: Path, verify: bool = False) -> dict[str, Any]:

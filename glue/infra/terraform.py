@@ -10,13 +10,17 @@ Variables travel in a tfvars.json file, not on the command line.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +65,36 @@ def _terraform_binary() -> str:
     return found
 
 
+_LOCKS_GUARD = threading.Lock()
+_LOCK_DEPTH: dict[str, int] = {}
+
+
+class _Interrupts:
+    """While terraform runs (main thread only): the first SIGINT/SIGTERM is passed to terraform as one
+    SIGINT, later ones are counted and ignored."""
+
+    def __init__(self, proc: subprocess.Popen[str], console: Console) -> None:
+        self.proc, self.console, self.count = proc, console, 0
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count == 1:
+            self.proc.send_signal(signal.SIGINT)
+            self.console.print("[yellow]interrupt:[/] terraform is finishing what is in flight and recording it "
+                               "in the state; pressing Ctrl-C again does not speed this up")
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
 class Terraform:
     def __init__(self, home: Path, backend: str, console: Console | None = None) -> None:
         self.home = home
@@ -99,24 +133,66 @@ class Terraform:
                 if old.is_dir() and old.name not in wanted:
                     shutil.rmtree(old)
 
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """One terraform run per kit home and backend at a time (a second waits, saying so), across
+        processes: two recovers or a `glue up` during a `glue down` must not race on the state.
+        Re-entrant within a process."""
+        path = self.home / "terraform" / f".{self.backend}.lock"
+        key = str(path)
+        with _LOCKS_GUARD:
+            depth = _LOCK_DEPTH.get(key, 0)
+            _LOCK_DEPTH[key] = depth + 1
+        if depth:
+            try:
+                yield
+            finally:
+                with _LOCKS_GUARD:
+                    _LOCK_DEPTH[key] -= 1
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.console.print(f"[yellow]waiting[/] for another glue command's terraform run in {self.home}")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            with _LOCKS_GUARD:
+                _LOCK_DEPTH[key] -= 1
+            os.close(fd)  # releases the flock
+
     def _stream(self, args: list[str]) -> Iterator[dict[str, Any]]:
-        """Run terraform with -json and yield its messages; raise GlueError on failure."""
+        """Run terraform with -json and yield its messages; raise GlueError on failure.
+
+        Terraform runs in its own session, so a Ctrl-C at the terminal reaches glue only. glue passes ONE
+        interrupt on (terraform then finishes the resources in flight and writes them to the state) and
+        ignores the rest: a second SIGINT straight to terraform would make it exit at once and forget VMs
+        it had already created."""
         proc = subprocess.Popen(
             [self.binary, *args], cwd=self.workdir, env=self._env(), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         )
         assert proc.stdout is not None and proc.stderr is not None
+        interrupted = _Interrupts(proc, self.console)
         errors: list[str] = []
-        for line in proc.stdout:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if msg.get("type") == "diagnostic" and msg.get("diagnostic", {}).get("severity") == "error":
-                errors.append(_diag_line(msg["diagnostic"]))
-            yield msg
-        stderr = proc.stderr.read()
-        if proc.wait() != 0:
+        with interrupted:
+            for line in proc.stdout:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if msg.get("type") == "diagnostic" and msg.get("diagnostic", {}).get("severity") == "error":
+                    errors.append(_diag_line(msg["diagnostic"]))
+                yield msg
+            stderr = proc.stderr.read()
+            code = proc.wait()
+        if interrupted.count:
+            raise GlueError(f"interrupted: terraform {args[0]} stopped after recording what it had done in the "
+                            "state; `glue up` finishes the cluster, `glue down` removes it")
+        if code != 0:
             detail = "; ".join(dict.fromkeys(errors)) or stderr.strip().splitlines()[-1:] or ["unknown error"]
             text = detail if isinstance(detail, str) else " ".join(detail)
             raise GlueError(f"terraform {args[0]} failed: {text}")
@@ -137,6 +213,11 @@ class Terraform:
         """terraform apply (or destroy) with a live per-resource progress table; `replace` forces new
         instances of the given resource addresses (a VM to abandon even though it still runs: see
         `vm_address`). Terraform ignores an address that names nothing, so that is an error here."""
+        with self.locked():
+            return self._apply(variables, destroy, replace)
+
+    def _apply(self, variables: dict[str, Any], destroy: bool,
+               replace: list[str] | None) -> dict[str, ResourceProgress]:
         self.init()
         self._vars_file(variables)
         args = ["apply", "-json", "-input=false", "-auto-approve"] + (["-destroy"] if destroy else [])

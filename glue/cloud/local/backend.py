@@ -202,6 +202,9 @@ class LocalBackend:
         found = (self.read_vm(p.name) for p in sorted(self.vms_dir.iterdir()) if p.is_dir())
         return [r for r in found if r is not None]
 
+    def owned_vm_ids(self) -> list[str]:
+        return sorted(p.name for p in self.vms_dir.iterdir() if p.is_dir()) if self.vms_dir.is_dir() else []
+
     def delete_vm(self, vm_id: str) -> None:
         self._teardown(self._vm_dir(vm_id))
 

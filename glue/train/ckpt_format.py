@@ -23,6 +23,8 @@ FORMAT = "gpukit-ckpt/1"
 COMMIT = "COMMIT.json"
 CKPT = "ckpt"
 INCIDENTS = "incidents"
+# COMMIT.json's list of the rank parts; the field's name is part of format gpukit-ckpt/1.
+_RANK_PARTS_FIELD = "rank_manifests"
 _STEP_RE = re.compile(r"^step-(\d+)$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -35,7 +37,8 @@ def object_key(component: str, rank: int | None) -> str:
     return f"{component}.pt" if rank is None else f"{component}.rank{rank}.pt"
 
 
-def rank_manifest_key(rank: int) -> str:
+def rank_part_key(rank: int) -> str:
+    """Rank r's part of a save (r >= 1): the objects it wrote, for rank 0 to list in COMMIT.json."""
     return f"rank{rank}.json"
 
 
@@ -79,11 +82,11 @@ class Commit:
     created_at: str
     world_size: int
     components: dict[str, list[ObjectRef]]
-    rank_manifests: list[ObjectRef] = field(default_factory=list)
+    rank_parts: list[ObjectRef] = field(default_factory=list)
     timings: dict[str, Any] = field(default_factory=dict)
 
     def objects(self) -> list[ObjectRef]:
-        return [o for objs in self.components.values() for o in objs] + list(self.rank_manifests)
+        return [o for objs in self.components.values() for o in objs] + list(self.rank_parts)
 
     def to_json(self) -> bytes:
         body = {
@@ -92,7 +95,7 @@ class Commit:
             "created_at": self.created_at,
             "world_size": self.world_size,
             "components": {n: [o.as_json() for o in objs] for n, objs in self.components.items()},
-            "rank_manifests": [o.as_json() for o in self.rank_manifests],
+            _RANK_PARTS_FIELD: [o.as_json() for o in self.rank_parts],
             "timings": self.timings,
         }
         return (json.dumps(body, indent=1, sort_keys=True) + "\n").encode()
@@ -119,9 +122,9 @@ class Commit:
             if not isinstance(objs, list) or not objs:
                 raise ValueError(f"component {name!r} lists no objects")
             components[str(name)] = [ObjectRef.from_json(o) for o in objs]
-        manifests = [ObjectRef.from_json(o) for o in raw.get("rank_manifests", [])]
+        parts = [ObjectRef.from_json(o) for o in raw.get(_RANK_PARTS_FIELD, [])]
         timings = raw["timings"] if isinstance(raw.get("timings"), dict) else {}
-        return cls(step, str(raw.get("created_at", "")), ws, components, manifests, timings)
+        return cls(step, str(raw.get("created_at", "")), ws, components, parts, timings)
 
 
 @dataclass

@@ -21,6 +21,7 @@ class Outcome(StrEnum):
     VM_LOST = "vm_lost"
     BAD_RESTART = "bad_restart"
     EXPORT_MISSING = "export_missing"
+    STORAGE_LOST = "storage_lost"  # the bucket mount died, or the bucket stopped answering past retries
     KILLED = "killed"  # killed by a signal from outside with no OOM record (preemption, operator)
     USER_ERROR = "user_error"
 
@@ -37,6 +38,7 @@ POLICY = {
     Outcome.VM_LOST: "recover onto a new VM (`glue recover`)",
     Outcome.BAD_RESTART: "stop; the resume is wrong; keep the evidence and fix the trainer",
     Outcome.EXPORT_MISSING: "not done: write the required outputs; the VM is kept",
+    Outcome.STORAGE_LOST: "infrastructure, not the trainer: `glue recover` resumes it on a VM with a live bucket mount",
     Outcome.KILLED: "recover (`glue recover`); find out who sent the signal",
     Outcome.USER_ERROR: "no automatic retry: fix the error in the traceback",
 }
@@ -50,6 +52,15 @@ COMM = re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|ncclUnha
                   r"RendezvousTimeoutError|RendezvousClosedError|DistNetworkError|DistStoreError|"
                   r"Timed out initializing process group|Connection closed by peer|"
                   r"socket timeout|Broken pipe.*(gloo|c10d)|c10d.*(timeout|Timeout)")
+
+# The bucket went away under the trainer: a dead FUSE mount (ENOTCONN, EIO), a mount that lost its rights
+# under /mnt/s3, or the S3 endpoint unreachable or refusing past the trainer's retries. Infrastructure.
+STORAGE = re.compile(r"Transport endpoint is not connected|\[Errno 107\]|\[Errno 5\] Input/output error|"
+                     r"(?i:(permission denied|read-only file system|stale file handle)[^\n]*/mnt/s3)|"
+                     r"(?i:/mnt/s3[^\n]*(permission denied|read-only file system|input/output error))|"
+                     r"is under /mnt/s3 but the bucket is not mounted|cannot reach S3 endpoint|"
+                     r"EndpointConnectionError|Could not connect to the endpoint URL|"
+                     r"StorageError: .* failed after \d+ attempts")
 
 
 @dataclass
@@ -71,6 +82,7 @@ class Evidence:
     stall_timeout_s: float = 60.0
     outputs_missing: list[str] = field(default_factory=list)
     resume_problem: str | None = None          # from the resume verifier
+    storage_problem: str | None = None         # the run writes through /mnt/s3 and that mount is dead
     lost_vms: list[str] = field(default_factory=list)          # a group's VMs the backend reports gone
     failure_events: list[dict[str, Any]] = field(default_factory=list)  # across ranks, earliest (the cause) first
 
@@ -110,6 +122,9 @@ def classify(ev: Evidence) -> Verdict:
     if ev.process_alive:
         age = ev.heartbeat_age_s
         if ev.process_stopped or (age is not None and age > ev.stall_timeout_s):
+            if ev.storage_problem and not ev.process_stopped:  # stuck on the dead mount, not a hung trainer
+                return Verdict(Outcome.STORAGE_LOST, f"{ev.storage_problem}; heartbeat step {ev.heartbeat_step} "
+                               f"unchanged for {age or 0:.0f}s", _excerpt(text))
             why = "stopped (state T)" if ev.process_stopped else "alive"
             return Verdict(Outcome.STALL, f"process {why}, heartbeat step {ev.heartbeat_step} unchanged for "
                            f"{age or 0:.0f}s (timeout {ev.stall_timeout_s:.0f}s)")
@@ -133,6 +148,11 @@ def classify(ev: Evidence) -> Verdict:
                        "the trainer's memory cgroup)", _excerpt(text))
     if HOST_OOM.search(text):
         return Verdict(Outcome.OOM_HOST, "host memory allocation failed", _excerpt(text, HOST_OOM))
+    if ev.storage_problem:
+        return Verdict(Outcome.STORAGE_LOST, ev.storage_problem, _excerpt(text, STORAGE))
+    if STORAGE.search(text):
+        return Verdict(Outcome.STORAGE_LOST, "the bucket was lost under the trainer (mount gone or bucket "
+                       "unreachable)", _excerpt(text, STORAGE))
     if COMM.search(text):
         return Verdict(Outcome.COMM, "collective communication failed", _excerpt(text, COMM))
     if ev.exit_signal is not None:

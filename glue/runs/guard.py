@@ -39,6 +39,18 @@ def _findmnt(home: Path, host: Host, path: PurePosixPath) -> tuple[str, str]:
     return parts[0], parts[1]
 
 
+# A FUSE mount whose daemon died stays in the mount table but every stat fails (ENOTCONN, EIO).
+_MOUNT_STATE = (f"findmnt -n -o FSTYPE --mountpoint {MOUNT} >/dev/null 2>&1 || {{ echo absent; exit 0; }}; "
+                f"if err=$(stat -t {MOUNT} 2>&1 >/dev/null); then echo live; else echo \"dead $err\"; fi")
+
+
+def mount_state(home: Path, host: Host) -> tuple[str, str]:
+    """("live" | "dead" | "absent", detail) of the bucket mount at /mnt/s3 on the VM."""
+    res = ssh.run(home, host, _MOUNT_STATE, timeout=20)
+    state, _, detail = res.stdout.strip().partition(" ")
+    return state or "absent", detail.split(": ")[-1] if detail else ""
+
+
 def check_location(home: Path, host: Host, store: RunStore, what: str, location: str) -> None:
     parsed = urlparse(location)
     if parsed.scheme == "s3":
@@ -53,6 +65,12 @@ def check_location(home: Path, host: Host, store: RunStore, what: str, location:
     path = PurePosixPath(parsed.path if parsed.scheme == "file" else location)
     if not path.is_absolute():
         raise GlueError(f"{what} {location} must be an absolute path under {MOUNT} or an s3:// URL")
+    if path.is_relative_to(MOUNT):
+        state, detail = mount_state(home, host)
+        if state == "dead":
+            raise GlueError(f"{what} {path}: the bucket mount at {MOUNT} on {host.name} is dead ({detail}: its "
+                            "rclone process is gone); `glue up` remounts it, and `glue recover` moves a failed run "
+                            "onto a VM with a live mount")
     target, fstype = _findmnt(home, host, path)
     if not path.is_relative_to(MOUNT):
         raise GlueError(f"{what} {path} is on the VM's own disk ({fstype} at {target}), which is wiped when the VM "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
@@ -19,7 +19,7 @@ from glue.cluster import state
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
-from glue.runs import remote, timeline
+from glue.runs import guard, remote, timeline
 from glue.runs.classify import Evidence, Outcome, Verdict, classify
 from glue.runs.guard import MOUNT
 from glue.runs.store import RunStore, parse_iso, utc_iso
@@ -77,13 +77,15 @@ class NodeState:
     alive: bool = False
     stopped: bool = False
     exit: dict[str, Any] | None = None
+    mount_problem: str | None = None  # the run writes under /mnt/s3 and the mount there is dead
 
     @property
     def failed(self) -> bool:
         return self.exit is not None and (self.exit.get("exit_code") != 0 or self.exit.get("signal") is not None)
 
 
-def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str, Any]) -> NodeState:
+def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str, Any],
+                uses_mount: bool = False) -> NodeState:
     k = int(nd.get("node", 0))
     st = NodeState(node=k, vm=str(nd.get("vm")), gone=backend.read_vm(str(nd.get("vm_id"))) is None,
                    exit=store.get_json(exit_key(n, k)))
@@ -102,6 +104,11 @@ def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str,
             st.exit = store.get_json(exit_key(n, k))
         if st.exit is not None and procs["supervisor"] in ("gone", "Z"):
             st.alive = False
+        if uses_mount:
+            mount, detail = guard.mount_state(home, host)
+            if mount != "live":
+                st.mount_problem = f"the bucket mount at {MOUNT} on {st.vm} is {mount}" + (f" ({detail})" if detail
+                                                                                           else "")
     return st
 
 
@@ -132,6 +139,7 @@ def combine(ev: Evidence, states: list[NodeState], errors: list[dict[str, Any]],
     # A group runs while every node runs; one failed node means the group is broken.
     ev.process_alive = any(st.alive for st in states) and not lost and not failed
     ev.process_stopped = any(st.stopped for st in states)
+    ev.storage_problem = next((st.mount_problem for st in states if st.mount_problem), None)
     ended = [st for st in states if st.exit is not None]
     if failed:
         pick: NodeState | None = min(failed, key=lambda st: str(st.exit.get("ended_at") if st.exit else ""))
@@ -157,7 +165,10 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     n = int(attempt["attempt"])
     backend = get_backend(str(attempt.get("backend", "local")), home)
     ev = Evidence(stall_timeout_s=float(manifest["config"].get("monitor", {}).get("stall_timeout_seconds", 60)))
-    states = [_node_state(home, store, n, backend, nd) for nd in nodes_of(attempt)]
+    locations = (str(manifest.get("checkpoint", {}).get("target", "")),
+                 str(manifest.get("outputs", {}).get("destination", "")))
+    uses_mount = any(PurePosixPath(loc).is_relative_to(MOUNT) for loc in locations if loc.startswith("/"))
+    states = [_node_state(home, store, n, backend, nd, uses_mount) for nd in nodes_of(attempt)]
     errors = [e for e in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.error"))) if e]
     beats = store.heartbeats(n)
     log_node = combine(ev, states, errors, beats, attempt.get("started_at"))

@@ -69,3 +69,39 @@ def test_exit_record_before_vm_loss_wins() -> None:
     assert classify(Evidence(vm_status="gone", exit_code=0)).outcome is Outcome.COMPLETED
     assert classify(Evidence(vm_status="gone", exit_code=1, error_text="ValueError: x")).outcome \
         is Outcome.USER_ERROR
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "SaveFailedError: checkpoint of step 40 failed and was not committed: cannot write "
+        "/mnt/s3/runs/r/ckpt/step-40/model.pt: permission denied",
+        "OSError: [Errno 107] Transport endpoint is not connected: '/mnt/s3/runs/r/ckpt'",
+        "OSError: [Errno 5] Input/output error: '/mnt/s3/runs/r/ckpt/step-10/COMMIT.json'",
+        "glue.train.errors.TargetError: /mnt/s3/runs/r is under /mnt/s3 but the bucket is not mounted there",
+        "glue.train.errors.TargetError: cannot reach S3 endpoint http://127.0.0.1:9000: EndpointConnectionError",
+        "glue.train.errors.StorageError: put ckpt/step-3/model.pt failed after 6 attempts over 30.2s: timeout",
+    ],
+)
+def test_a_lost_bucket_is_storage_lost_not_the_users_error(error: str) -> None:
+    v = classify(Evidence(exit_code=1, error_text=f"Traceback (most recent call last):\n{error}", process_alive=False,
+                          ssh_reachable=True, vm_status="running"))
+    assert v.outcome is Outcome.STORAGE_LOST and "recover" in v.policy
+    assert error.split(":")[0] in v.excerpt
+
+
+def test_a_permission_error_elsewhere_stays_the_users() -> None:
+    v = classify(Evidence(exit_code=1, error_text="PermissionError: [Errno 13] Permission denied: '/home/u/data'",
+                          process_alive=False))
+    assert v.outcome is Outcome.USER_ERROR
+
+
+def test_a_trainer_stuck_on_a_dead_mount_is_storage_lost_not_a_stall() -> None:
+    dead = "the bucket mount at /mnt/s3 on gpukit-2 is dead (Transport endpoint is not connected)"
+    v = classify(Evidence(process_alive=True, heartbeat_age_s=90, stall_timeout_s=20, heartbeat_step=40,
+                          storage_problem=dead))
+    assert v.outcome is Outcome.STORAGE_LOST and "dead" in v.reason
+    assert classify(Evidence(process_alive=True, heartbeat_age_s=90, stall_timeout_s=20)).outcome is Outcome.STALL
+    assert classify(Evidence(process_alive=True, heartbeat_age_s=1, storage_problem=dead)).outcome is Outcome.RUNNING
+    v = classify(Evidence(exit_code=1, error_text="ValueError: boom", storage_problem=dead, process_alive=False))
+    assert v.outcome is Outcome.STORAGE_LOST

@@ -152,7 +152,7 @@ def test_bad_input_is_one_clear_line_and_nothing_runs(kit: Kit, emu: Emulator, c
     assert res.returncode != 0
     line = error_line(res)
     assert needle in line, line
-    if case in ("missing key", "malformed key", "unknown profile"):
+    if case in ("missing key", "malformed key", "unknown profile", "no capacity"):
         assert len(res.stderr.strip().splitlines()) == 1  # refused before terraform ran
     if case == "stuck pending":
         assert "was deleted again" in line

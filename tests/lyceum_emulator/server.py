@@ -4,7 +4,8 @@ Routes (under /api/v2/external), with the documented request/response shapes:
   POST /vms/create          {hardware_profile, user_public_key, name?, instance_specs?} -> pending VM
   GET  /vms/{vm_id}/status  pending -> provisioning -> running (ip_address "127.0.0.1:<port>")
   GET  /vms/list            {"vms": [...], "total": n}
-  GET  /vms/availability    {"available_instance_variants": [...]}
+  GET  /vms/availability    {"available_hardware_profiles": [...]} (the guide's shape), or
+                            {"available_instance_variants": [...]} (the API reference's): availability_shape
   DELETE /vms/{vm_id}       terminate (the local VM and its disk are destroyed)
   POST /storage/credentials {access_key, secret_key, session_token, endpoint, bucket_name, region, expires_at}
 Errors carry FastAPI's `detail`: 401 (missing/unknown key), 403 (inactive key), 404 (unknown VM),
@@ -42,6 +43,10 @@ HOST = "127.0.0.1"
 PROFILES = ("cpu", "a100", "h100")
 PRICES = {"cpu": 0.35, "a100": 1.79, "h100": 2.89}  # made up: the emulator bills nobody
 SPEC_FIELDS = ("cpu", "memory", "disk", "gpu_count")
+LEGACY_MIN_FIELDS = {"vcpu": "cpu", "memory": "memory", "disk": "disk"}  # {"min": n} in the older shape
+LEGACY_FIELDS = (*LEGACY_MIN_FIELDS, "gpu_type", "gpu_count", "gpu_memory")
+# What the profiles list (made up, like the prices): GPU model, vCPUs, memory, units in total.
+HARDWARE = {"cpu": ("none", 8, 32, 64), "a100": ("a100", 16, 128, 16), "h100": ("h100", 26, 200, 16)}
 
 
 def _iso(ts: float) -> str:
@@ -115,10 +120,16 @@ class Emulator:
         self.boot_vms = boot_vms
         self.port = port
         self.capacity: dict[str, list[int] | None] = {"cpu": [], "a100": [1, 2, 4, 8], "h100": [1, 2, 4, 8]}
+        # "profiles": the guide's available_hardware_profiles; "variants": the reference's shape.
+        self.availability_shape = "profiles"
+        # None: accept both instance_specs shapes; "current" / "legacy": only that one (422 for the
+        # other, as a strict server would).
+        self.specs_shape: str | None = None
         self.stuck_pending = False
         self.faults: list[Fault] = []
         self.vms: dict[str, VM] = {}
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status): never headers
+        self.create_bodies: list[Any] = []  # every POST /vms/create body, as sent
         self.connections = 0  # TCP connections accepted
         self.local = LocalBackend(home / "local")
         self.sts = StsBucket(home / "bucket", bucket=bucket, ttl=credentials_ttl)
@@ -278,7 +289,9 @@ class Emulator:
                 docs = [self._refresh(vm).list_doc() for vm in self.vms.values()]
             return 200, {"vms": docs, "total": len(docs)}, {}
         if method == "GET" and route == "/vms/availability":
-            return 200, {"available_instance_variants": self._variants()}, {}
+            if self.availability_shape == "variants":
+                return 200, {"available_instance_variants": self._variants()}, {}
+            return 200, {"available_hardware_profiles": self._profiles()}, {}
         if method == "POST" and route == "/storage/credentials":
             return 200, self.sts.issue(), {}
         match = re.fullmatch(r"/vms/([^/]+)(/status)?", route)
@@ -298,18 +311,29 @@ class Emulator:
                      "available_gpus_per_instance": list(counts), "block_storage_gpu_counts": []}
                     for p, counts in self.capacity.items() if counts is not None]
 
+    def _profiles(self) -> list[dict[str, Any]]:
+        with self._lock:
+            out = []
+            for p, counts in self.capacity.items():
+                gpu, vcpu, memory_gb, total = HARDWARE[p]
+                free = 0 if counts is None else max(counts or [total])
+                out.append({"hardware_profile": p, "available": free, "total": total, "gpu_type": gpu,
+                            "vcpu": vcpu, "memory_gb": memory_gb})
+            return out
+
     def _create(self, raw: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
         try:
             body = json.loads(raw or b"null")
         except ValueError:
             return 422, {"detail": [{"type": "json_invalid", "loc": ["body", 0], "msg": "JSON decode error"}]}, {}
-        errors = _validate_create(body)
+        self.create_bodies.append(body)
+        errors = _validate_create(body, self.specs_shape)
         if errors:
             return 422, {"detail": errors}, {}
         profile = body["hardware_profile"]
         if profile not in PROFILES:
             return 400, {"detail": f"Invalid hardware profile '{profile}'. Valid profiles: {', '.join(PROFILES)}"}, {}
-        specs = {k: int(v) for k, v in (body.get("instance_specs") or {}).items() if k in SPEC_FIELDS}
+        specs = _normalized_specs(body.get("instance_specs") or {})
         gpu_count = specs.get("gpu_count", 0 if profile == "cpu" else 1)
         with self._lock:
             counts = self.capacity.get(profile)
@@ -340,6 +364,10 @@ class Emulator:
             for profile, counts in data.items():
                 self.set_capacity(profile, counts)
             return 200, {}, {}
+        if method == "POST" and path == "/_emulator/shapes":
+            self.availability_shape = data.get("availability", self.availability_shape)
+            self.specs_shape = data.get("instance_specs", self.specs_shape)
+            return 200, {}, {}
         if method == "POST" and path == "/_emulator/stuck":
             self.stuck_pending = bool(data.get("stuck", True))
             return 200, {}, {}
@@ -349,8 +377,21 @@ class Emulator:
         return 404, {"detail": "Not Found"}, {}
 
 
-def _validate_create(body: Any) -> list[dict[str, Any]]:
-    """FastAPI/pydantic-style validation errors for the create body."""
+def _shape_of(specs: dict[str, Any]) -> str:
+    return "legacy" if any(isinstance(v, dict) for v in specs.values()) or "vcpu" in specs else "current"
+
+
+def _normalized_specs(specs: dict[str, Any]) -> dict[str, int]:
+    """Either shape as {cpu, memory, disk, gpu_count} (how the status answer reports them)."""
+    if _shape_of(specs) == "legacy":
+        out = {LEGACY_MIN_FIELDS[k]: int(v["min"]) for k, v in specs.items() if k in LEGACY_MIN_FIELDS}
+        return {**out, **({"gpu_count": int(specs["gpu_count"])} if "gpu_count" in specs else {})}
+    return {k: int(v) for k, v in specs.items() if k in SPEC_FIELDS}
+
+
+def _validate_create(body: Any, specs_shape: str | None = None) -> list[dict[str, Any]]:
+    """FastAPI/pydantic-style validation errors for the create body; `specs_shape` makes the server
+    strict about which instance_specs shape it takes."""
     if not isinstance(body, dict):
         return [{"type": "model_attributes_type", "loc": ["body"], "msg": "Input should be a valid dictionary"}]
     errors: list[dict[str, Any]] = []
@@ -362,15 +403,26 @@ def _validate_create(body: Any) -> list[dict[str, Any]]:
     if body.get("name") is not None and not isinstance(body["name"], str):
         errors.append({"type": "string_type", "loc": ["body", "name"], "msg": "Input should be a valid string"})
     specs = body.get("instance_specs")
-    if specs is not None:
-        if not isinstance(specs, dict):
-            errors.append({"type": "dict_type", "loc": ["body", "instance_specs"],
-                           "msg": "Input should be a valid dictionary"})
-        else:
-            for key, value in specs.items():
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    errors.append({"type": "int_type", "loc": ["body", "instance_specs", key],
-                                   "msg": "Input should be a valid non-negative integer"})
+    if specs is None:
+        return errors
+    if not isinstance(specs, dict):
+        return [*errors, {"type": "dict_type", "loc": ["body", "instance_specs"],
+                          "msg": "Input should be a valid dictionary"}]
+    shape = _shape_of(specs)
+    if specs_shape is not None and shape != specs_shape:
+        allowed = SPEC_FIELDS if specs_shape == "current" else LEGACY_FIELDS
+        return [*errors, *({"type": "extra_forbidden", "loc": ["body", "instance_specs", key],
+                            "msg": f"Extra inputs are not permitted (expected: {', '.join(allowed)})"}
+                           for key in specs if key not in allowed or isinstance(specs[key], dict) != (
+                               specs_shape == "legacy" and key in LEGACY_MIN_FIELDS))]
+    for key, value in specs.items():
+        if shape == "legacy" and key in LEGACY_MIN_FIELDS:
+            value = value.get("min") if isinstance(value, dict) else None
+        elif shape == "legacy" and key == "gpu_type":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            errors.append({"type": "int_type", "loc": ["body", "instance_specs", key],
+                           "msg": "Input should be a valid non-negative integer"})
     return errors
 
 

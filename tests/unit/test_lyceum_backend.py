@@ -97,7 +97,56 @@ def test_unknown_hardware_profile_never_reaches_the_api(backend: LyceumBackend, 
     assert emu.requests == []
 
 
+@pytest.mark.parametrize("shape", ["profiles", "variants"])
+def test_no_capacity_is_refused_before_terraform(backend: LyceumBackend, emu: Emulator, shape: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`glue up` asks the backend for its terraform variables first: a profile without capacity stops there."""
+    for key, value in {**emu.env(), "LYCEUM_HARDWARE_PROFILE": "h100", "LYCEUM_GPU_COUNT": "1"}.items():
+        monkeypatch.setenv(key, value)
+    emu.availability_shape = shape
+    emu.set_capacity("h100", None)
+    with pytest.raises(GlueError) as err:
+        backend.tf_vars(1, "gpukit", PUB)
+    available = "cpu (64 of 64 free), a100 (8 of 16 free)" if shape == "profiles" else \
+        "cpu (on-demand), a100 (on-demand: 1, 2, 4, 8 GPUs)"
+    assert str(err.value) == (f"Lyceum has no capacity for h100 with 1 GPU right now (available: {available}); "
+                              "try another hardware profile (LYCEUM_HARDWARE_PROFILE) or later")
+    assert api_calls(emu) == ["GET /vms/availability"] and emu.vms == {}
+    monkeypatch.setenv("LYCEUM_HARDWARE_PROFILE", "a100")
+    assert backend.tf_vars(1, "gpukit", PUB)["hardware_profile"] == "a100"
+
+
+@pytest.mark.parametrize("strict", ["current", "legacy"])
+def test_instance_specs_shapes_against_a_strict_server(backend: LyceumBackend, emu: Emulator, strict: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default (documented) shape and the older CLI's shape (LYCEUM_INSTANCE_SPECS=legacy); a
+    server that takes only one answers 422 to the other, one line, nothing created."""
+    emu.specs_shape = strict
+    other = "legacy" if strict == "current" else "current"
+    monkeypatch.setenv("LYCEUM_INSTANCE_SPECS", other)
+    with pytest.raises(GlueError) as err:
+        backend.create_vm(spec(cpu=16, memory_gb=128))
+    assert str(err.value).startswith("Lyceum rejected the request as malformed (422 on POST /vms/create: "
+                                     "instance_specs.")
+    assert "Extra inputs are not permitted" in str(err.value) and emu.vms == {}
+    monkeypatch.setenv("LYCEUM_INSTANCE_SPECS", strict)
+    rec = backend.create_vm(spec(cpu=16, memory_gb=128))
+    assert emu.vms[rec.id].specs == {"disk": 100, "gpu_count": 1, "cpu": 16, "memory": 128}
+    sent = {"current": {"disk": 100, "gpu_count": 1, "cpu": 16, "memory": 128},
+            "legacy": {"disk": {"min": 100}, "gpu_count": 1, "vcpu": {"min": 16}, "memory": {"min": 128},
+                       "gpu_type": "a100"}}[strict]
+    assert emu.create_bodies[-1]["instance_specs"] == sent
+
+
+def test_unknown_instance_specs_shape_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LYCEUM_API_KEY", "lk_0123456789abcdef")
+    monkeypatch.setenv("LYCEUM_INSTANCE_SPECS", "v3")
+    with pytest.raises(GlueError, match=r"^LYCEUM_INSTANCE_SPECS='v3': use one of current, legacy$"):
+        tf_vars(1, "g", PUB)
+
+
 def test_no_capacity_is_one_line_and_creates_nothing(backend: LyceumBackend, emu: Emulator) -> None:
+    emu.availability_shape = "variants"
     emu.set_capacity("h100", None)
     emu.set_capacity("a100", [1, 2])
     with pytest.raises(GlueError) as err:

@@ -65,10 +65,14 @@ def test_create_poll_list_delete(client: LyceumClient, emu: Emulator) -> None:
     client.delete_vm("vm-doesnotexist")  # already gone: not an error
 
 
-def test_availability_lists_variants(client: LyceumClient, emu: Emulator) -> None:
+def test_availability_in_both_documented_shapes(client: LyceumClient, emu: Emulator) -> None:
     emu.set_capacity("h100", None)
-    profiles = {v["hardware_profile"]: v for v in client.availability()}
-    assert set(profiles) == {"cpu", "a100"} and profiles["a100"]["available_gpus_per_instance"] == [1, 2, 4, 8]
+    profiles = {v["hardware_profile"]: v for v in client.availability()}  # the guide's shape
+    assert set(profiles) == {"cpu", "a100", "h100"} and profiles["h100"]["available"] == 0
+    assert {k for k in profiles["a100"]} == {"hardware_profile", "available", "total", "gpu_type", "vcpu", "memory_gb"}
+    emu.availability_shape = "variants"  # the API reference's shape
+    variants = {v["hardware_profile"]: v for v in client.availability()}
+    assert set(variants) == {"cpu", "a100"} and variants["a100"]["available_gpus_per_instance"] == [1, 2, 4, 8]
 
 
 def test_401_shows_detail_and_never_the_key(emu: Emulator) -> None:

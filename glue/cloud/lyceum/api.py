@@ -481,10 +481,16 @@ class LyceumClient:
                               "(expected {\"vms\": [objects]})")
         return [dict(v) for v in vms or []]
 
+    def availability_answer(self) -> dict[str, Any]:
+        """GET /vms/availability as answered (glue.cloud.lyceum.capacity reads either shape)."""
+        return self._object("GET /vms/availability", self.request("GET", "/vms/availability"))
+
     def availability(self) -> list[dict[str, Any]]:
-        data = self.request("GET", "/vms/availability")
-        variants = data.get("available_instance_variants") if isinstance(data, dict) else None
-        return [dict(v) for v in variants or [] if isinstance(v, dict)]
+        """The answer's entries: `available_hardware_profiles` (the guide's shape), then
+        `available_instance_variants` (the API reference's)."""
+        data = self.availability_answer()
+        entries = [*(data.get("available_hardware_profiles") or []), *(data.get("available_instance_variants") or [])]
+        return [dict(v) for v in entries if isinstance(v, dict)]
 
     def delete_vm(self, vm_id: str) -> None:
         """Terminate a VM; one that is already gone (404) is not an error."""

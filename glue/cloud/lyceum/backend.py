@@ -10,7 +10,8 @@ The bucket: POST /storage/credentials; the expiring credentials live in the 0600
 
 Settings (environment): LYCEUM_API_KEY (required), LYCEUM_API_URL, LYCEUM_CREATE_TIMEOUT
 (seconds, default 900), LYCEUM_POLL_INTERVAL (default 5), LYCEUM_HARDWARE_PROFILE and
-LYCEUM_GPU_COUNT (what `glue up` asks for). Usage as a tool:
+LYCEUM_GPU_COUNT (what `glue up` asks for), LYCEUM_INSTANCE_SPECS (current | legacy: the shape of
+the create's instance_specs, see spec.instance_specs). Usage as a tool:
     python -m glue.cloud.lyceum list | availability | delete <vm_id>
 """
 
@@ -40,7 +41,8 @@ from glue.cloud.lyceum.api import (
     api_key_from_env,
     api_url_from_env,
 )
-from glue.cloud.lyceum.spec import GPU_PROFILES, PROFILES, LyceumVMSpec, check, input_errors
+from glue.cloud.lyceum.capacity import offers, shortfall
+from glue.cloud.lyceum.spec import GPU_PROFILES, PROFILES, SPECS_SHAPES, check, input_errors, instance_specs
 from glue.errors import GlueError
 from glue.records import BucketCredentials, BucketInfo
 
@@ -112,8 +114,16 @@ def tf_vars(vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, A
         attr, what, fix = problems[0]
         env = "LYCEUM_HARDWARE_PROFILE" if attr == "hardware_profile" else "LYCEUM_GPU_COUNT"
         raise GlueError(f"{what} ({env}): {fix}")
+    specs_shape()
     return {"vm_count": vm_count, "name_prefix": name_prefix, "ssh_public_key": ssh_public_key,
             "hardware_profile": profile, "gpu_count": gpu_count}
+
+
+def specs_shape() -> str:
+    shape = os.environ.get("LYCEUM_INSTANCE_SPECS", "").strip().lower() or "current"
+    if shape not in SPECS_SHAPES:
+        raise GlueError(f"LYCEUM_INSTANCE_SPECS={shape!r}: use one of {', '.join(SPECS_SHAPES)}")
+    return shape
 
 
 class LyceumBackend:
@@ -124,7 +134,11 @@ class LyceumBackend:
     credentials_expire = True  # STS-style: refreshed near expiry and pushed to the VMs
 
     def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
-        return tf_vars(vm_count, name_prefix, ssh_public_key)
+        """Inputs checked, then capacity: a profile Lyceum cannot serve is refused before terraform
+        starts (no VM created, no wait for the create timeout)."""
+        tfv = tf_vars(vm_count, name_prefix, ssh_public_key)
+        self._check_capacity(tfv["hardware_profile"], tfv["gpu_count"])
+        return tfv
 
     def __init__(self, home: Path, client: LyceumClient | None = None, console: Console | None = None) -> None:
         self.home = home
@@ -145,13 +159,11 @@ class LyceumBackend:
     # -- VMs ---------------------------------------------------------------------------------
     def create_vm(self, spec: VMSpec) -> VMRecord:
         profile = check(spec)
-        self._check_capacity(profile, spec.gpu_count)
-        specs: dict[str, int] = {"disk": spec.disk_gb, "gpu_count": spec.gpu_count}
-        if isinstance(spec, LyceumVMSpec):
-            specs.update({k: v for k, v in (("cpu", spec.cpu), ("memory", spec.memory_gb)) if v})
         body = {"hardware_profile": profile, "user_public_key": spec.ssh_public_key, "name": spec.name,
-                "instance_specs": specs}
+                "instance_specs": instance_specs(spec, profile, specs_shape())}
         try:
+            # Checked again here: capacity can go between `glue up`'s check and this VM's turn.
+            self._check_capacity(profile, spec.gpu_count)
             created = self.api.create_vm(body)
         except GlueError as exc:
             raise GlueError(f"{exc}{self._still_billed()}") from exc
@@ -175,23 +187,9 @@ class LyceumBackend:
         return self._record(vm_id, status, {"name": spec.name, "host_key": host_key})
 
     def _check_capacity(self, profile: str, gpu_count: int) -> None:
-        variants = self.api.availability()
-        offered = [v for v in variants if str(v.get("hardware_profile", "")).lower() == profile]
-        if offered and profile in GPU_PROFILES:
-            counts = {int(c) for v in offered for c in (v.get("available_gpus_per_instance") or [])}
-            if any(v.get("available_gpus_per_instance") is None for v in offered) or gpu_count in counts:
-                return
-        elif offered:
-            return
-        summary = ", ".join(
-            f"{v.get('hardware_profile')} ({v.get('instance_type', 'on-demand')}"
-            + (f": {', '.join(str(c) for c in sorted(v['available_gpus_per_instance']))} GPUs"
-               if v.get("available_gpus_per_instance") else "") + ")"
-            for v in variants
-        ) or "nothing"
-        want = f"{profile} with {gpu_count} GPU{'s' if gpu_count != 1 else ''}" if profile in GPU_PROFILES else profile
-        raise GlueError(f"Lyceum has no capacity for {want} right now (available: {summary}); "
-                        f"try another hardware profile (LYCEUM_HARDWARE_PROFILE) or later{self._still_billed()}")
+        problem = shortfall(offers(self.api.availability_answer()), profile, gpu_count)
+        if problem:
+            raise GlueError(problem)
 
     def _wait_running(self, vm_id: str, name: str, first: dict[str, Any]) -> dict[str, Any]:
         timeout = _env_float("LYCEUM_CREATE_TIMEOUT", 900.0)
@@ -362,9 +360,7 @@ def _main(argv: list[str]) -> int:
                               f"billed {vm.get('billed', '-')}", highlight=False)
         elif argv[0] == "availability":
             for v in client.availability():
-                console.print(f"{v.get('hardware_profile')}  {v.get('instance_type', '-')}  "
-                              f"{v.get('price_per_hour', '-')}/GPU/h  GPUs: {v.get('available_gpus_per_instance')}",
-                              highlight=False)
+                console.print("  ".join(f"{k}={v[k]}" for k in v), highlight=False)
         else:
             for vm_id in argv[1:]:
                 client.delete_vm(vm_id)

@@ -80,3 +80,25 @@ def check(spec: VMSpec) -> str:
         _, what, fix = problems[0]
         raise GlueError(f"{what}: {fix}")
     return profile
+
+
+# The create request's `instance_specs`, in the two shapes Lyceum's clients have sent. "current" is
+# the documented one; "legacy" is what an older Lyceum CLI sent (LYCEUM_INSTANCE_SPECS=legacy).
+SPECS_SHAPES = ("current", "legacy")
+
+
+def instance_specs(spec: VMSpec, profile: str, shape: str = "current") -> dict[str, Any]:
+    """`instance_specs` for a create: current {cpu, memory, disk, gpu_count}; legacy {vcpu: {min},
+    memory: {min}, disk: {min}, gpu_type, gpu_count}. Unset cpu/memory are left out (the profile's)."""
+    cpu, memory = getattr(spec, "cpu", 0), getattr(spec, "memory_gb", 0)
+    if shape == "legacy":
+        body: dict[str, Any] = {"disk": {"min": spec.disk_gb}, "gpu_count": spec.gpu_count}
+        body.update({k: {"min": v} for k, v in (("vcpu", cpu), ("memory", memory)) if v})
+        if profile in GPU_PROFILES:
+            body["gpu_type"] = PROFILES[profile]
+        return body
+    if shape != "current":
+        raise GlueError(f"LYCEUM_INSTANCE_SPECS={shape!r}: use one of {', '.join(SPECS_SHAPES)}")
+    body = {"disk": spec.disk_gb, "gpu_count": spec.gpu_count}
+    body.update({k: v for k, v in (("cpu", cpu), ("memory", memory)) if v})
+    return body

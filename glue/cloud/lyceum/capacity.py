@@ -1,0 +1,79 @@
+"""What `GET /vms/availability` offers, and whether it covers what `glue up` is about to ask for.
+
+Two answer shapes are read. The guide (docs.lyceum.technology/docs/vms/api) documents
+`available_hardware_profiles`: one entry per profile with `hardware_profile`, `available`, `total`,
+`gpu_type`, `vcpu`, `memory_gb`. The generated API reference answers `available_instance_variants`:
+`hardware_profile`, `instance_type`, `price_per_hour`, `available_gpus_per_instance`. Which one the
+production API sends is for a first real account run to confirm, so both are understood.
+
+Pure (no I/O): the backend asks the API, this module judges the answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from glue.cloud.lyceum.spec import GPU_PROFILES
+
+
+@dataclass(frozen=True)
+class Offer:
+    profile: str
+    available: int | None = None  # free units (GPUs on a GPU profile); None: the answer does not say
+    total: int | None = None
+    gpu_counts: tuple[int, ...] | None = None  # GPUs per VM on offer; None: the answer does not say
+    instance_type: str = ""
+
+    def covers(self, gpu_count: int) -> bool:
+        if self.available is not None and self.available < max(1, gpu_count if self.profile in GPU_PROFILES else 1):
+            return False
+        if self.gpu_counts is not None and self.profile in GPU_PROFILES:
+            return gpu_count in self.gpu_counts
+        return True
+
+    def describe(self) -> str:
+        parts = [self.instance_type] if self.instance_type else []
+        if self.available is not None:
+            parts.append(f"{self.available}" + (f" of {self.total}" if self.total is not None else "") + " free")
+        if self.gpu_counts:
+            parts.append(f"{', '.join(str(c) for c in sorted(self.gpu_counts))} GPUs")
+        return f"{self.profile} ({': '.join(parts)})" if parts else self.profile
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def offers(doc: Any) -> list[Offer]:
+    """Every entry of either answer shape; entries that are not objects are skipped."""
+    if not isinstance(doc, dict):
+        return []
+    out: list[Offer] = []
+    for entry in doc.get("available_hardware_profiles") or []:
+        if isinstance(entry, dict) and entry.get("hardware_profile"):
+            out.append(Offer(str(entry["hardware_profile"]).lower(), available=_int(entry.get("available")),
+                             total=_int(entry.get("total"))))
+    for entry in doc.get("available_instance_variants") or []:
+        if isinstance(entry, dict) and entry.get("hardware_profile"):
+            raw = entry.get("available_gpus_per_instance")
+            counts = None if not isinstance(raw, list) else tuple(c for c in map(_int, raw) if c is not None)
+            out.append(Offer(str(entry["hardware_profile"]).lower(), gpu_counts=counts,
+                             instance_type=str(entry.get("instance_type") or "on-demand")))
+    return out
+
+
+def shortfall(found: list[Offer], profile: str, gpu_count: int) -> str | None:
+    """None when some offer covers `profile` with `gpu_count` GPUs per VM; else the one-line refusal
+    naming what is available."""
+    if any(o.profile == profile and o.covers(gpu_count) for o in found):
+        return None
+    with_room = [o.describe() for o in found if o.available is None or o.available > 0]
+    want = f"{profile} with {gpu_count} GPU{'s' if gpu_count != 1 else ''}" if profile in GPU_PROFILES else profile
+    return (f"Lyceum has no capacity for {want} right now (available: {', '.join(with_room) or 'nothing'}); "
+            "try another hardware profile (LYCEUM_HARDWARE_PROFILE) or later")

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from glue.cluster import lifecycle, state
+from glue.commands import doctor
 from glue.infra import ssh
 from glue.paths import home
 
@@ -104,4 +105,5 @@ def ssh_cmd(vm: str, command: tuple[str, ...]) -> None:
 
 
 ssh_cmd.name = "ssh"
-COMMANDS = [up, down, status, ssh_cmd]
+# doctor is registered with the cluster commands: it checks what `up` needs.
+COMMANDS = [up, down, status, ssh_cmd, *doctor.COMMANDS]

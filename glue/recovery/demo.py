@@ -49,7 +49,8 @@ def main() -> int:
     console.print(Rule("4/4  result"))
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     console.print(f"{verdict} in {time.monotonic() - t0:.0f}s: run {result.drill_run} lost its VM at step "
-                  f"{result.kill_at}, resumed from step {result.recovery.get('checkpoint_step')} on a new VM and "
+                  f"{result.destroyed_at} (asked: {result.kill_at}), resumed from step "
+                  f"{result.recovery.get('checkpoint_step')} on a new VM and "
                   f"matched the uninterrupted {result.ref_run} exactly ({result.compared_steps} per-step losses, "
                   f"{result.compared_tensors} tensors)." if result.passed else f"{verdict}: {result.problem}")
     console.print(f"records: s3://gpukit/runs/{result.drill_run}/ (GPUKIT_HOME={demo_home} .venv/bin/glue "

@@ -35,7 +35,8 @@ class DrillResult:
     ref_run: str
     drill_run: str
     steps: int
-    kill_at: int
+    kill_at: int  # the step asked for
+    destroyed_at: int | None = None  # the step the VM died at (the trainer holds there: equal to kill_at)
     first_bad_step: int | None = None
     first_bad_tensor: str | None = None
     component: str | None = None
@@ -162,26 +163,23 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
     cfg = {**(overrides or {}), "steps": total, "checkpoint_interval": interval}
     victim, ref_host = hosts[0], hosts[-1]
     console.print(f"drill: reference [bold]{ref_id}[/] on {ref_host.name}, drill [bold]{drill_id}[/] on "
-                  f"{victim.name}; {total} steps, VM destroyed at step {at}")
+                  f"{victim.name}; {total} steps, its VM destroyed at step {at}")
     deploy_mod.deploy(home, ref_id, config_path, ref_host.name, False, console, config_overrides=cfg)
-    deploy_mod.deploy(home, drill_id, config_path, victim.name, False, console, config_overrides=cfg)
+    # The drill run's first attempt holds right after step `at` (glue.train.run: GPUKIT_HOLD_AT), so the
+    # VM is destroyed at exactly that step; the recovered attempt (2) does not hold.
+    deploy_mod.deploy(home, drill_id, config_path, victim.name, False, console, config_overrides=cfg,
+                      env_overrides={"GPUKIT_HOLD_AT": f"1:{at}"})
     ref, dr = deploy_mod.open_store(home, ref_id), deploy_mod.open_store(home, drill_id)
     with console.status(f"training {drill_id} to step {at}"):
-        _wait(home, dr, lambda r: (r.heartbeat or {}).get("step") is not None and r.heartbeat["step"] >= at,
-              f"step {at}", timeout)
+        held = _wait(home, dr, lambda r: bool((r.heartbeat or {}).get("held")), f"the hold at step {at}", timeout)
     with lease.held(dr, "drill"):  # nobody else recovers the drill run while it loses its VM
         backend = get_backend(state.ClusterConfig.load(home).backend, home)
         victim_id = dr.attempt(1)["vm_id"]
         backend.delete_vm(victim_id)
-        console.print(f"[red]destroyed VM {victim.name}[/] ({victim_id}) under {drill_id}")
-        # The kill follows the heartbeat, so a fast run can reach its end first; a resume from the final
-        # checkpoint replays nothing and would "pass" without testing anything.
-        saved = monitor.last_valid_checkpoint(dr, dr.manifest())
-        if saved is not None and saved >= total:
-            raise GlueError(f"run {drill_id} had saved its final checkpoint (step {saved}) before VM {victim.name} "
-                            f"was destroyed, so there is nothing to replay; use an earlier --kill-at (heartbeats "
-                            f"come every {rc.monitor.heartbeat_seconds:g}s) or a run with more or slower steps")
-        result = DrillResult(passed=False, ref_run=ref_id, drill_run=drill_id, steps=total, kill_at=at)
+        console.print(f"[red]destroyed VM {victim.name}[/] ({victim_id}) under {drill_id} at step "
+                      f"{(held.heartbeat or {}).get('step')}")
+        result = DrillResult(passed=False, ref_run=ref_id, drill_run=drill_id, steps=total, kill_at=at,
+                             destroyed_at=(held.heartbeat or {}).get("step"))
         try:
             result.recovery = recover_mod.recover(home, drill_id, console, tolerance=tolerance, wait_timeout=timeout)
         except GlueError as exc:
@@ -222,9 +220,13 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
 
 def print_result(console: Console, r: DrillResult) -> None:
     table = Table(title=f"drill {r.drill_run} vs {r.ref_run}", show_header=False, box=None)
-    table.add_row("VM destroyed at step", str(r.kill_at))
+    table.add_row("asked to destroy the VM at step", str(r.kill_at))
+    table.add_row("VM destroyed at step", str(r.destroyed_at))
     rec = r.recovery or {}
-    table.add_row("resumed from checkpoint", str(rec.get("checkpoint_step")))
+    ckpt = rec.get("checkpoint_step")
+    table.add_row("resumed from checkpoint", str(ckpt))
+    if r.destroyed_at is not None and ckpt is not None:
+        table.add_row("steps replayed", f"{r.destroyed_at - ckpt} ({ckpt + 1}..{r.destroyed_at})")
     table.add_row("per-step losses compared", str(r.compared_steps))
     table.add_row("final tensors compared", str(r.compared_tensors))
     if r.first_bad_step is not None:

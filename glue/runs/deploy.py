@@ -83,7 +83,7 @@ def _image_digest(home: Path, host: Host, image: str | None) -> str | None:
 
 def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: bool, console: Console,
            memory_limit_mb: int | None = None, config_overrides: dict[str, Any] | None = None,
-           group: GroupSpec | None = None) -> dict[str, Any]:
+           group: GroupSpec | None = None, env_overrides: dict[str, str] | None = None) -> dict[str, Any]:
     """Preflight, record, start. Returns the attempt record."""
     group = group or GroupSpec()
     group.check()
@@ -92,6 +92,8 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
     rc = runconfig.load(config_path, run_id, store.info.name)
     if config_overrides:
         rc = rc.with_config(config_overrides)
+    if env_overrides:
+        rc = rc.model_copy(update={"env": {**rc.env, **env_overrides}})
     if group.distributed and rc.runtime == "docker":
         raise GlueError("--nodes/--procs-per-node need `runtime: process` (torchrun on the VM); "
                         "a docker trainer runs on one VM")

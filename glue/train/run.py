@@ -100,6 +100,12 @@ class RunContext:
                 self._record_error(type(exc), exc, exc.__traceback__)
                 raise
         self.resume = env.get("GPUKIT_RESUME", "0") == "1" or self.restart > 0
+        # `glue drill` asks the attempt it will destroy to stop dead after one exact step ("<attempt>:<step>"),
+        # so the VM dies at that step and not wherever the next heartbeat happened to land.
+        hold_attempt, _, hold_step = env.get("GPUKIT_HOLD_AT", "").partition(":")
+        self._hold_at = int(hold_step) if hold_attempt == str(self.attempt) and hold_step.isdigit() \
+            and self.restart == 0 else None
+        self._held = False
         self._metrics: list[str] = []
         self._part = 0
         self._last_flush = time.monotonic()
@@ -148,6 +154,16 @@ class RunContext:
         with self._lock:
             self._last = rec
             self._metrics.append(json.dumps(rec))
+        if step == self._hold_at:
+            self._hold()
+
+    def _hold(self) -> None:
+        """Publish this step (metrics and a heartbeat saying `held`), then wait to be killed: training never
+        continues past the step the drill asked for."""
+        self._held = True
+        self._flush_metrics()
+        self._write_heartbeat()
+        threading.Event().wait()
 
     def _beat_loop(self) -> None:
         while not self._stop.wait(self.heartbeat_seconds):
@@ -169,6 +185,7 @@ class RunContext:
             "step_at": last.get("t"), "started_at": self._started_at, "updated_at": iso(utc_now()),
             "memory": _memory(),
             "recent": recent,
+            "held": self._held,
         }
         try:
             self.store.put(heartbeat_key(self.rank), json.dumps(beat).encode())

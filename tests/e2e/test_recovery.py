@@ -88,15 +88,17 @@ def test_recover_bad_input(cluster_kit: Kit, tmp_path: Path) -> None:
 
 def test_drill_fails_a_resume_that_skips_rng(cluster_kit: Kit, tmp_path: Path) -> None:
     kit = cluster_kit
-    # The kill follows heartbeats (every 0.5 s here): leave the run 35 x 0.1 s after step 25 so it cannot
-    # reach its end before the VM is gone.
     cfg = run_config(tmp_path, config={"steps": 60, "step_sleep": 0.1, "broken_resume": "skip_rng",
                                        "checkpoint_interval": 10}, checkpoint={"interval_steps": 10},
                      monitor={"heartbeat_seconds": 0.5})
     res = kit.glue("drill", "--run", "broken", "--config", str(cfg), "--kill-at", "25", check=False, timeout=900)
     assert res.returncode == 1, res.stderr
     assert "FAIL" in res.stderr and "first differing step" in res.stderr
-    assert "(lost: rng)" in " ".join(res.stderr.split()), res.stderr
+    text = " ".join(res.stderr.split())
+    assert "(lost: rng)" in text, res.stderr
+    # Exact: the trainer held at the asked step, so the VM died there, not at the next heartbeat.
+    assert "asked to destroy the VM at step 25" in text and "VM destroyed at step 25" in text, res.stderr
+    assert "resumed from checkpoint 20" in text and "steps replayed 5 (21..25)" in text, res.stderr
 
 
 @pytest.mark.timeout(900)
@@ -127,6 +129,8 @@ def test_make_demo_passes_and_records_the_recovery(tmp_path: Path) -> None:
         assert rec["work_lost"]["steps"] == rec["failure_step"] - rec["checkpoint_step"]
         drill_rec = bucket_json(kit, f"runs/{drill_run}/drill.json")
         assert drill_rec["passed"] and drill_rec["compared_steps"] == 60 and drill_rec["compared_tensors"] > 0
+        # The VM died at the asked step (the trainer held there), and recovery reached exactly that step.
+        assert drill_rec["destroyed_at"] == drill_rec["kill_at"] == rec["failure_step"]
         classes = [i["class"] for i in json.loads(kit.glue("incidents", "--run", drill_run, "--json").stdout)]
         # A save cut off by the VM loss is a partial checkpoint: the resume skips it and records that.
         assert "vm_lost" in classes and set(classes) <= {"vm_lost", "ckpt_corrupt"}

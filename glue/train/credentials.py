@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
 @dataclass(frozen=True)
 class FileCredentials:
     access_key: str
-    secret_key: str
-    session_token: str | None
+    secret_key: str = field(repr=False)  # never printed: reprs reach logs and tracebacks
+    session_token: str | None = field(repr=False)
     expires_at: float | None
 
 

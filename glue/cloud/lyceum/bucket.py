@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,8 +36,8 @@ _thread_lock = threading.Lock()
 @dataclass(frozen=True)
 class StoredCredentials:
     access_key: str
-    secret_key: str
-    session_token: str | None
+    secret_key: str = field(repr=False)  # never printed: reprs reach logs and tracebacks
+    session_token: str | None = field(repr=False)
     expires_at: float
     issued_at: float
     endpoint: str

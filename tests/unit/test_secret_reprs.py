@@ -1,0 +1,30 @@
+"""No credential record prints its secret: reprs end up in logs, tracebacks and incident excerpts."""
+
+from __future__ import annotations
+
+import time
+
+from glue.cloud.lyceum.bucket import StoredCredentials
+from glue.records import BucketCredentials, BucketInfo
+from glue.runs.store import RunStore
+from glue.train.credentials import FileCredentials
+
+SECRET, TOKEN = "s3cr3t-MARKER-value", "t0ken-MARKER-value"
+
+
+def test_no_credential_repr_holds_the_secret_or_token() -> None:
+    now = time.time()
+    records = [
+        BucketCredentials("AKIA", SECRET, TOKEN, now),
+        StoredCredentials("AKIA", SECRET, TOKEN, now + 900, now, "http://127.0.0.1:9", "b", "us-east-1"),
+        FileCredentials("AKIA", SECRET, TOKEN, now),
+    ]
+    for rec in records:
+        for text in (repr(rec), str(rec), f"{rec!r}"):
+            assert SECRET not in text and TOKEN not in text, text
+            assert "AKIA" in text  # the key id is not secret and helps tell credentials apart
+
+
+def test_a_run_store_repr_holds_no_secret() -> None:
+    store = RunStore(BucketInfo("http://127.0.0.1:9", "b", "us-east-1"), BucketCredentials("AKIA", SECRET, TOKEN), "r")
+    assert SECRET not in repr(store) and TOKEN not in repr(store)

@@ -17,6 +17,11 @@ def home() -> Path:
     return path
 
 
+def ssh_client_key_path(home: Path) -> Path:
+    """The kit's SSH private key (glue.infra.ssh_keys creates it; backends log in with it)."""
+    return home / "ssh" / "id_ed25519"
+
+
 def venv_bin() -> Path:
     """The bin/ directory of the interpreter running glue (the project venv)."""
     return Path(sys.executable).parent
@@ -35,3 +40,17 @@ def write_secret(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
     os.chmod(path, 0o600)
+
+
+# What a server or VM the kit starts may inherit from the controller: nothing that could hold a secret
+# (a user's LYCEUM_API_KEY, AWS_*, tokens) or point at the kit's files.
+_ALLOWED_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+
+
+def minimal_env(**extra: str) -> dict[str, str]:
+    """An allow-listed environment for a child process, plus `extra`."""
+    env = {k: os.environ[k] for k in _ALLOWED_ENV if k in os.environ}
+    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    env["HOME"] = "/nonexistent"
+    env.update(extra)
+    return env

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from glue.errors import GlueError
-from glue.paths import tool, write_secret
+from glue.paths import minimal_env, tool, write_secret
 from glue.records import BucketCredentials, BucketInfo
 
 BUCKET_NAME = "gpukit"
@@ -103,9 +103,8 @@ class LocalBucket:
             # Our old port is taken by something else: pick another (endpoint changes; outputs follow).
             port = free_port()
         creds = self.credentials()
-        env = dict(os.environ)
-        env["RCLONE_AUTH_KEY"] = f'"{creds.access_key},{creds.secret_key}"'
-        env["RCLONE_CONFIG"] = "/dev/null"
+        # Nothing of the controller's environment (a user's API keys) reaches the server: only what it needs.
+        env = minimal_env(RCLONE_AUTH_KEY=f'"{creds.access_key},{creds.secret_key}"', RCLONE_CONFIG="/dev/null")
         cmd = [tool("rclone"), "serve", "s3", str(self.data), "--addr", f"{HOST}:{port}", "--log-level", "NOTICE"]
         with open(self.log_file, "ab") as log:
             try:

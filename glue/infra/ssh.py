@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from collections.abc import Iterator
@@ -100,13 +101,21 @@ def opened_in_session() -> int:
     return len(_SESSION.get() or {})
 
 
+def as_root(host: Host, command: str) -> str:
+    """What glue runs on a VM needs root. A VM whose login is another user (an image's default, e.g.
+    ubuntu) gets there through passwordless sudo: -n fails at once instead of waiting for a password."""
+    if host.ssh_user == "root":
+        return command
+    return f"sudo -n -H -- sh -c {shlex.quote(command)}"
+
+
 def run(home: Path, host: Host, command: str, timeout: float = 600, stream: bool = False) -> CommandResult:
-    """Run `command` on the VM; with stream=True its output goes to our stdout/stderr as it comes."""
+    """Run `command` on the VM as root; with stream=True its output goes to our stdout/stderr as it comes."""
     with _connection(home, host) as client:
         chan = _open_channel(client, host)
         try:
             chan.settimeout(timeout)
-            chan.exec_command(command)
+            chan.exec_command(as_root(host, command))
             out, err = bytearray(), bytearray()
             eof_deadline: float | None = None
             while True:
@@ -167,7 +176,7 @@ def put_file(home: Path, host: Host, path: str, data: bytes, mode: int = 0o600) 
     with _connection(home, host) as client:
         chan = _open_channel(client, host)
         try:
-            chan.exec_command(cmd)
+            chan.exec_command(as_root(host, cmd))
             chan.sendall(data)
             chan.shutdown_write()
             code = chan.recv_exit_status()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from glue.paths import ssh_client_key_path
+
 
 def ssh_dir(home: Path) -> Path:
     d = home / "ssh"
@@ -14,7 +16,8 @@ def ssh_dir(home: Path) -> Path:
 
 def client_key(home: Path) -> Path:
     """Path of the private key; created on first use."""
-    key = ssh_dir(home) / "id_ed25519"
+    ssh_dir(home)
+    key = ssh_client_key_path(home)
     if not key.exists():
         subprocess.run(
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpukit", "-f", str(key)],

@@ -40,7 +40,7 @@ class VMResource(Resource):
             return schema.Attribute(name, typ, description=desc, computed=True)
 
         return schema.Schema(
-            version=2,  # 2: optional hardware_profile, cpu, memory_gb (see upgrade)
+            version=3,  # 2: optional hardware_profile, cpu, memory_gb; 3: ssh_user settable (see upgrade)
             attributes=[
                 inp("name", types.String(), "VM name (lowercase letters, digits, dashes).", required=True),
                 inp("gpu_type", types.String(), "GPU model, or \"none\".", required=True),
@@ -52,10 +52,13 @@ class VMResource(Resource):
                     f"Lyceum hardware profile: {', '.join(PROFILES)} (default: from gpu_type).", optional=True),
                 inp("cpu", types.Number(), "vCPUs (Lyceum; default: the profile's).", optional=True),
                 inp("memory_gb", types.Number(), "Memory in GB (Lyceum; default: the profile's).", optional=True),
+                # Set: log in as this user only. Unset: the backend finds the user the VM accepts (root
+                # first, then the image's default) and records it; a prior value is kept, so no diff.
+                inp("ssh_user", types.String(), "SSH user (default: detected; root on the local backend).",
+                    optional=True, computed=True),
                 out("id", types.String(), "Backend VM id."),
                 out("ssh_host", types.String(), "SSH address."),
                 out("ssh_port", types.Number(), "SSH port."),
-                out("ssh_user", types.String(), "SSH user."),
                 out("host_key", types.String(), "The VM's SSH host public key (pinned by glue)."),
                 out("status", types.String(), "Backend status."),
                 out("backend", types.String(), "Backend that owns the VM."),
@@ -77,7 +80,8 @@ class VMResource(Resource):
             diags.add_error(what, fix, path=[key])
 
     def upgrade(self, ctx: UpgradeContext, version: int, old: State) -> State | None:
-        # Version 1 states lack the optional Lyceum inputs: they are null (unset), so no diff.
+        # Version 1 states lack the optional Lyceum inputs: they are null (unset), so no diff. Version 2
+        # states hold ssh_user as computed: the same value, now also settable.
         return {**{a.name: None for a in self.get_schema().attributes}, **old}
 
     @staticmethod
@@ -94,7 +98,8 @@ class VMResource(Resource):
             disk_gb=int(planned.get("disk_gb") or 100),
             ssh_public_key=str(planned["ssh_public_key"]),
         )
-        spec = with_instance_specs(spec, planned.get("hardware_profile"), planned.get("cpu"), planned.get("memory_gb"))
+        spec = with_instance_specs(spec, planned.get("hardware_profile"), planned.get("cpu"), planned.get("memory_gb"),
+                                   planned.get("ssh_user"))
         try:
             rec = self._provider.backend.create_vm(spec)
         except GlueError as exc:

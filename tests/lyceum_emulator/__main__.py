@@ -24,9 +24,16 @@ def main() -> None:
     ap.add_argument("--pending-seconds", type=float, default=2.0, help="how long a new VM stays pending")
     ap.add_argument("--credentials-ttl", type=float, default=900.0, help="lifetime of storage credentials (s)")
     ap.add_argument("--no-boot", action="store_true", help="do not boot local VMs (API shapes only)")
+    ap.add_argument("--login-user", default="root",
+                    help="the image's user: root, or e.g. ubuntu (passwordless sudo, root login disabled)")
+    ap.add_argument("--instance-specs", choices=["current", "legacy"], default=None,
+                    help="accept only this instance_specs shape (422 for the other); default: both")
+    ap.add_argument("--availability", choices=["profiles", "variants"], default="profiles",
+                    help="the GET /vms/availability answer's shape")
     args = ap.parse_args()
     emu = Emulator(args.home.resolve(), pending_s=args.pending_seconds, credentials_ttl=args.credentials_ttl,
-                   boot_vms=not args.no_boot, port=args.port)
+                   boot_vms=not args.no_boot, port=args.port, login_user=args.login_user)
+    emu.specs_shape, emu.availability_shape = args.instance_specs, args.availability
     emu.start()
     write_secret(emu.home / "api_key", emu.api_key + "\n")
     print(f"lyceum emulator: {emu.url} (API key in {emu.home / 'api_key'})", flush=True)

@@ -31,11 +31,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import paramiko
+
 from glue.cloud.base import VMSpec
 from glue.cloud.local.backend import LocalBackend
 from glue.cloud.local.bucket import free_port
 from glue.errors import GlueError
 
+from . import cloud_init
 from .sts_bucket import StsBucket
 
 PREFIX = "/api/v2/external"
@@ -87,6 +90,7 @@ class VM:
     local_id: str | None = None
     running_since: float | None = None
     boot: threading.Thread | None = field(default=None, repr=False)
+    error: str = ""  # why it went to "error" while booting (for tests; not part of the API)
 
     def billed(self) -> float:
         if self.running_since is None:
@@ -112,12 +116,16 @@ class Emulator:
     """`with Emulator(tmp_path) as emu:` then point LYCEUM_API_URL at emu.url, LYCEUM_API_KEY at emu.api_key."""
 
     def __init__(self, home: Path, api_keys: list[str] | None = None, pending_s: float = 0.3,
-                 credentials_ttl: float = 900.0, boot_vms: bool = True, port: int = 0, bucket: str = "gpukit") -> None:
+                 credentials_ttl: float = 900.0, boot_vms: bool = True, port: int = 0, bucket: str = "gpukit",
+                 login_user: str = "root") -> None:
         self.home = home
         self.api_keys = list(api_keys or [f"lk_emu_{secrets.token_hex(16)}"])
         self.inactive_keys: set[str] = set()
         self.pending_s = pending_s
         self.boot_vms = boot_vms
+        # The image's user: "root" (the docs' `ssh root@<ip>`), or e.g. "ubuntu" with passwordless sudo
+        # and root disabled the way cloud-init does it (see cloud_init.py).
+        self.login_user = login_user
         self.port = port
         self.capacity: dict[str, list[int] | None] = {"cpu": [], "a100": [1, 2, 4, 8], "h100": [1, 2, 4, 8]}
         # "profiles": the guide's available_hardware_profiles; "variants": the reference's shape.
@@ -219,14 +227,21 @@ class Emulator:
         try:
             if self.boot_vms:
                 name = re.sub(r"[^a-z0-9-]", "-", (vm.name or "vm").lower()).strip("-")[:30] or "vm"
+                keys = vm.public_key
+                if self.login_user != "root":  # the first-boot script logs in with the emulator's key
+                    keys += "\n" + cloud_init.emulator_key(self.home)[1]
                 rec = self.local.create_vm(VMSpec(name=name, gpu_type="none", gpu_count=0, disk_gb=10,
-                                                  ssh_public_key=vm.public_key))
+                                                  ssh_public_key=keys))
                 local_id, port = rec.id, rec.ssh_port
+                if self.login_user != "root":
+                    cloud_init.configure(rec, self.home, self.login_user, vm.public_key)
             else:
                 port = free_port()
-        except (GlueError, OSError):
+        except (GlueError, OSError, RuntimeError, paramiko.SSHException) as exc:
+            if local_id:
+                self.local.delete_vm(local_id)
             with self._lock:
-                vm.status = "error"
+                vm.status, vm.error = "error", str(exc)
             return
         with self._lock:
             if vm.status == "provisioning" and not self._stopping.is_set():

@@ -29,6 +29,8 @@ def emu(tmp_path: Path) -> Iterator[Emulator]:
 @pytest.fixture
 def backend(emu: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LyceumBackend:
     monkeypatch.setattr(lyceum, "scan_host_key", lambda host, port, timeout=10.0: HOST_KEY)
+    # No VM boots here: the login is taken as given (tests/integration/test_lyceum_users.py logs in for real).
+    monkeypatch.setattr(lyceum.login, "detect", lambda host, port, key, path, wanted="", **kw: wanted or "root")
     monkeypatch.setenv("LYCEUM_POLL_INTERVAL", "0.05")
     monkeypatch.setenv("LYCEUM_CREATE_TIMEOUT", "5")
     monkeypatch.setenv("LYCEUM_DELETE_TIMEOUT", "2")
@@ -230,8 +232,20 @@ def test_parse_address() -> None:
         parse_address("host:ssh")
 
 
+def test_ssh_user_setting(backend: LyceumBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LYCEUM_API_KEY", "lk_0123456789abcdef")
+    monkeypatch.setenv("LYCEUM_SSH_USER", "ubuntu")
+    assert tf_vars(1, "g", PUB)["ssh_user"] == "ubuntu"
+    rec = backend.create_vm(spec(ssh_user="ubuntu"))
+    assert rec.ssh_user == "ubuntu" and backend.read_vm(rec.id) == rec  # recorded, read back
+    monkeypatch.setenv("LYCEUM_SSH_USER", "Ubuntu; rm -rf /")
+    with pytest.raises(GlueError, match=r"^LYCEUM_SSH_USER='Ubuntu; rm -rf /' is not a user name"):
+        tf_vars(1, "g", PUB)
+
+
 def test_tf_vars(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LYCEUM_API_KEY", "lk_0123456789abcdef")
+    monkeypatch.delenv("LYCEUM_SSH_USER", raising=False)
     monkeypatch.delenv("LYCEUM_HARDWARE_PROFILE", raising=False)
     monkeypatch.delenv("LYCEUM_GPU_COUNT", raising=False)
     assert tf_vars(2, "gpukit", PUB) == {"vm_count": 2, "name_prefix": "gpukit", "ssh_public_key": PUB,

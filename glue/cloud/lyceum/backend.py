@@ -10,7 +10,8 @@ The bucket: POST /storage/credentials; the expiring credentials live in the 0600
 
 Settings (environment): LYCEUM_API_KEY (required), LYCEUM_API_URL, LYCEUM_CREATE_TIMEOUT
 (seconds, default 900), LYCEUM_POLL_INTERVAL (default 5), LYCEUM_HARDWARE_PROFILE and
-LYCEUM_GPU_COUNT (what `glue up` asks for), LYCEUM_INSTANCE_SPECS (current | legacy: the shape of
+LYCEUM_GPU_COUNT (what `glue up` asks for), LYCEUM_SSH_USER (the user to log in as; unset: root
+if the VM accepts it, else the image's default, see login.py), LYCEUM_INSTANCE_SPECS (current | legacy: the shape of
 the create's instance_specs, see spec.instance_specs). Usage as a tool:
     python -m glue.cloud.lyceum list | availability | delete <vm_id>
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -34,6 +36,7 @@ from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElaps
 
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.lyceum import bucket as lyceum_creds
+from glue.cloud.lyceum import login
 from glue.cloud.lyceum.api import (
     GONE_STATUSES,
     LyceumClient,
@@ -44,10 +47,13 @@ from glue.cloud.lyceum.api import (
 from glue.cloud.lyceum.capacity import offers, shortfall
 from glue.cloud.lyceum.spec import GPU_PROFILES, PROFILES, SPECS_SHAPES, check, input_errors, instance_specs
 from glue.errors import GlueError
+from glue.paths import ssh_client_key_path
 from glue.records import BucketCredentials, BucketInfo
 
 NAME = "lyceum"
-SSH_USER = "root"
+SSH_USER = "root"  # what a VM recorded before users were detected logged in as
+USER_ENV = "LYCEUM_SSH_USER"
+_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 RUNNING_STATUSES = frozenset({"running", "ready"})
 DELETE_COMMAND = "python -m glue.cloud.lyceum delete"  # __main__.py
 HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
@@ -115,8 +121,14 @@ def tf_vars(vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, A
         env = "LYCEUM_HARDWARE_PROFILE" if attr == "hardware_profile" else "LYCEUM_GPU_COUNT"
         raise GlueError(f"{what} ({env}): {fix}")
     specs_shape()
-    return {"vm_count": vm_count, "name_prefix": name_prefix, "ssh_public_key": ssh_public_key,
-            "hardware_profile": profile, "gpu_count": gpu_count}
+    tfv: dict[str, Any] = {"vm_count": vm_count, "name_prefix": name_prefix, "ssh_public_key": ssh_public_key,
+                           "hardware_profile": profile, "gpu_count": gpu_count}
+    user = os.environ.get(USER_ENV, "").strip()
+    if user and not _USER_RE.match(user):
+        raise GlueError(f"{USER_ENV}={user!r} is not a user name (lowercase letters, digits, '_' and '-')")
+    if user:
+        tfv["ssh_user"] = user
+    return tfv
 
 
 def specs_shape() -> str:
@@ -177,14 +189,24 @@ class LyceumBackend:
             status = self._wait_running(vm_id, spec.name, created)
             host, port = parse_address(str(status["ip_address"]))
             host_key = self._pin_host_key(host, port, spec.name)
+            user = self._login_user(host, port, host_key, spec)
         except BaseException as exc:
             cleanup = self._abandon(vm_id)
             if isinstance(exc, GlueError):
                 raise GlueError(f"{exc}; {cleanup}{self._still_billed(exclude=vm_id)}") from exc
             raise
-        self._save_record(vm_id, {"name": spec.name, "host_key": host_key, "hardware_profile": profile,
-                                  "gpu_count": spec.gpu_count})
-        return self._record(vm_id, status, {"name": spec.name, "host_key": host_key})
+        local = {"name": spec.name, "host_key": host_key, "ssh_user": user}
+        self._save_record(vm_id, {**local, "hardware_profile": profile, "gpu_count": spec.gpu_count})
+        return self._record(vm_id, status, local)
+
+    def _login_user(self, host: str, port: int, host_key: str, spec: VMSpec) -> str:
+        """The user gpukit logs in as (see login.py): the one asked for, else detected."""
+        wanted = str(getattr(spec, "ssh_user", "") or "")
+        deadline = min(_env_float("LYCEUM_CREATE_TIMEOUT", 900.0), 180.0)
+        try:
+            return login.detect(host, port, host_key, ssh_client_key_path(self.home), wanted, deadline_s=deadline)
+        except GlueError as exc:
+            raise GlueError(f"Lyceum VM {spec.name}: {exc}") from None
 
     def _check_capacity(self, profile: str, gpu_count: int) -> None:
         problem = shortfall(offers(self.api.availability_answer()), profile, gpu_count)
@@ -313,7 +335,8 @@ class LyceumBackend:
             gpu_count = (status.get("instance_specs") or {}).get("gpu_count", local.get("gpu_count", 0))
         return VMRecord(
             id=vm_id, name=str(local.get("name") or status.get("name") or vm_id), ssh_host=host, ssh_port=port,
-            ssh_user=SSH_USER, host_key=str(local.get("host_key", "")), gpu_type=PROFILES.get(profile, profile),
+            ssh_user=str(local.get("ssh_user") or SSH_USER), host_key=str(local.get("host_key", "")),
+            gpu_type=PROFILES.get(profile, profile),
             gpu_count=int(gpu_count or 0), backend=NAME, status=str(status.get("status", "")).lower(),
         )
 

@@ -21,20 +21,23 @@ LIMITS: dict[str, tuple[int, int]] = {"cpu": (1, 256), "memory_gb": (1, 4096)}
 
 @dataclass(frozen=True)
 class LyceumVMSpec(VMSpec):
-    """A VMSpec plus Lyceum's instance specs; 0 / "" mean "the profile's default"."""
+    """A VMSpec plus Lyceum's instance specs; 0 / "" mean "the profile's default" (ssh_user "":
+    detect the user the VM accepts)."""
 
     hardware_profile: str = ""
     cpu: int = 0
     memory_gb: int = 0
+    ssh_user: str = ""
 
 
 def with_instance_specs(spec: VMSpec, hardware_profile: Any = None, cpu: Any = None,
-                        memory_gb: Any = None) -> VMSpec:
+                        memory_gb: Any = None, ssh_user: Any = None) -> VMSpec:
     """`spec` unchanged when no Lyceum input is set (the local backend sees exactly what it did)."""
-    if not hardware_profile and not cpu and not memory_gb:
+    user = ssh_user if isinstance(ssh_user, str) else ""  # unset or not yet known: detect it
+    if not hardware_profile and not cpu and not memory_gb and not user:
         return spec
     return LyceumVMSpec(**asdict(spec), hardware_profile=str(hardware_profile or ""),
-                        cpu=int(cpu or 0), memory_gb=int(memory_gb or 0))
+                        cpu=int(cpu or 0), memory_gb=int(memory_gb or 0), ssh_user=user)
 
 
 def profile_of(spec: VMSpec) -> str:

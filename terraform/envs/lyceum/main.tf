@@ -18,4 +18,5 @@ module "cluster" {
   cpu              = var.cpu
   memory_gb        = var.memory_gb
   ssh_public_key   = var.ssh_public_key
+  ssh_user         = var.ssh_user
 }

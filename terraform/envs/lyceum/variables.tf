@@ -58,3 +58,9 @@ variable "ssh_public_key" {
   description = "Public key authorised for root on every VM (glue passes its own key from .gpukit/ssh/)."
   type        = string
 }
+
+variable "ssh_user" {
+  description = "User to log in as (LYCEUM_SSH_USER); null: root if the VM accepts it, else the image's default user (e.g. ubuntu), which must have passwordless sudo."
+  type        = string
+  default     = null
+}

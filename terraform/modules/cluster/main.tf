@@ -16,4 +16,5 @@ resource "gpukit_vm" "node" {
   cpu              = var.cpu
   memory_gb        = var.memory_gb
   ssh_public_key   = var.ssh_public_key
+  ssh_user         = var.ssh_user
 }

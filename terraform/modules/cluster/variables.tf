@@ -99,3 +99,14 @@ variable "memory_gb" {
     error_message = "memory_gb must be null (the default) or a whole number from 1 to 4096."
   }
 }
+
+variable "ssh_user" {
+  description = "User glue logs in as; null lets the backend find the one the VM accepts (root first, then the image's default) and report it in the vms output."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.ssh_user == null ? true : can(regex("^[a-z_][a-z0-9_-]{0,31}$", var.ssh_user))
+    error_message = "ssh_user must be null (detect) or a user name: lowercase letters, digits, '_' and '-'."
+  }
+}

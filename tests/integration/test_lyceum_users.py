@@ -1,0 +1,72 @@
+"""The SSH user on Lyceum VMs, against the emulator handing out real local VMs: an image whose user is
+`ubuntu` (passwordless sudo, root disabled the way cloud-init does it) is detected, recorded in the
+outputs contract and the inventory, and every glue command still runs as root (through sudo -n); a
+user that cannot get root is one clear line, and the VM is deleted again."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from glue.cloud.lyceum import login
+from glue.errors import GlueError
+from glue.paths import ssh_client_key_path
+from tests.kit import Kit
+from tests.lyceum_emulator import Emulator
+
+from .test_lyceum_e2e import error_line, lyceum_env
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def emu(tmp_path: Path) -> Iterator[Emulator]:
+    with Emulator(tmp_path / "emu", pending_s=0.2, login_user="ubuntu") as emulator:
+        yield emulator
+
+
+def tf_outputs(kit: Kit, env: dict[str, str]) -> dict[str, object]:
+    from glue.infra.terraform import Terraform
+
+    tf = Terraform(kit.home, "lyceum")
+    out = subprocess.run([tf.binary, "output", "-json"], cwd=kit.home / "terraform" / "lyceum",
+                         env={**tf._env(), **env}, capture_output=True, text=True, check=True)
+    return {k: v["value"] for k, v in json.loads(out.stdout).items()}
+
+
+def test_ubuntu_image_user_is_detected_and_commands_run_as_root(kit: Kit, emu: Emulator) -> None:
+    env = lyceum_env(kit, emu)
+    kit.glue("up", "--backend", "lyceum", "--vms", "1", "--no-configure", env=env)
+    [vm] = json.loads(kit.glue("status", "--json", env=env).stdout)["vms"]
+    assert vm["ssh_user"] == "ubuntu" and vm["reachable"]
+    assert tf_outputs(kit, env)["vms"]["gpukit-1"]["ssh_user"] == "ubuntu"  # type: ignore[index]
+    inventory = yaml.safe_load((kit.home / "ansible" / "inventory.yml").read_text())
+    assert inventory["all"]["hosts"]["gpukit-1"]["ansible_user"] == "ubuntu"
+    # glue's remote commands need root: they get it through sudo.
+    assert kit.glue("ssh", "gpukit-1", "--", "id", "-u", env=env).stdout.strip() == "0"
+    kit.glue("ssh", "gpukit-1", "--", "sh", "-c", "echo kept > /root/marker", env=env)
+    assert kit.glue("ssh", "gpukit-1", "--", "cat", "/root/marker", env=env).stdout.strip() == "kept"
+    # Root really is disabled on that VM, as on a cloud image: the key logs in, commands are refused.
+    [live] = emu.live_vms()
+    host, port = str(live.ip_address).split(":")
+    key = (kit.home / "ssh" / "known_hosts").read_text().split(maxsplit=1)[1].strip()
+    with pytest.raises(GlueError, match=r'root: logged in but commands are refused \(Please login as the user '
+                                        r'"ubuntu" rather than the user "root"\.\)'):
+        login.detect(host, int(port), key, ssh_client_key_path(kit.home), wanted="root", deadline_s=0)
+    kit.glue("down", env=env)
+    assert emu.live_vms() == [] and list(emu.local.vms_dir.iterdir()) == []
+
+
+def test_a_user_without_root_is_one_line_and_the_vm_is_deleted(kit: Kit, emu: Emulator) -> None:
+    env = lyceum_env(kit, emu, LYCEUM_SSH_USER="root", LYCEUM_CREATE_TIMEOUT="20")
+    res = kit.glue("up", "--backend", "lyceum", "--vms", "1", "--no-configure", env=env, check=False)
+    assert res.returncode != 0
+    line = error_line(res)
+    assert "no login on 127.0.0.1:" in line and "gets root (root: logged in but commands are refused" in line, line
+    assert "unset LYCEUM_SSH_USER to detect the user" in line and "was deleted again" in line, line
+    assert emu.live_vms() == []

@@ -24,27 +24,18 @@ import ipaddress
 import json
 import logging
 import os
-import random
 import re
 import time
 import urllib.parse
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import urllib3
 from urllib3.exceptions import (
     HTTPError,
-    InvalidHeader,
-    MaxRetryError,
-    NameResolutionError,
-    NewConnectionError,
-    ProtocolError,
-    ResponseError,
-    SSLError,
 )
-from urllib3.util.retry import Retry
 
+from glue.cloud.lyceum.answers import detail_text as _detail_text
+from glue.cloud.lyceum.retry import RetryPolicy, _deadline_note, _Retry, _retry_after, _transport_reason, _Tries
 from glue.errors import GlueError
 
 log = logging.getLogger("glue.cloud.lyceum")
@@ -86,24 +77,6 @@ class LyceumNotFound(LyceumError):
     """404: the VM (or route) does not exist."""
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff with jitter, bounded by attempts and by total time.
-
-    The wait before retry n (n = 1, 2, ...) is drawn from [b/2, b], b = min(max_s, base_s * 2**(n-1)),
-    unless the answer says Retry-After. No request retries past deadline_s after it started.
-    """
-
-    attempts: int = 6
-    base_s: float = 0.5
-    max_s: float = 10.0
-    deadline_s: float = 90.0
-
-    def backoff(self, retry_number: int) -> float:
-        ceiling = min(self.max_s, self.base_s * 2 ** max(0, retry_number - 1))
-        return random.uniform(ceiling / 2, ceiling)
-
-
 def api_key_from_env(env: dict[str, str] | None = None) -> str:
     """LYCEUM_API_KEY, checked for shape (never echoed back)."""
     raw = (env if env is not None else os.environ).get(KEY_ENV, "")
@@ -139,77 +112,6 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    return " ".join(text.split())[:limit]
-
-
-def _detail_text(body: bytes) -> str:
-    """The API's `detail` as one line: a string, or FastAPI's list of {loc, msg}; a body that is
-    not JSON (a proxy's error page) as its text, tags stripped."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        text = body.decode(errors="replace")
-        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
-        return _one_line(title.group(1) if title else re.sub(r"<[^>]*>", " ", text))
-    detail = data.get("detail", data) if isinstance(data, dict) else data
-    if isinstance(detail, list):
-        items = []
-        for item in detail:
-            if isinstance(item, dict):
-                loc = ".".join(str(p) for p in item.get("loc", []) if p != "body")
-                items.append(f"{loc}: {item.get('msg', '')}" if loc else str(item.get("msg", "")))
-            else:
-                items.append(str(item))
-        detail = "; ".join(items)
-    return _one_line(str(detail))
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Retry-After in seconds: delay-seconds (decimals tolerated) or an HTTP date; None if absent or junk."""
-    if not value or not value.strip():
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return Retry(total=0).parse_retry_after(value)
-    except InvalidHeader:
-        return None
-
-
-def _transport_reason(exc: BaseException) -> str:
-    """Why no answer came, in a few words (no object reprs, no URLs, no headers)."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, MaxRetryError) and cur.reason is not None:
-            cur = cur.reason
-            continue
-        if isinstance(cur, NameResolutionError):
-            return "host name not found"
-        if isinstance(cur, SSLError):
-            return f"TLS error: {_one_line(str(cur.args[-1] if cur.args else cur), 160)}"
-        if isinstance(cur, TimeoutError) or "timed out" in str(cur).lower():
-            return "timed out"
-        if isinstance(cur, http.client.RemoteDisconnected):
-            return "the connection closed without an answer"
-        if isinstance(cur, OSError) and cur.strerror:
-            return str(cur.strerror)
-        if isinstance(cur, ProtocolError) and len(cur.args) > 1 and isinstance(cur.args[1], BaseException):
-            cur = cur.args[1]
-            continue
-        nxt = cur.__cause__ or cur.__context__
-        if nxt is None:
-            break
-        cur = nxt
-    if isinstance(exc, NewConnectionError):
-        return "connection failed"
-    return type(cur or exc).__name__
-
-
 class _Secret:
     """A string that does not show itself: repr/str say <redacted>."""
 
@@ -225,79 +127,6 @@ class _Secret:
         return _REDACTED
 
     __str__ = __repr__
-
-
-@dataclass
-class _Tries:
-    """Shared by every copy of one request's _Retry: what the caller reports when it gives up."""
-
-    sent: int = 1  # requests sent so far
-    gave_up: bool = False  # retries ran out (attempts or deadline) on a retryable failure
-    why: str = ""  # why they ended early (the deadline), if they did
-
-    def suffix(self) -> str:
-        """What the final error adds: how many attempts, and why no more."""
-        if self.why:
-            return f" (gave up after {self.sent} attempt{'s' if self.sent > 1 else ''}: {self.why})"
-        return f" (gave up after {self.sent} attempts)" if self.sent > 1 else ""
-
-
-def _deadline_note(retry_after: float | None, deadline_s: float) -> str:
-    if retry_after is not None:
-        return f"Lyceum asked to retry after {retry_after:g}s, past the {deadline_s:g}s retry deadline"
-    return f"the {deadline_s:g}s retry deadline passed"
-
-
-class _Retry(Retry):
-    """urllib3's Retry with RetryPolicy's backoff, a deadline for the whole request, Retry-After
-    bounded by that deadline, and one log line per retry (what failed, how long we wait)."""
-
-    def __init__(self, *args: Any, policy: RetryPolicy | None = None, deadline: float = 0.0, what: str = "",
-                 tries: _Tries | None = None, scrub: Callable[[str], str] = str, wait: float = 0.0,
-                 **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.policy = policy or RetryPolicy()
-        self.deadline = deadline
-        self.what = what
-        self.tries = tries if tries is not None else _Tries()
-        self.scrub = scrub  # blanks the key out of what the log line quotes from an answer
-        self.wait = wait
-
-    def new(self, **kw: Any) -> _Retry:
-        for name in ("policy", "deadline", "what", "tries", "scrub"):
-            kw.setdefault(name, getattr(self, name))
-        return super().new(**kw)
-
-    def get_retry_after(self, response: Any) -> float | None:
-        return _retry_after(response.headers.get("Retry-After"))
-
-    def increment(self, method: str | None = None, url: str | None = None, response: Any = None,
-                  error: Exception | None = None, _pool: Any = None, _stacktrace: Any = None) -> _Retry:
-        try:
-            new = super().increment(method, url, response, error, _pool, _stacktrace)
-        except MaxRetryError:
-            self.tries.gave_up = True
-            raise
-        retry_after = self.get_retry_after(response) if response is not None else None
-        wait = retry_after if retry_after is not None else self.policy.backoff(self.tries.sent)
-        left = self.deadline - time.monotonic()
-        if left <= 0 or (retry_after is not None and retry_after > left):
-            self.tries.gave_up = True
-            self.tries.why = _deadline_note(retry_after, self.policy.deadline_s)
-            raise MaxRetryError(_pool, url or "", error or ResponseError(f"deadline ({self.policy.deadline_s:g}s)"))
-        new.wait = min(wait, left)
-        if response is not None:
-            reason = f"Lyceum API {response.status}: {_detail_text(response.data or b'')}"
-        else:
-            reason = _transport_reason(error) if error is not None else "no answer"
-        self.tries.sent += 1
-        log.warning("%s: %s; retrying in %.3gs (attempt %d/%d)", self.what, self.scrub(reason), new.wait,
-                    self.tries.sent, self.policy.attempts)
-        return new
-
-    def sleep(self, response: Any = None) -> None:
-        if self.wait > 0:
-            time.sleep(self.wait)
 
 
 class LyceumClient:

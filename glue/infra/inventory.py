@@ -92,6 +92,10 @@ def write(home: Path, outputs: Mapping[str, Any]) -> list[Host]:
                     "gpukit_backend": h.backend,
                     "gpukit_gpu_type": h.gpu_type,
                     "gpukit_gpu_count": h.gpu_count,
+                    # A non-root login escalates in every play (passwordless sudo). A host variable, so
+                    # it overrides the plays' `become: false`; tasks delegated to the controller use
+                    # the controller's variables and keep their own `become: false`.
+                    **({"ansible_become": True, "ansible_become_method": "sudo"} if h.ssh_user != "root" else {}),
                 }
                 for h in hosts
             },

@@ -70,3 +70,21 @@ def test_a_user_without_root_is_one_line_and_the_vm_is_deleted(kit: Kit, emu: Em
     assert "no login on 127.0.0.1:" in line and "gets root (root: logged in but commands are refused" in line, line
     assert "unset LYCEUM_SSH_USER to detect the user" in line and "was deleted again" in line, line
     assert emu.live_vms() == []
+
+
+@pytest.mark.stress  # ~3-8 min here (the trainer venv): outside the default suite; `make test-all` runs it
+@pytest.mark.timeout(900)
+def test_the_playbooks_converge_and_verify_as_ubuntu(kit: Kit, emu: Emulator) -> None:
+    """The whole `glue up` (site.yml, then verify.yml) on a VM whose login is ubuntu: every play
+    escalates through sudo, the bucket is mounted and the trainer runtime works."""
+    env = lyceum_env(kit, emu)
+    kit.glue("up", "--backend", "lyceum", "--vms", "1", env=env, timeout=900)
+    [vm] = json.loads(kit.glue("status", "--json", env=env).stdout)["vms"]
+    assert vm["ssh_user"] == "ubuntu" and vm["verify"]["ready"], vm
+    inventory = yaml.safe_load((kit.home / "ansible" / "inventory.yml").read_text())
+    assert inventory["all"]["hosts"]["gpukit-1"]["ansible_become"] is True
+    # What the plays made belongs to root, not to the login user.
+    owner = kit.glue("ssh", "gpukit-1", "--", "stat", "-c", "%U", "/etc/gpukit/rclone.conf", env=env, check=False)
+    assert owner.stdout.strip() == "root", owner
+    kit.glue("down", env=env)
+    assert emu.live_vms() == []

@@ -64,3 +64,12 @@ def test_terraform_module_emits_the_contract_inventory_reads() -> None:
     for env in ("local", "lyceum"):
         outputs = (TERRAFORM / "envs" / env / "outputs.tf").read_text()
         assert re.findall(r"value\s*=\s*(\S+)", outputs) == ["module.cluster.vms", "module.cluster.bucket"], env
+
+
+def test_a_non_root_login_escalates_and_root_does_not(tmp_path: Path) -> None:
+    outputs = {**OUTPUTS, "vms": {**OUTPUTS["vms"], "gpukit-1": {**OUTPUTS["vms"]["gpukit-1"], "ssh_user": "ubuntu"}}}
+    inventory.write(tmp_path, outputs)
+    hosts = yaml.safe_load(inventory.inventory_path(tmp_path).read_text())["all"]["hosts"]
+    assert hosts["gpukit-1"]["ansible_user"] == "ubuntu"
+    assert (hosts["gpukit-1"]["ansible_become"], hosts["gpukit-1"]["ansible_become_method"]) == (True, "sudo")
+    assert "ansible_become" not in hosts["gpukit-2"]  # root: the plays' own `become: false` holds

@@ -54,6 +54,7 @@ def test_up_ssh_lost_vm_replaced_down(kit: Kit, emu: Emulator) -> None:
     st = json.loads(kit.glue("status", "--json", env=env).stdout)
     assert st["backend"] == "lyceum" and [v["name"] for v in st["vms"]] == ["gpukit-1", "gpukit-2"]
     assert all(v["reachable"] and v["backend"] == "lyceum" and v["gpu_type"] == "none" for v in st["vms"])
+    assert all(v["ssh_user"] == "root" for v in st["vms"])  # a root image: detected as root, no sudo
     assert st["bucket"]["reachable"] and st["bucket"]["endpoint"] == emu.sts.endpoint
     ids = {v["name"]: v["id"] for v in st["vms"]}
     assert set(ids.values()) == {vm.vm_id for vm in emu.live_vms()}

@@ -26,9 +26,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from glue.commands import cluster, memprobe, recovery, runs
+    from glue.commands import cluster, image, memprobe, recovery, runs
 
-    for command in [*cluster.COMMANDS, *runs.COMMANDS, *recovery.COMMANDS, *memprobe.COMMANDS]:
+    for command in [*cluster.COMMANDS, *runs.COMMANDS, *recovery.COMMANDS, *memprobe.COMMANDS, *image.COMMANDS]:
         cli.add_command(command)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,12 @@ import boto3
 import pytest
 
 from glue.cloud.local.bucket import LocalBucket
+from glue.paths import PROJECT_ROOT
 from glue.records import BucketCredentials, BucketInfo
+
+# Every test's kit home is fresh, but they share one image cache per clone: the image is baked once
+# (`glue image build`, minutes), then reused while its recipe is unchanged.
+os.environ.setdefault("GPUKIT_IMAGES", str(PROJECT_ROOT / ".gpukit" / "images"))
 
 
 @dataclass

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from glue.cloud import get_backend
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local.backend import LocalBackend
 from glue.infra import inventory
@@ -29,7 +30,10 @@ class LocalTestbed:
 
     def __post_init__(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
-        self.backend = LocalBackend(self.home)
+        # The local backend's VMs, of the kind the suite runs on (GPUKIT_LOCAL_VMS).
+        backend = get_backend("local", self.home)
+        assert isinstance(backend, LocalBackend)
+        self.backend = backend
 
     @property
     def bucket(self) -> BucketInfo:

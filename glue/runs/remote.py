@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from glue.cloud import local_vms
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
@@ -19,8 +20,10 @@ REAL_VM_VENV = "/opt/gpukit/venv"
 
 
 def venv(host: Host) -> str:
-    """The trainer runtime's venv: local VMs see (and reuse) the controller's venv."""
-    return str(Path(sys.executable).parent.parent) if host.backend == "local" else REAL_VM_VENV
+    """The trainer runtime's venv: overlay local VMs see (and reuse) the controller's venv; VMs booted
+    from the gpukit image have it baked at the real VMs' path."""
+    overlay = host.backend == "local" and local_vms() == "overlay"
+    return str(Path(sys.executable).parent.parent) if overlay else REAL_VM_VENV
 
 
 def state_dir(run: str) -> str:

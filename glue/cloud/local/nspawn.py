@@ -1,0 +1,135 @@
+"""A local VM as a `systemd-nspawn --boot` machine on the baked image.
+
+The VM's root is an overlay: the cached image read-only below, the VM's own disk directory
+(`<vm_dir>/disk`) above, so deleting that directory is terminating the VM. The overlay is mounted
+in a private mount namespace (`unshare -m`) that only nspawn and the machine live in: when they die
+the mount goes with them, and the host never sees it. systemd is PID 1; the first-boot unit takes
+the VM's identity from a read-only seed (NoCloud-style: hostname, SSH address, authorized key) and
+makes the host key on the VM, printing it to the console, where `boot` reads it to pin it.
+nspawn shares the host's network namespace: sshd listens on 127.0.0.1:<port> only.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from glue.errors import GlueError
+
+HOST = "127.0.0.1"
+BOOT_TIMEOUT = 60.0
+# The Debian package each needed binary comes from (bootstrap installs them).
+TOOLS = {"systemd-nspawn": "systemd-container", "unshare": "util-linux"}
+# The environment nspawn starts in: nothing of the controller's (no keys, no kit paths, no tokens).
+ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
+_HOSTKEY = re.compile(r"gpukit-hostkey: (ssh-ed25519 [A-Za-z0-9+/=]+)")
+# Mounts the overlay inside the fresh mount namespace, then becomes nspawn ($1..$4: paths).
+# nspawn's propagation directory must be on tmpfs; the host's /run may not be.
+_LAUNCH = (
+    'set -e; img=$1 up=$2 work=$3 root=$4; shift 4; '
+    'mkdir -p /run/systemd/nspawn; mount -t tmpfs -o mode=0755 tmpfs /run/systemd/nspawn; '
+    'mount -t overlay overlay -o "lowerdir=$img,upperdir=$up,workdir=$work" "$root"; '
+    'exec systemd-nspawn "$@"'
+)
+
+
+@dataclass(frozen=True)
+class Machine:
+    nspawn_pid: int
+    init_pid: int
+    host_key: str
+
+
+def check_tools() -> None:
+    for binary, package in TOOLS.items():
+        if shutil.which(binary, path=ENV["PATH"]) is None:
+            raise GlueError(f"{binary} is missing: install the Debian package {package} (`make bootstrap` does)")
+
+
+def write_seed(seed: Path, hostname: str, port: int, authorized_key: str) -> None:
+    """The NoCloud-style seed the first-boot unit reads (public data only)."""
+    seed.mkdir(parents=True, exist_ok=True)
+    (seed / "meta-data").write_text(f"hostname={hostname}\nssh_listen={HOST}:{port}\n")
+    (seed / "authorized_keys").write_text(authorized_key.strip() + "\n")
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(p) for p in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def container_init(nspawn_pid: int) -> int | None:
+    """The machine's PID 1 as the host sees it: the descendant of nspawn that is pid 1 in its namespace."""
+    todo, seen = [nspawn_pid], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("NSpid:") and len(line.split()) > 2 and line.split()[-1] == "1":
+                    return pid
+        except OSError:
+            continue
+        todo += _children(pid)
+    return None
+
+
+def _ssh_banner(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=0.5) as s:
+            return s.recv(16).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def boot(name: str, rootfs: Path, vm_dir: Path, port: int) -> Machine:
+    """Start the machine and return once sshd answers; the caller tears down on failure."""
+    disk = vm_dir / "disk"
+    upper, work, root = disk / "upper", disk / "work", vm_dir / "root"
+    for d in (upper, work, root):
+        d.mkdir(parents=True, exist_ok=True)
+    console = vm_dir / "console.log"
+    nspawn_args = [
+        "--quiet", "--boot", f"--directory={root}", f"--machine={name}", f"--hostname={name}",
+        # No machined or systemd on the host to register with: nspawn runs as a plain process tree.
+        "--register=no", "--keep-unit",
+        "--console=read-only", "--link-journal=no", "--timezone=off", "--resolv-conf=copy-host",
+        "--bind=/dev/fuse", f"--bind-ro={vm_dir / 'seed'}:/var/lib/gpukit/seed",
+        # Root on a cloud VM may chattr +i (bucket_mount guards the bare /mnt/s3); nspawn drops it.
+        "--capability=CAP_LINUX_IMMUTABLE",
+    ]
+    with open(console, "ab") as log:
+        proc = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", _LAUNCH, "sh",
+             str(rootfs), str(upper), str(work), str(root), *nspawn_args],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd="/", env=ENV,
+        )
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    init_pid: int | None = None
+    host_key: str | None = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = [ln for ln in console.read_text(errors="replace").splitlines() if ln.strip()][-2:]
+            raise GlueError(f"local VM {name} failed to boot: {' '.join(tail) or f'exit {proc.returncode}'}")
+        init_pid = init_pid or container_init(proc.pid)
+        if host_key is None:
+            found = _HOSTKEY.search(console.read_text(errors="replace"))
+            host_key = found.group(1) if found else None
+        if init_pid and host_key and _ssh_banner(port):
+            return Machine(nspawn_pid=proc.pid, init_pid=init_pid, host_key=host_key)
+        time.sleep(0.05)
+    what = "no host key on its console (first boot failed)" if host_key is None else \
+        f"sshd did not answer on {HOST}:{port} (port taken by another process?)"
+    raise GlueError(f"local VM {name}: {what} within {BOOT_TIMEOUT:.0f}s; console: {console}")

@@ -1,0 +1,1 @@
+"""VM images: recipes under images/, baked with mmdebstrap into a content-addressed cache."""

@@ -1,0 +1,15 @@
+#!/bin/sh
+# Runs inside the baked root filesystem (chroot), after the packages and files/ are in place.
+set -eu
+# Host keys are made per VM at first boot (gpukit-firstboot), never baked.
+rm -f /etc/ssh/ssh_host_*
+systemctl enable gpukit-firstboot.service
+# Docker starts only where container_runtime enables it.
+systemctl disable docker.service docker.socket containerd.service
+# A machine id per VM: systemd makes one on first boot when this file is empty.
+: > /etc/machine-id
+rm -f /var/lib/dbus/machine-id
+# /mnt/s3 is left to bucket_mount, which makes it immutable while nothing is mounted there.
+mkdir -p /var/lib/gpukit
+apt-get clean
+rm -rf /var/lib/apt/lists/*

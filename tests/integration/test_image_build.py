@@ -1,0 +1,45 @@
+"""Baking with the real mmdebstrap: a recipe naming a package Debian does not have fails with one line
+naming it and caches nothing; the shipped image is baked once and then served from the cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from glue.paths import PROJECT_ROOT
+
+pytestmark = pytest.mark.integration
+GLUE = [sys.executable, "-m", "glue.cli"]
+
+
+def test_missing_package_is_one_line_and_nothing_cached(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    shutil.copytree(PROJECT_ROOT / "images" / "gpukit", images / "tiny")
+    (images / "tiny" / "recipe.yaml").write_text(
+        "name: tiny\nsuite: bookworm\nvariant: apt\npackages: [gpukit-no-such-package]\n")
+    cache = tmp_path / "cache"
+    env = {**os.environ, "GPUKIT_HOME": str(tmp_path / "home"), "GPUKIT_IMAGES": str(cache)}
+    out = subprocess.run([*GLUE, "image", "build", "--name", "tiny", "--recipes", str(images)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last == "Error: image recipe package 'gpukit-no-such-package' does not exist in the Debian archive"
+    assert "Traceback" not in out.stderr
+    assert [p.name for p in cache.iterdir() if p.is_dir()] == []  # no image, no partial build
+
+
+def test_shipped_image_is_cached_and_listed() -> None:
+    env = dict(os.environ)  # the suite's shared GPUKIT_IMAGES (tests/conftest.py)
+    subprocess.run([*GLUE, "image", "build"], env=env, check=True, capture_output=True, timeout=900)
+    again = subprocess.run([*GLUE, "image", "build"], env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and " cached: " in again.stderr, again.stderr
+    listed = json.loads(subprocess.run([*GLUE, "image", "list", "--json"], env=env, capture_output=True,
+                                       text=True, check=True).stdout)
+    current = [img for img in listed if img["current"]]
+    assert len(current) == 1 and current[0]["name"] == "gpukit" and current[0]["size_bytes"] > 100e6

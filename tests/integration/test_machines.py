@@ -1,0 +1,123 @@
+"""Local VMs booted from the baked gpukit image (systemd-nspawn machines): a real init, their own root
+filesystem, nothing of the controller's visible, their own pinned host key, and a killed VM replaced
+by `glue up` with an empty disk. Real mmdebstrap image, real nspawn, real sshd, real Ansible."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from glue.cloud.base import VMRecord, VMSpec
+from glue.cloud.local.machine_backend import MachineBackend
+from glue.infra.ssh_keys import client_key, public_key
+from tests.kit import Kit
+
+pytestmark = pytest.mark.integration
+
+MARKER_ENV = "GPUKIT_TEST_CONTROLLER_MARKER"
+
+
+def _ssh(home: Path, vm: VMRecord, command: str) -> tuple[int, str]:
+    """Run a command as root on the VM, trusting only the host key the backend pinned."""
+    client = paramiko.SSHClient()
+    key_type, key_b64 = vm.host_key.split()[:2]
+    pinned = paramiko.Ed25519Key(data=base64.b64decode(key_b64))
+    client.get_host_keys().add(f"[{vm.ssh_host}]:{vm.ssh_port}", key_type, pinned)
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(vm.ssh_host, port=vm.ssh_port, username="root", key_filename=str(client_key(home)),
+                   look_for_keys=False, allow_agent=False, timeout=10)
+    try:
+        _, out, err = client.exec_command(command, timeout=60)
+        rc = out.channel.recv_exit_status()
+        return rc, out.read().decode() + err.read().decode()
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def machines(kit: Kit, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(MARKER_ENV, "controller-secret-marker")
+    backend = MachineBackend(kit.home)
+    public = public_key(kit.home)
+    created: list[str] = []
+
+    def create(name: str) -> VMRecord:
+        vm = backend.create_vm(VMSpec(name=name, gpu_type="none", gpu_count=0, disk_gb=10, ssh_public_key=public))
+        created.append(vm.id)
+        return vm
+
+    yield backend, create
+    for vm_id in created:
+        backend.delete_vm(vm_id)
+
+
+def test_machine_boots_systemd_isolated_with_its_own_host_key(kit: Kit, machines) -> None:
+    _backend, create = machines
+    (kit.home / "marker-in-kit-home").write_text("secret")
+    a, b = create("m-1"), create("m-2")
+    assert a.host_key != b.host_key and a.host_key.startswith("ssh-ed25519 ")
+
+    rc, out = _ssh(kit.home, a, "cat /proc/1/comm; systemctl is-system-running --wait; "
+                               "systemctl --failed --no-legend | wc -l; hostname; test -c /dev/fuse && echo fuse")
+    assert rc == 0, out
+    comm, running, failed, hostname, fuse = out.split()[:5]
+    assert (comm, running, failed, hostname, fuse) == ("systemd", "running", "0", "m-1", "fuse")
+
+    # Nothing of the controller: not its files (kit home: keys, bucket credentials), not its environment.
+    rc, out = _ssh(kit.home, a, f"ls {kit.home} 2>&1; find / -xdev -name marker-in-kit-home 2>/dev/null; "
+                               f"cat /proc/1/environ | tr '\\0' '\\n'; env; "
+                               f"grep -rl controller-secret-marker /proc/[0-9]*/environ 2>/dev/null")
+    assert "No such file or directory" in out, out
+    assert "marker-in-kit-home" not in out.replace(str(kit.home), "")
+    assert "controller-secret-marker" not in out and MARKER_ENV not in out
+    # Its own root filesystem: the image's, not the host's.
+    rc, out = _ssh(kit.home, a, "test -x /opt/gpukit/venv/bin/python && test -x /usr/local/bin/rclone && "
+                               f"test ! -e {Path(__file__).resolve().parents[2]} && echo image-root")
+    assert out.strip() == "image-root", out
+
+    # The pinned key is the one sshd serves: a different one is refused.
+    forged = VMRecord(**{**a.as_dict(), "host_key": b.host_key})
+    with pytest.raises(paramiko.SSHException):
+        _ssh(kit.home, forged, "true")
+
+
+def test_killed_machine_reads_as_gone_and_its_disk_with_it(kit: Kit, machines) -> None:
+    backend, create = machines
+    vm = create("k-1")
+    rc, _ = _ssh(kit.home, vm, "echo data > /root/on-the-vm-disk")
+    assert rc == 0
+    state = json.loads((backend.vms_dir / vm.id / "state.json").read_text())
+    os.kill(int(state["init_pid"]), signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while backend.read_vm(vm.id) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert backend.read_vm(vm.id) is None
+    assert not (backend.vms_dir / vm.id).exists()
+
+
+def test_glue_up_mounts_through_the_unit_and_replaces_a_killed_machine_with_an_empty_disk(kit: Kit) -> None:
+    env = {**kit.env, "GPUKIT_LOCAL_VMS": "machine"}
+    kit.glue("up", "--vms", "1", env=env, timeout=600)
+    on_vm = "systemctl is-active gpukit-mount.service; findmnt -n -o FSTYPE /mnt/s3; cat /proc/1/comm"
+    out = kit.glue("ssh", "gpukit-1", "sh", "-c", on_vm, env=env).stdout.split()
+    assert out == ["active", "fuse.rclone", "systemd"], out
+    kit.glue("ssh", "gpukit-1", "sh", "-c", "echo lost > /root/on-the-old-disk", env=env)
+
+    backend = MachineBackend(kit.home)
+    (old_id,) = backend.owned_vm_ids()
+    state = json.loads((backend.vms_dir / old_id / "state.json").read_text())
+    os.kill(int(state["init_pid"]), signal.SIGKILL)  # the VM dies out of band: drift for terraform
+
+    kit.glue("up", env=env, timeout=600)
+    (new_id,) = backend.owned_vm_ids()
+    assert new_id != old_id
+    out = kit.glue("ssh", "gpukit-1", "sh", "-c", "test -e /root/on-the-old-disk && echo old-disk || echo empty-disk; "
+                   "systemctl is-active gpukit-mount.service", env=env).stdout.split()
+    assert out == ["empty-disk", "active"], out

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         StorageError,
         TargetError,
     )
+    from glue.train.loader import ResumableLoader, WorkerRNG
     from glue.train.retry import RetryPolicy
     from glue.train.sampler import ResumableSampler
     from glue.train.state import RNGState, TrainState
@@ -31,6 +32,7 @@ _WHERE = {
     "errors": ("CheckpointError", "CorruptCheckpointError", "ObjectMissingError", "SaveFailedError",
                "StateMismatchError", "StorageError", "TargetError"),
     "ckpt_format": ("CheckpointStatus", "Commit", "ObjectRef", "Problem", "check_checkpoints"),
+    "loader": ("ResumableLoader", "WorkerRNG"),
     "sampler": ("ResumableSampler",),
     "state": ("RNGState", "TrainState"),
     "retry": ("RetryPolicy",),
@@ -65,6 +67,7 @@ __all__ = [
     "Problem",
     "RNGState",
     "RestoreReport",
+    "ResumableLoader",
     "ResumableSampler",
     "RetryPolicy",
     "SaveFailedError",
@@ -74,6 +77,7 @@ __all__ = [
     "StorageError",
     "TargetError",
     "TrainState",
+    "WorkerRNG",
     "check_checkpoints",
     "open_target",
     "validate_checkpoints",

@@ -3,11 +3,17 @@
 The order of epoch e is a permutation drawn from `seed + e` alone, so it can be rebuilt anywhere;
 the position is (epoch, index into this rank's share of that order). Iterating to the end of an
 epoch moves on to the next one by itself, so `while True: yield from loader` runs across epochs.
+
+Worker processes prefetch: the indices handed out run ahead of the batches the loop received.
+glue.train.ResumableLoader feeds the consumed batches back (`_fed_back`), so the position is what
+the loop received; iterated by any other multi-worker loader the sampler refuses.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sized
+from types import FrameType
 from typing import Any
 
 import torch
@@ -17,8 +23,8 @@ from torch.utils.data import Sampler
 class ResumableSampler(Sampler[int]):
     """Deterministic per-epoch shuffle, sharded over ranks, resumable at any sample.
 
-    The position counts indices handed to the DataLoader. With `num_workers=0` that is exactly what
-    the loop consumed; with worker processes (which prefetch) use torchdata's StatefulDataLoader.
+    With a plain `DataLoader(num_workers=0)` the position is exactly what the loop consumed; with
+    worker processes use `glue.train.ResumableLoader` (or torchdata's StatefulDataLoader).
     Pass `generator=torch.Generator()` to the DataLoader: creating an iterator draws a seed from the
     global torch RNG otherwise, and a resumed run creates one at a different moment.
     """
@@ -42,7 +48,8 @@ class ResumableSampler(Sampler[int]):
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
-        self.index = 0  # samples of this epoch already handed out on this rank
+        self.index = 0  # samples of this epoch the loop has received on this rank
+        self._fed_back = False  # set by ResumableLoader: it advances the position, not __iter__
 
     def _order(self, epoch: int) -> list[int]:
         if self.shuffle:
@@ -63,10 +70,21 @@ class ResumableSampler(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         order = self._order(self.epoch)
+        if self._fed_back:
+            yield from order[self.index :]
+            return
+        _refuse_prefetching_loader()
         while self.index < len(order):
             i = order[self.index]
             self.index += 1
             yield i
+        self.epoch += 1
+        self.index = 0
+
+    def _consumed(self, samples: int) -> None:
+        self.index = min(self.index + samples, len(self))
+
+    def _next_epoch(self) -> None:
         self.epoch += 1
         self.index = 0
 
@@ -100,3 +118,18 @@ class ResumableSampler(Sampler[int]):
             if key in state and int(state[key]) != live:
                 problems.append((key, f"checkpoint has {state[key]}, this run has {live}"))
         return problems
+
+
+def _refuse_prefetching_loader() -> None:
+    # Called from the first next() of __iter__: the frames above are the loader's iterator.
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            return
+        owner = frame.f_locals.get("self")
+        if type(owner).__name__.endswith("MultiProcessingDataLoaderIter"):
+            raise ValueError(
+                "ResumableSampler in a DataLoader with worker processes would save a prefetched position:"
+                " use glue.train.ResumableLoader(dataset, sampler=..., num_workers=N) instead"
+            )
+        frame = frame.f_back

@@ -23,38 +23,14 @@ class RNGState:
     checkpoint_per_rank = True
 
     def state_dict(self) -> dict[str, Any]:
-        name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
-        state: dict[str, Any] = {
-            "python": random.getstate(),
-            # Stored as plain types/tensors so the object loads with torch.load(weights_only=True).
-            "numpy": {
-                "name": str(name),
-                "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-                "pos": int(pos),
-                "has_gauss": int(has_gauss),
-                "cached_gaussian": float(cached),
-            },
-            "torch": torch.get_rng_state(),
-        }
+        state = host_rng_state()
         if torch.cuda.is_available():
             # Generator state is host-side: this creates no context on the other devices.
             state["cuda"] = torch.cuda.get_rng_state_all()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        version, internal, gauss = state["python"]
-        random.setstate((version, tuple(internal), gauss))
-        npst = state["numpy"]
-        np.random.set_state(
-            (
-                npst["name"],
-                npst["keys"].numpy().astype(np.uint32),
-                npst["pos"],
-                npst["has_gauss"],
-                npst["cached_gaussian"],
-            )
-        )
-        torch.set_rng_state(state["torch"])
+        load_host_rng_state(state)
         cuda = state.get("cuda") or []
         if torch.cuda.is_available():
             have = torch.cuda.device_count()
@@ -64,6 +40,38 @@ class RNGState:
                 torch.cuda.set_rng_state(st, i)
         elif cuda:
             log.warning("checkpoint has CUDA RNG state but CUDA is not available here; not restored")
+
+
+def host_rng_state() -> dict[str, Any]:
+    """This process's Python, NumPy and torch CPU streams, as types torch.load(weights_only=True) reads."""
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    return {
+        "python": random.getstate(),
+        "numpy": {
+            "name": str(name),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "torch": torch.get_rng_state(),
+    }
+
+
+def load_host_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    npst = state["numpy"]
+    np.random.set_state(
+        (
+            npst["name"],
+            npst["keys"].numpy().astype(np.uint32),
+            npst["pos"],
+            npst["has_gauss"],
+            npst["cached_gaussian"],
+        )
+    )
+    torch.set_rng_state(state["torch"])
 
 
 @dataclass

@@ -1,0 +1,74 @@
+"""ResumableLoader: the data position is what the loop received, whatever the workers prefetched."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from glue.train import ResumableLoader, ResumableSampler
+
+
+class Noisy(Dataset[torch.Tensor]):
+    """Sample i plus one draw from each of torch, NumPy and Python randomness."""
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.tensor([float(i), torch.rand(()).item(), float(np.random.rand()), random.random()])
+
+
+def test_position_counts_batches_received_not_prefetched() -> None:
+    sampler = ResumableSampler(24, seed=3)
+    loader = ResumableLoader(Noisy(), sampler=sampler, batch_size=4, num_workers=2)
+    it = iter(loader)
+    got = [next(it) for _ in range(2)]  # the workers have prefetched up to 4 batches by now
+    assert (sampler.epoch, sampler.index) == (0, 8)
+    del it
+    rest = list(loader)  # a new pass continues right after the last batch received
+    assert sampler.state_dict()["epoch"] == 1 and sampler.index == 0
+    seen = [int(v) for b in got + rest for v in b[:, 0]]
+    assert seen == ResumableSampler(24, seed=3)._order(0)
+
+
+def test_worker_randomness_is_per_sample_not_per_worker() -> None:
+    def epoch(w: int) -> torch.Tensor:
+        loader = ResumableLoader(Noisy(), sampler=ResumableSampler(24, seed=5), batch_size=5, num_workers=w)
+        return torch.cat(list(loader))
+
+    assert torch.equal(epoch(1), epoch(2))  # so a restart, which reassigns batches, draws the same
+
+
+def test_resumed_loader_continues_the_same_samples_and_draws() -> None:
+    def loader(state: dict[str, object] | None) -> ResumableLoader:
+        s = ResumableSampler(24, seed=7 if state is None else 99)
+        if state is not None:
+            s.load_state_dict(state)
+        return ResumableLoader(Noisy(), sampler=s, batch_size=4, num_workers=2)
+
+    full = torch.cat(list(loader(None)))
+    first = loader(None)
+    it = iter(first)
+    head = [next(it) for _ in range(3)]
+    state = first.resumable_sampler.state_dict()
+    del it
+    tail = list(loader(state))
+    assert torch.equal(torch.cat(head + tail), full)
+
+
+def test_plain_dataloader_with_workers_is_refused() -> None:
+    loader = DataLoader(Noisy(), sampler=ResumableSampler(24), batch_size=4, num_workers=2)
+    with pytest.raises(ValueError, match=r"use glue\.train\.ResumableLoader"):
+        next(iter(loader))
+    assert len(list(DataLoader(Noisy(), sampler=ResumableSampler(24), batch_size=4))) == 6  # no workers: fine
+
+
+def test_bad_arguments_are_one_line() -> None:
+    with pytest.raises(TypeError, match="needs a ResumableSampler"):
+        ResumableLoader(Noisy(), sampler=torch.utils.data.SequentialSampler(range(24)))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="takes no shuffle="):
+        ResumableLoader(Noisy(), sampler=ResumableSampler(24), shuffle=True)

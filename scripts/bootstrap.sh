@@ -14,6 +14,8 @@ need_apt=()
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
+# Overlay VMs see this host's root: sudo for the Lyceum emulator's non-root (ubuntu) image mode.
+command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
 # Local VMs boot the baked gpukit image: mmdebstrap bakes it, systemd-nspawn boots it.
 command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 command -v systemd-nspawn >/dev/null 2>&1 || need_apt+=(systemd-container)

@@ -15,19 +15,23 @@ from __future__ import annotations
 import base64
 import shlex
 import subprocess
+import threading
 from pathlib import Path
 
 import paramiko
 
 from glue.cloud.base import VMRecord
 
+_key_lock = threading.Lock()  # VMs boot in parallel threads: one of them makes the key
+
 
 def emulator_key(home: Path) -> tuple[Path, str]:
     """The emulator's own key pair (0600), made once: (private key path, public key line)."""
     path = home / "emulator_ed25519"
-    if not path.exists():
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "lyceum-emulator", "-f", str(path)],
-                       check=True, stdin=subprocess.DEVNULL)
+    with _key_lock:
+        if not path.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "lyceum-emulator", "-f", str(path)],
+                           check=True, stdin=subprocess.DEVNULL)
     return path, Path(f"{path}.pub").read_text().strip()
 
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from glue.train.errors import (
         CheckpointError,
         CorruptCheckpointError,
+        NoValidCheckpointError,
         ObjectMissingError,
         SaveFailedError,
         StateMismatchError,
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "checkpoint": ("Checkpointer", "RestoreReport", "Stateful"),
-    "errors": ("CheckpointError", "CorruptCheckpointError", "ObjectMissingError", "SaveFailedError",
-               "StateMismatchError", "StorageError", "TargetError"),
+    "errors": ("CheckpointError", "CorruptCheckpointError", "NoValidCheckpointError", "ObjectMissingError",
+               "SaveFailedError", "StateMismatchError", "StorageError", "TargetError"),
     "ckpt_format": ("CheckpointStatus", "Commit", "ObjectRef", "Problem", "check_checkpoints"),
     "loader": ("ResumableLoader", "WorkerRNG"),
     "sampler": ("ResumableSampler",),
@@ -62,6 +63,7 @@ __all__ = [
     "Checkpointer",
     "Commit",
     "CorruptCheckpointError",
+    "NoValidCheckpointError",
     "ObjectMissingError",
     "ObjectRef",
     "Problem",

@@ -14,7 +14,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -22,18 +22,17 @@ from typing import Any, Protocol
 import torch.distributed as dist
 from boto3.s3.transfer import TransferConfig
 
-from glue.train import exit_hooks
+from glue.train import exit_hooks, invalid
 from glue.train.ckpt_format import (
     CheckpointStatus,
     Commit,
     check_checkpoints,
     list_steps,
     object_key,
-    record_incident,
     validate_step,
 )
 from glue.train.commit_protocol import IO_DEPTH, SaveJob, prune, write_step
-from glue.train.errors import CheckpointError, CorruptCheckpointError, SaveFailedError, StorageError
+from glue.train.errors import CheckpointError, CorruptCheckpointError, SaveFailedError
 from glue.train.load_states import deserialize, load_priority, pick_object
 from glue.train.retry import RetryPolicy
 from glue.train.s3_client import CredentialsCallback
@@ -296,11 +295,13 @@ class Checkpointer:
         """Every checkpoint on the target, newest first, with its validation result."""
         return check_checkpoints(self.storage, deep=deep)
 
-    def restore(self, step: int | None = None) -> int | None:
+    def restore(self, step: int | None = None, *, start_fresh: bool = False) -> int | None:
         """Load the newest valid checkpoint (or exactly `step`) into the registered components.
 
-        Corrupt or partial checkpoints are skipped (an incident is recorded for each). Returns the
-        restored step, or None when the target holds no valid checkpoint. Nothing is loaded into
+        Interrupted saves and corrupt checkpoints are skipped (an incident is recorded for each;
+        corrupt ones are moved aside to ckpt-invalid/). Returns the restored step, or None when the
+        target holds no checkpoint. When committed checkpoints exist but none is valid it raises
+        NoValidCheckpointError and changes nothing, unless start_fresh=True. Nothing is loaded into
         any component unless every component's state has been read, verified and checked to fit.
         """
         self._check_open()
@@ -327,10 +328,13 @@ class Checkpointer:
             log.warning("checkpoint step %d is not valid: %s", s, "; ".join(p.what for p in status.problems[:3]))
             skipped.append(status)
             if step is not None:
-                self._record_incidents(skipped, None)
+                invalid.record_skipped(self.storage, skipped, steps, None, self.rank, move=False)
                 raise CorruptCheckpointError(f"checkpoint step {s} is not valid: {status.problems[0].what}")
         self._agree_step(chosen.step if chosen else None)
-        self._record_incidents(skipped, chosen.step if chosen else None)
+        if chosen is None and not start_fresh and any(not invalid.interrupted(steps[s.step]) for s in skipped):
+            invalid.record_skipped(self.storage, skipped, steps, None, self.rank, move=False)
+            raise invalid.no_valid_error(self.storage.describe(), skipped)
+        invalid.record_skipped(self.storage, skipped, steps, chosen.step if chosen else None, self.rank, move=True)
         if chosen is None or chosen.commit is None:
             if skipped:
                 log.warning(
@@ -376,13 +380,3 @@ class Checkpointer:
             dist.all_gather_object(seen, step)
             if len(set(seen)) != 1:
                 raise CheckpointError(f"ranks found different latest valid checkpoints: {seen}; not restoring")
-
-    def _record_incidents(self, skipped: Iterable[CheckpointStatus], fell_back_to: int | None) -> None:
-        if self.rank != 0:
-            return
-        for status in skipped:
-            try:
-                key = record_incident(self.storage, status, fell_back_to, self.rank, self.storage.describe())
-                log.warning("incident recorded: %s", key)
-            except StorageError as exc:
-                log.error("could not record incident for step %d: %s", status.step, exc)

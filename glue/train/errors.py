@@ -50,6 +50,10 @@ class CorruptCheckpointError(CheckpointError):
     """An explicitly requested checkpoint is not valid (restore(step=N) on a corrupt step)."""
 
 
+class NoValidCheckpointError(CorruptCheckpointError):
+    """Committed checkpoints exist but none is valid: starting from step 0 would silently lose the run."""
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""

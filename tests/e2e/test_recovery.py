@@ -132,8 +132,8 @@ def test_make_demo_passes_and_records_the_recovery(tmp_path: Path) -> None:
         # The VM died at the asked step (the trainer held there), and recovery reached exactly that step.
         assert drill_rec["destroyed_at"] == drill_rec["kill_at"] == rec["failure_step"]
         classes = [i["class"] for i in json.loads(kit.glue("incidents", "--run", drill_run, "--json").stdout)]
-        # A save cut off by the VM loss is a partial checkpoint: the resume skips it and records that.
-        assert "vm_lost" in classes and set(classes) <= {"vm_lost", "ckpt_corrupt"}
+        # A save cut off by the VM loss is an interrupted save: the resume skips it and records that.
+        assert "vm_lost" in classes and set(classes) <= {"vm_lost", "ckpt_interrupted", "ckpt_corrupt"}
         advice = json.loads(kit.glue("advise", "--run", drill_run, "--json").stdout)
         assert advice["restore_s"] == pytest.approx(rec["seconds"]["restore"])
         assert advice["options"]["young"]["interval_s"] > 0

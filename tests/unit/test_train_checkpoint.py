@@ -157,6 +157,7 @@ def test_partial_newer_steps_are_skipped_recorded_and_later_pruned(tmp_path: Pat
         assert ck.restore() == 2
         (incident,) = [json.loads(p.read_text()) for p in (tmp_path / "incidents").iterdir()]
         assert incident["step"] == 9 and "COMMIT.json is missing" in incident["what"]
+        assert incident["class"] == "ckpt_interrupted"  # routine after a kill: not reported as corruption
         assert incident["object"] == "ckpt/step-9/COMMIT.json" and incident["fell_back_to"] == 2
         ck.save(3, blocking=True)
     assert _steps(tmp_path) == [2, 3], "the old timeline's partial step 9 is gone after the next save"
@@ -169,13 +170,16 @@ def test_truncated_object_on_filesystem_falls_back(tmp_path: Path) -> None:
             m.at(s)
             ck.save(s, blocking=True)
     obj = tmp_path / "ckpt" / "step-2" / "model.pt"
-    obj.write_bytes(obj.read_bytes()[:-10])
+    truncated = obj.read_bytes()[:-10]
+    obj.write_bytes(truncated)
     fresh = Model()
     with fresh.register(_ck(tmp_path)) as ck:
         assert ck.restore() == 1
     assert float(fresh.net.weight.detach()[0, 0]) == 1.0
-    status = {s.step: s for s in validate_checkpoints(str(tmp_path))}
-    assert not status[2].valid and "size" in status[2].problems[0].what and status[1].valid
+    # The corrupt step is moved aside (kept for inspection, out of prune's way).
+    assert [s.step for s in validate_checkpoints(str(tmp_path)) if s.valid] == [1]
+    (moved,) = (tmp_path / "ckpt-invalid").glob("*/step-2/model.pt")
+    assert moved.read_bytes() == truncated and not obj.exists()
 
 
 def test_save_returns_after_snapshot_and_back_pressure_waits(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 `glue deploy` starts the trainer with GPUKIT_* variables (never secrets on the command line);
 `RunContext.from_env()` turns them into:
 - `ctx.config`: the run's resolved config values;
-- `ctx.checkpointer(...)`: a Checkpointer on the run's checkpoint target;
+- `ctx.checkpointer(...)`: a Checkpointer on the run's checkpoint target (a path under the bucket
+  mount is reached through the S3 API: glue.train.mount);
 - `ctx.step(step, loss)`: per-step metrics (parts under runs/<run>/metrics/) and a heartbeat
   (runs/<run>/heartbeat.json) written by a background thread every few seconds;
 - `with ctx:` records a crash's exception into runs/<run>/attempts/<n>.error.rank<r>[.x<gen>].json;
@@ -15,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -29,9 +31,11 @@ from glue.train.checkpoint import Checkpointer
 from glue.train.credentials import credentials_from_file
 from glue.train.errors import StorageError
 from glue.train.layout import error_key, heartbeat_key, metrics_key
+from glue.train.mount import MOUNT, bucket_url
 from glue.train.storage import Storage, open_target
 from glue.train.utc import iso, utc_now
 
+log = logging.getLogger("glue.train")
 
 def _memory() -> dict[str, float]:
     mem: dict[str, float] = {}
@@ -87,6 +91,7 @@ class RunContext:
         cred_file = env.get("GPUKIT_CREDENTIALS_FILE")
         self._creds = (lambda: credentials_from_file(cred_file)) if cred_file else None
         bucket = env["GPUKIT_BUCKET_NAME"]
+        self.bucket, self.mount = bucket, env.get("GPUKIT_BUCKET_MOUNT", MOUNT)
         self.store: Storage = self._open(f"s3://{bucket}/runs/{self.run}")
         self._lock = threading.Lock()
         self._last: dict[str, Any] = {}
@@ -132,7 +137,16 @@ class RunContext:
     def from_env(cls) -> RunContext:
         return cls(dict(os.environ))
 
+    def _direct(self, target: str) -> str:
+        """Under the bucket mount: the same keys through the S3 API (glue.train.mount says why)."""
+        url = bucket_url(target, self.bucket, self.mount)
+        if url is None:
+            return target
+        log.info("%s is under the bucket mount: written through the S3 API as %s", target, url)
+        return url
+
     def _open(self, target: str) -> Storage:
+        target = self._direct(target)
         kw: dict[str, Any] = {"check": False}
         if target.startswith("s3://"):
             kw.update(endpoint_url=self.endpoint, credentials=self._creds, region=self.region)
@@ -140,10 +154,11 @@ class RunContext:
 
     def checkpointer(self, **kwargs: Any) -> Checkpointer:
         kw: dict[str, Any] = {"keep_last": self.keep_last}
-        if self.checkpoint_target.startswith("s3://"):
+        target = self._direct(self.checkpoint_target)
+        if target.startswith("s3://"):
             kw.update(endpoint_url=self.endpoint, credentials=self._creds, region=self.region)
         kw.update(kwargs)
-        return _MetricsFirstCheckpointer(self, self.checkpoint_target, **kw)
+        return _MetricsFirstCheckpointer(self, target, **kw)
 
     # -- per step ------------------------------------------------------------------------------
     def step(self, step: int, loss: float, **extra: Any) -> None:

@@ -1,0 +1,26 @@
+"""A deployed run's targets under the bucket mount are written through the S3 API instead.
+
+rclone's mount acknowledges a write once it is in the VM's write cache and uploads it seconds
+later. A checkpoint committed, verified and pruned through the mount is therefore judged by the
+cache, not the bucket: a VM lost in that window loses the new checkpoint after prune has already
+removed the older ones. The mount maps `/mnt/s3/<key>` to `s3://<bucket>/<key>`, so the same
+target is reached directly through the S3 API, where a successful PUT is durable.
+"""
+
+from __future__ import annotations
+
+import os
+
+MOUNT = "/mnt/s3"
+
+
+def bucket_url(target: str, bucket: str, mount: str = MOUNT) -> str | None:
+    """`s3://<bucket>/<key prefix>` for a path under the bucket mount; None for anything else."""
+    if "://" in target:
+        return None
+    path, root = os.path.normpath(os.path.abspath(target)), os.path.normpath(mount)
+    if path == root:
+        return f"s3://{bucket}"
+    if not path.startswith(root + os.sep):
+        return None
+    return f"s3://{bucket}/{path[len(root) + 1 :]}"

@@ -196,6 +196,7 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
         opt.zero_grad(set_to_none=True)
         loss_value = 0.0
         rng_fp = fingerprint(torch.get_rng_state())
+        data_pos = f"{sampler.epoch}:{sampler.index}"  # where this step's samples start
         batch_fp = ""
         for _ in range(accum):
             x, y = (t.to(device) for t in next(it))
@@ -214,8 +215,9 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
         if rank == 0:
             print(f"step {ts.step} loss {loss_value!r}", flush=True)
         if report is not None:
-            # Fingerprints of the step's inputs let the drill say WHICH state a bad resume lost.
-            report.step(ts.step, loss_value, batch=batch_fp, rng=rng_fp)
+            # Fingerprints of the step's inputs let the drill say WHICH state a bad resume lost: `data` the
+            # position (which samples), `batch` their contents (same position, other contents: worker RNG).
+            report.step(ts.step, loss_value, data=data_pos, batch=batch_fp, rng=rng_fp)
         if cfg["step_sleep"]:
             import time
 

@@ -28,3 +28,15 @@ def exit_key(attempt: int, node: int) -> str:
 
 def log_prefix(attempt: int, node: int) -> str:
     return f"logs/{attempt:03d}-" + (f"n{node}-" if node else "")
+
+
+def attempt_key(attempt: int) -> str:
+    """The attempt record `glue deploy` / recovery write for attempt n (before its trainer starts)."""
+    return f"attempts/{attempt}.json"
+
+
+def attempt_of(key: str) -> int | None:
+    """n for `attempts/<n>.json` (an attempt record); None for any other key (error, exit records)."""
+    name = key.rsplit("/", 1)[-1]
+    stem = name[: -len(".json")] if name.endswith(".json") else ""
+    return int(stem) if stem.isdigit() else None

@@ -4,7 +4,8 @@
 `RunContext.from_env()` turns them into:
 - `ctx.config`: the run's resolved config values;
 - `ctx.checkpointer(...)`: a Checkpointer on the run's checkpoint target (a path under the bucket
-  mount is reached through the S3 API: glue.train.mount);
+  mount is reached through the S3 API: glue.train.mount) that never commits once a newer attempt of
+  the run exists (glue.train.fence);
 - `ctx.step(step, loss)`: per-step metrics (parts under runs/<run>/metrics/) and a heartbeat
   (runs/<run>/heartbeat.json) written by a background thread every few seconds;
 - `with ctx:` records a crash's exception into runs/<run>/attempts/<n>.error.rank<r>[.x<gen>].json;
@@ -30,6 +31,7 @@ from glue.train import process_group as group
 from glue.train.checkpoint import Checkpointer
 from glue.train.credentials import credentials_from_file
 from glue.train.errors import StorageError
+from glue.train.fence import FencedStorage
 from glue.train.layout import error_key, heartbeat_key, metrics_key
 from glue.train.mount import MOUNT, bucket_url
 from glue.train.storage import Storage, open_target
@@ -158,7 +160,9 @@ class RunContext:
         if target.startswith("s3://"):
             kw.update(endpoint_url=self.endpoint, credentials=self._creds, region=self.region)
         kw.update(kwargs)
-        return _MetricsFirstCheckpointer(self, target, **kw)
+        ck = _MetricsFirstCheckpointer(self, target, **kw)
+        ck.storage = FencedStorage(ck.storage, self.store, self.run, self.attempt)  # glue.train.fence
+        return ck
 
     # -- per step ------------------------------------------------------------------------------
     def step(self, step: int, loss: float, **extra: Any) -> None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         StorageError,
         TargetError,
     )
-    from glue.train.loader import ResumableLoader, WorkerRNG
+    from glue.train.loader import LoaderRNG, ResumableLoader, WorkerRNG
     from glue.train.retry import RetryPolicy
     from glue.train.sampler import ResumableSampler
     from glue.train.state import RNGState, TrainState
@@ -33,7 +33,7 @@ _WHERE = {
     "errors": ("CheckpointError", "CorruptCheckpointError", "NoValidCheckpointError", "ObjectMissingError",
                "SaveFailedError", "StateMismatchError", "StorageError", "TargetError"),
     "ckpt_format": ("CheckpointStatus", "Commit", "ObjectRef", "Problem", "check_checkpoints"),
-    "loader": ("ResumableLoader", "WorkerRNG"),
+    "loader": ("LoaderRNG", "ResumableLoader", "WorkerRNG"),
     "sampler": ("ResumableSampler",),
     "state": ("RNGState", "TrainState"),
     "retry": ("RetryPolicy",),
@@ -63,6 +63,7 @@ __all__ = [
     "Checkpointer",
     "Commit",
     "CorruptCheckpointError",
+    "LoaderRNG",
     "NoValidCheckpointError",
     "ObjectMissingError",
     "ObjectRef",

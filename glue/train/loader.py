@@ -165,3 +165,37 @@ class WorkerRNG(Dataset[Any]):
         if not state or get_worker_info() is None:
             return
         load_host_rng_state(state)
+
+
+class LoaderRNG:
+    """A DataLoader's `generator` (it draws each iterator's worker base seed), for StatefulDataLoader.
+
+    Saved as it was just before the current iterator was created: a resume creates that iterator
+    again, which draws once more, so the next epoch's workers get the seeds they would have had.
+    Give the shuffle its own generator (`sampler=RandomSampler(ds, generator=...)`, saved by the
+    loader with the sampler) so that this one draws nothing else.
+    """
+
+    checkpoint_per_rank = True
+
+    def __init__(self, loader: DataLoader[Any]) -> None:
+        gen = loader.generator
+        if gen is None:
+            raise ValueError("LoaderRNG needs DataLoader(generator=torch.Generator()); without one the loader"
+                             " draws its worker seeds from the global torch RNG")
+        self.generator: torch.Generator = gen
+        self._at_iter = gen.get_state()
+        create = loader._get_iterator
+
+        def capture() -> Any:
+            self._at_iter = gen.get_state()
+            return create()
+
+        loader._get_iterator = capture  # type: ignore[method-assign]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generator": self._at_iter.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+        self._at_iter = state["generator"]

@@ -22,7 +22,15 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from glue.train import Checkpointer, ResumableLoader, ResumableSampler, RNGState, TrainState, WorkerRNG
+from glue.train import (
+    Checkpointer,
+    LoaderRNG,
+    ResumableLoader,
+    ResumableSampler,
+    RNGState,
+    TrainState,
+    WorkerRNG,
+)
 
 N_SAMPLES, BATCH = 40, 4  # 10 steps per epoch
 
@@ -43,21 +51,24 @@ class AugmentedData(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return self.x[i] + noise, self.y[i]
 
 
-def make_loader(kind: str, workers: int, persistent: bool, seed: int, bare: bool) -> tuple[Any, Any]:
-    """(loader, the component that holds the data position)."""
+def make_loader(kind: str, workers: int, persistent: bool, seed: int, bare: bool) -> tuple[Any, list[Any]]:
+    """(loader, the components that hold the data position and the loader's randomness)."""
     ds = AugmentedData()
     opts: dict[str, Any] = {"num_workers": workers, "persistent_workers": persistent and workers > 0}
     if kind == "kit":
         sampler = ResumableSampler(ds, seed=seed)
-        return ResumableLoader(ds, sampler=sampler, batch_size=BATCH, **opts), sampler
+        return ResumableLoader(ds, sampler=sampler, batch_size=BATCH, **opts), [sampler]
     if kind == "plain":
         sampler = ResumableSampler(ds, seed=seed)
-        return DataLoader(ds, sampler=sampler, batch_size=BATCH, generator=torch.Generator(), **opts), sampler
+        return DataLoader(ds, sampler=sampler, batch_size=BATCH, generator=torch.Generator(), **opts), [sampler]
     from torchdata.stateful_dataloader import StatefulDataLoader
+    from torchdata.stateful_dataloader.sampler import RandomSampler
 
-    g = torch.Generator().manual_seed(seed)
-    loader = StatefulDataLoader(ds if bare else WorkerRNG(ds), batch_size=BATCH, shuffle=True, generator=g, **opts)
-    return loader, loader
+    # The shuffle's generator is the sampler's own (saved with it); the loader's only seeds workers.
+    order = RandomSampler(ds, generator=torch.Generator().manual_seed(seed))
+    loader = StatefulDataLoader(ds if bare else WorkerRNG(ds), batch_size=BATCH, sampler=order,
+                                generator=torch.Generator().manual_seed(seed + 1), **opts)
+    return loader, [loader] if bare else [loader, LoaderRNG(loader)]
 
 
 def main() -> None:
@@ -85,8 +96,9 @@ def main() -> None:
     loader, data = make_loader(args.loader, args.workers, args.persistent, seed, args.bare_dataset)
     train = TrainState()
     ck = Checkpointer(args.target, keep_last=2)
-    for name, obj in [("model", model), ("optimizer", opt), ("scheduler", sched), ("data", data),
-                      ("rng", RNGState()), ("train", train)]:
+    comps = [("model", model), ("optimizer", opt), ("scheduler", sched), ("data", data[0]),
+             ("rng", RNGState()), ("train", train)] + [("loader_rng", obj) for obj in data[1:]]
+    for name, obj in comps:
         ck.register(name, obj)
     step = ck.restore() or 0
 

@@ -80,8 +80,6 @@ CASES = [
 def test_resume_with_workers_is_bitwise(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, kind: str, workers: int, persistent: bool, stop: int
 ) -> None:
-    if kind == "sdl":
-        pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is in the dev extra")
     ref = reference(tmp_path_factory, *ref_args(kind, workers, persistent))
     args = loader_args(kind, workers, persistent)
     killed = loop(tmp_path / "x.json", tmp_path / "ckpt", *args, "--steps", str(STEPS), "--stop", str(stop))
@@ -94,7 +92,6 @@ def test_resume_with_workers_is_bitwise(
 @pytest.mark.timeout(300)
 def test_sdl_without_worker_rng_diverges(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Why WorkerRNG exists: the same loop with the bare Dataset does not resume exactly."""
-    pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is in the dev extra")
     args = ["--loader", "sdl", "--workers", "2", "--steps", str(STEPS), "--bare-dataset"]
     ref = trained(tmp_path / "ref.json", tmp_path / "ref", *args)
     assert loop(tmp_path / "x.json", tmp_path / "ckpt", *args, "--stop", "6").returncode == 0
@@ -116,8 +113,6 @@ def test_plain_dataloader_with_workers_refuses_in_one_line(tmp_path: Path) -> No
 def test_kill9_storm_with_workers(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, kind: str) -> None:
     """SIGKILL at random moments (mid-step, mid-save); every restart resumes from the newest valid
     checkpoint; the finished run's model equals the uninterrupted one."""
-    if kind == "sdl":
-        pytest.importorskip("torchdata.stateful_dataloader")
     args = [*loader_args(kind, 2, False), "--steps", str(STEPS), "--save-every", "3"]
     ref = trained(tmp_path / "ref.json", tmp_path / "ref", *args)
     rnd = random.Random(19)

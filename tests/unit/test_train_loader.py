@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from glue.train import ResumableLoader, ResumableSampler
+from glue.train import LoaderRNG, ResumableLoader, ResumableSampler
 
 
 class Noisy(Dataset[torch.Tensor]):
@@ -72,3 +72,18 @@ def test_bad_arguments_are_one_line() -> None:
         ResumableLoader(Noisy(), sampler=torch.utils.data.SequentialSampler(range(24)))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="takes no shuffle="):
         ResumableLoader(Noisy(), sampler=ResumableSampler(24), shuffle=True)
+    with pytest.raises(ValueError, match=r"LoaderRNG needs DataLoader\(generator=torch\.Generator\(\)\)"):
+        LoaderRNG(DataLoader(Noisy(), batch_size=4))
+
+
+def test_loader_rng_saves_the_generator_as_of_the_current_iterator() -> None:
+    """A resume re-creates the current iterator (one more draw): saving the state from before that
+    draw gives the next epoch's workers the seeds the uninterrupted run gave them."""
+    g = torch.Generator().manual_seed(1)
+    loader = DataLoader(Noisy(), batch_size=4, num_workers=0, generator=g)
+    rng = LoaderRNG(loader)
+    list(loader)
+    before_epoch_1 = g.get_state()
+    it = iter(loader)
+    next(it)
+    assert torch.equal(rng.state_dict()["generator"], before_epoch_1)

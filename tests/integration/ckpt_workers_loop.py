@@ -15,6 +15,7 @@ import json
 import os
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -85,7 +86,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    resuming = os.path.exists(args.target) and any(os.scandir(args.target))
+    resuming = any(Path(args.target).glob("ckpt/step-*/COMMIT.json"))  # a first save may have been cut off
     seed = 999 if resuming else 0  # whatever matches after a resume came from the checkpoint
     random.seed(seed)
     np.random.seed(seed)

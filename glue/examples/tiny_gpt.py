@@ -40,7 +40,7 @@ DEFAULTS: dict[str, Any] = {
     # Test hooks: a deliberately broken resume, a run that never writes its outputs, a slow step.
     "broken_resume": None, "skip_outputs": False, "step_sleep": 0.0, "checkpoint_interval": 20,
     "grad_accum": 1, "checkpointing": False, "autocast_bf16": False, "adapter_only": False,
-    "dist_timeout_s": 300,
+    "dist_timeout_s": 300, "log_dir": None,  # log_dir: a per-step log of the trainer's own, e.g. under /mnt/s3
 }
 
 
@@ -52,6 +52,7 @@ _SPEC: dict[str, tuple[type | tuple[type, ...], float | None]] = {
     "broken_resume": ((str, type(None)), None), "skip_outputs": (bool, None), "step_sleep": ((int, float), 0),
     "checkpoint_interval": (int, 1), "grad_accum": (int, 1), "checkpointing": (bool, None),
     "autocast_bf16": (bool, None), "adapter_only": (bool, None), "dist_timeout_s": ((int, float), 1),
+    "log_dir": ((str, type(None)), None),
 }
 
 
@@ -188,6 +189,8 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
                   flush=True)
     agree(cfg, restored)  # every rank the same workload, or no rank trains
     interval = int(cfg["checkpoint_interval"])
+    if cfg["log_dir"]:
+        os.makedirs(str(cfg["log_dir"]), exist_ok=True)
     accum = int(cfg["grad_accum"])
     loss_value = float("nan")
     it = batches(loader)
@@ -218,6 +221,9 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
             # Fingerprints of the step's inputs let the drill say WHICH state a bad resume lost: `data` the
             # position (which samples), `batch` their contents (same position, other contents: worker RNG).
             report.step(ts.step, loss_value, data=data_pos, batch=batch_fp, rng=rng_fp)
+        if cfg["log_dir"] and rank == 0:  # what a user's own code does with the mount: logs, artifacts
+            with open(os.path.join(str(cfg["log_dir"]), "steps.log"), "a") as fh:
+                fh.write(f"{ts.step} {loss_value!r}\n")
         if cfg["step_sleep"]:
             import time
 

@@ -148,7 +148,7 @@ def classify(ev: Evidence) -> Verdict:
                        "the trainer's memory cgroup)", _excerpt(text))
     if HOST_OOM.search(text):
         return Verdict(Outcome.OOM_HOST, "host memory allocation failed", _excerpt(text, HOST_OOM))
-    if ev.storage_problem:
+    if ev.storage_problem and "/mnt/s3" in text:  # the error was about the mount the monitor found dead
         return Verdict(Outcome.STORAGE_LOST, ev.storage_problem, _excerpt(text, STORAGE))
     if STORAGE.search(text):
         return Verdict(Outcome.STORAGE_LOST, "the bucket was lost under the trainer (mount gone or bucket "

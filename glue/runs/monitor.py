@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -165,10 +165,9 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     n = int(attempt["attempt"])
     backend = get_backend(str(attempt.get("backend", "local")), home)
     ev = Evidence(stall_timeout_s=float(manifest["config"].get("monitor", {}).get("stall_timeout_seconds", 60)))
-    locations = (str(manifest.get("checkpoint", {}).get("target", "")),
-                 str(manifest.get("outputs", {}).get("destination", "")))
-    uses_mount = any(PurePosixPath(loc).is_relative_to(MOUNT) for loc in locations if loc.startswith("/"))
-    states = [_node_state(home, store, n, backend, nd, uses_mount) for nd in nodes_of(attempt)]
+    # Any run may use the mount (its own code reading data or writing logs there), so its state is evidence
+    # for every run; it only decides the class when the trainer is stuck or its error is about /mnt/s3.
+    states = [_node_state(home, store, n, backend, nd, uses_mount=True) for nd in nodes_of(attempt)]
     errors = [e for e in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.error"))) if e]
     beats = store.heartbeats(n)
     log_node = combine(ev, states, errors, beats, attempt.get("started_at"))

@@ -103,5 +103,9 @@ def test_a_trainer_stuck_on_a_dead_mount_is_storage_lost_not_a_stall() -> None:
     assert v.outcome is Outcome.STORAGE_LOST and "dead" in v.reason
     assert classify(Evidence(process_alive=True, heartbeat_age_s=90, stall_timeout_s=20)).outcome is Outcome.STALL
     assert classify(Evidence(process_alive=True, heartbeat_age_s=1, storage_problem=dead)).outcome is Outcome.RUNNING
+    v = classify(Evidence(exit_code=1, error_text="OSError: [Errno 13] Permission denied: '/mnt/s3/logs/x'",
+                          storage_problem=dead, process_alive=False))
+    assert v.outcome is Outcome.STORAGE_LOST and v.reason == dead
+    # A bug of the trainer's own stays the trainer's, dead mount or not.
     v = classify(Evidence(exit_code=1, error_text="ValueError: boom", storage_problem=dead, process_alive=False))
-    assert v.outcome is Outcome.STORAGE_LOST
+    assert v.outcome is Outcome.USER_ERROR

@@ -22,7 +22,7 @@ from tests.lyceum_emulator import Emulator
 from .conftest import Kit
 
 pytestmark = pytest.mark.integration
-TTL = 8.0
+TTL = 20.0  # long enough that a slow machine does not see the first credentials near expiry (margin TTL/4)
 RCLONE = str(Path(sys.executable).parent / "rclone")
 
 

@@ -212,15 +212,15 @@ def test_a_mount_lost_mid_run_is_storage_lost_and_recovers_without_force(cluster
         st = wait_for(fast, "mount-lost", lambda s: s["state"] != "running", timeout=120)
         assert st["state"] == "storage_lost", (st, st.get("incident") and
                                                bucket_json(fast, f"runs/mount-lost/{st['incident']}"))
-        res = kit.glue("recover", "--run", "mount-lost", timeout=600)  # no --force: infrastructure failed
-        assert "resume verified" in " ".join(res.stderr.split()) + " ".join(res.stdout.split()), res.stderr
         # A deploy that needs the dead mount names it (not "plain directory").
-        _kill_mount(fast, "gpukit-2")
         dead_cfg = run_config(tmp_path, "dead.yaml", checkpoint={"target": "/mnt/s3/runs/{run}"})
         res = kit.glue("deploy", "--run", "mount-dead", "--config", str(dead_cfg), "--vm", "gpukit-2", check=False)
         assert res.returncode != 0 and "bucket mount at /mnt/s3" in res.stderr and "dead" in res.stderr, res.stderr
         assert "plain directory" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+        res = kit.glue("recover", "--run", "mount-lost", timeout=600)  # no --force: infrastructure failed
+        assert "resume verified" in " ".join(res.stderr.split()) + " ".join(res.stdout.split()), res.stderr
     finally:
         for vm in ("gpukit-1", "gpukit-2"):
             fast.glue("ssh", vm, "--", "pkill", "-9", "-f", "glue.train.supervise", check=False)
-        kit.glue("up", timeout=600)  # remount for the tests after this one
+        if fast.glue("ssh", "gpukit-2", "--", "stat", "/mnt/s3", check=False).returncode != 0:
+            kit.glue("up", timeout=600)  # remount for the tests after this one (recover gave a new VM otherwise)

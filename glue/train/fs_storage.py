@@ -17,6 +17,7 @@ from glue.train.errors import ObjectMissingError, TargetError
 from glue.train.retry import RetryPolicy, Transient, with_retry
 
 T = TypeVar("T")
+_READ_CHUNK = 4 * 1024 * 1024
 
 
 class FileStorage:
@@ -53,7 +54,7 @@ class FileStorage:
 
         return with_retry(what, attempt, self.retry)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | bytearray) -> None:
         path = self._path(key)
 
         def write() -> None:
@@ -85,18 +86,20 @@ class FileStorage:
         path = self._path(key)
 
         def read() -> tuple[bytearray, str]:
+            sha = hashlib.sha256()
             with open(path, "rb", buffering=0) as fh:
                 size = os.fstat(fh.fileno()).st_size
                 buf = bytearray(size)
-                view = memoryview(buf)
                 got = 0
-                while got < size:
-                    n = fh.readinto(view[got:])
-                    if not n:
-                        break
-                    got += n
-                del buf[got:]
-            return buf, hashlib.sha256(buf).hexdigest()
+                with memoryview(buf) as view:
+                    while got < size:
+                        n = fh.readinto(view[got : min(size, got + _READ_CHUNK)])
+                        if not n:
+                            break
+                        sha.update(view[got : got + n])  # hashed while still in the CPU cache
+                        got += n
+                del buf[got:]  # the file shrank while it was read
+            return buf, sha.hexdigest()
 
         try:
             return self._fs(f"read {path}", read)

@@ -11,7 +11,9 @@ import os
 import re
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +29,7 @@ INCIDENTS = "incidents"
 _RANK_PARTS_FIELD = "rank_manifests"
 _STEP_RE = re.compile(r"^step-(\d+)$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+READ_DEPTH = 2  # objects a deep validation downloads at once
 
 
 def step_prefix(step: int) -> str:
@@ -204,20 +207,40 @@ def validate_step(
     if status.problems or not deep:
         status.valid = not status.problems
         return status
-    for ref in commit.objects():
-        t0 = time.monotonic()
+    refs = iter(commit.objects())
+    fetching: deque[tuple[ObjectRef, Future[tuple[bytearray, str]]]] = deque()
+    t0 = time.monotonic()
+    # READ_DEPTH objects download at once (each in parallel parts); they are checked in COMMIT.json's
+    # order, so the problem reported does not depend on which download finished first.
+    with ThreadPoolExecutor(max_workers=READ_DEPTH, thread_name_prefix="gpukit-ckpt-read") as pool:
+
+        def fetch_next() -> None:
+            ref = next(refs, None)
+            if ref is not None:
+                fetching.append((ref, pool.submit(storage.get, prefix + ref.key, ref.size)))
+
         try:
-            body, sha = storage.get(prefix + ref.key, ref.size)
-        except ObjectMissingError:
-            return bad(ref.key, "listed in COMMIT.json but missing")
-        status.download_s += time.monotonic() - t0
-        status.bytes += len(body)
-        if len(body) != ref.size:
-            return bad(ref.key, f"read {len(body)} bytes, COMMIT.json says {ref.size}")
-        if sha != ref.sha256:
-            return bad(ref.key, f"sha256 {sha[:12]}… != {ref.sha256[:12]}… in COMMIT.json (corrupted)")
-        if keep is not None and blobs is not None and keep(ref):
-            blobs[ref.key] = body
+            for _ in range(READ_DEPTH):
+                fetch_next()
+            while fetching:
+                ref, fut = fetching.popleft()
+                try:
+                    body, sha = fut.result()
+                except ObjectMissingError:
+                    return bad(ref.key, "listed in COMMIT.json but missing")
+                fetch_next()
+                status.bytes += len(body)
+                if len(body) != ref.size:
+                    return bad(ref.key, f"read {len(body)} bytes, COMMIT.json says {ref.size}")
+                if sha != ref.sha256:
+                    return bad(ref.key, f"sha256 {sha[:12]}… != {ref.sha256[:12]}… in COMMIT.json (corrupted)")
+                if keep is not None and blobs is not None and keep(ref):
+                    blobs[ref.key] = body
+                del body
+        finally:
+            for _, pending in fetching:
+                pending.cancel()  # after a problem: what has not started never will
+            status.download_s = time.monotonic() - t0
     status.valid = True
     return status
 

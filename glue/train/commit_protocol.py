@@ -10,17 +10,16 @@ bucket, and commits for all.
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import logging
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
+from glue.train.buffers import HashingWriter
 from glue.train.ckpt_format import (
     COMMIT,
     FORMAT,
@@ -84,7 +83,7 @@ def write_step(
     uploads: list[Future[None]] = []
     spans: list[tuple[float, float]] = []
 
-    def put(key: str, blob: bytes) -> None:
+    def put(key: str, blob: bytearray) -> None:
         t0 = time.monotonic()
         st.put(key, blob)
         spans.append((t0, time.monotonic()))
@@ -95,12 +94,11 @@ def write_step(
             obj_rank = rank if job.per_rank[name] else None
             key = object_key(name, obj_rank)
             t0 = time.monotonic()
-            buf = io.BytesIO()
-            torch.save(state, buf)
+            writer = HashingWriter()
+            torch.save(state, cast(IO[bytes], writer))
             del state
-            blob = buf.getvalue()
-            del buf
-            sha = hashlib.sha256(blob).hexdigest()
+            blob, sha = writer.result()
+            del writer
             ser += time.monotonic() - t0
             nbytes += len(blob)
             refs.setdefault(name, []).append(ObjectRef(key, len(blob), sha, obj_rank))

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--stop", type=int)
     ap.add_argument("--save-every", type=int, default=0)
+    ap.add_argument("--step-sleep", type=float, default=0.0, help="seconds per step (kill storms land mid-run)")
     ap.add_argument("--bare-dataset", action="store_true", help="sdl without WorkerRNG (diverges)")
     args = ap.parse_args()
     torch.use_deterministic_algorithms(True)
@@ -119,11 +121,13 @@ def main() -> None:
         step += 1
         train.step = step
         losses[step] = float(loss.item()).hex()
+        print("step", step, flush=True)  # a kill storm paces its kills by these
         if step == args.stop:
             ck.save(step, blocking=True)
             os._exit(0)  # no cleanup, no flush: as if killed right after the commit
         if args.save_every and step % args.save_every == 0:
             ck.save(step)
+        time.sleep(args.step_sleep)
     ck.close()
     blob = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
     with open(args.out, "w") as f:

@@ -113,21 +113,28 @@ def test_plain_dataloader_with_workers_refuses_in_one_line(tmp_path: Path) -> No
 def test_kill9_storm_with_workers(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, kind: str) -> None:
     """SIGKILL at random moments (mid-step, mid-save); every restart resumes from the newest valid
     checkpoint; the finished run's model equals the uninterrupted one."""
-    args = [*loader_args(kind, 2, False), "--steps", str(STEPS), "--save-every", "3"]
+    args = [*loader_args(kind, 2, False), "--steps", str(STEPS), "--save-every", "3", "--step-sleep", "0.1"]
     ref = trained(tmp_path / "ref.json", tmp_path / "ref", *args)
     rnd = random.Random(19)
     out, target = tmp_path / "out.json", tmp_path / "ckpt"
     cmd = [sys.executable, "-m", "tests.integration.ckpt_workers_loop", str(out), str(target), *args]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    killed_after: set[int] = set()  # the newest committed step at each kill
     for _ in range(12):
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
-        time.sleep(rnd.uniform(2.0, 8.0))
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, start_new_session=True)
+        assert proc.stdout is not None
+        steps = rnd.randint(1, 5)  # then somewhere inside a step or a save
+        while steps and (line := proc.stdout.readline()):
+            steps -= line.startswith("step ")
+        time.sleep(rnd.uniform(0.0, 0.4))
         if proc.poll() is not None:
-            assert proc.returncode == 0, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+            assert proc.returncode == 0
             break
         os.killpg(proc.pid, signal.SIGKILL)  # the trainer and its workers, like a lost VM
         proc.wait()
+        killed_after.add(max((int(p.parent.name[5:]) for p in target.glob("ckpt/step-*/COMMIT.json")), default=0))
+    assert len(killed_after) >= 3, f"the kills did not land across the run: {killed_after}"
     got = trained(out, target, *args)
     assert got["model"] == ref["model"]
     assert all(ref["losses"][s] == v for s, v in got["losses"].items())

@@ -268,7 +268,7 @@ def _stop_on_put(ck: Checkpointer, env: Env, match: str, after_stop: Any = None)
     fired = threading.Event()
     real_put = ck.storage.put
 
-    def put(key: str, data: bytes) -> None:
+    def put(key: str, data: bytes | bytearray) -> None:
         if match in key and not fired.is_set():
             fired.set()
             env.bucket.server.stop()

@@ -39,13 +39,13 @@ class Slow(FileStorage):
         super().__init__(root)
         self.delay = delay
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | bytearray) -> None:
         time.sleep(self.delay)
         super().put(key, data)
 
 
 class Broken(FileStorage):
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | bytearray) -> None:
         if key.endswith(".pt"):
             raise StorageError(f"write {key} failed after 10 attempts over 300.0s: disk on fire")
         super().put(key, data)

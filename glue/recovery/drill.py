@@ -21,7 +21,7 @@ from glue.cloud import get_backend
 from glue.cluster import state
 from glue.errors import GlueError
 from glue.recovery import recover as recover_mod
-from glue.recovery.resume_check import step_ranges
+from glue.recovery.resume_check import STEP_INPUTS, step_ranges
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import lease, monitor
@@ -202,7 +202,9 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
         result.compared_steps += 1
         if abs(float(a["loss"]) - float(b["loss"])) > tolerance:
             result.first_bad_step = step
-            lost = [n for k_, n in (("batch", "data position"), ("rng", "rng")) if k_ in a and a[k_] != b.get(k_)]
+            lost = [n for k_, n in STEP_INPUTS.items() if k_ in a and a[k_] != b.get(k_)]
+            if "data position" in lost and "worker RNG" in lost:
+                lost.remove("worker RNG")  # other samples have other contents: the position is the cause
             result.component = ", ".join(lost) or "model/optimizer state"
             break
     if result.problem is None and result.first_bad_step is None:

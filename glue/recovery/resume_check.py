@@ -11,7 +11,10 @@ from typing import Any
 
 from glue.runs.store import RunStore
 
-STEP_INPUTS = {"batch": "data position", "rng": "rng"}
+# The trainer's per-step input fingerprints (tiny_gpt logs all three) and what a difference in each means:
+# `data` is where the step's samples start in the data order; `batch` their contents (same position, other
+# contents: the workers' randomness was lost); `rng` the global random streams.
+STEP_INPUTS = {"data": "data position", "batch": "worker RNG", "rng": "rng"}
 
 
 @dataclass
@@ -60,6 +63,8 @@ def check_resume(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]],
         a, b = float(old[step]["loss"]), float(new[step]["loss"])
         if abs(a - b) > tolerance:
             what = [k for k in STEP_INPUTS if k in old[step] and old[step].get(k) != new[step].get(k)]
+            if "data" in what and "batch" in what:
+                what.remove("batch")  # other samples have other contents: the position is the cause
             hint = f" (step inputs differ: {', '.join(STEP_INPUTS[k] for k in what)})" if what else ""
             return ResumeCheck(False, first, compared, f"loss at step {step} is {b!r} after the resume, {a!r} "
                                f"before the failure (tolerance {tolerance}){hint}")

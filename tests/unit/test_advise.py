@@ -42,11 +42,19 @@ def test_resume_check_wrong_first_step() -> None:
 
 
 def test_resume_check_names_lost_data_position() -> None:
-    old = {21: rec(2.0, batch="aa", rng="r1"), 22: rec(1.9, batch="bb", rng="r2")}
-    new = {21: rec(2.1, batch="zz", rng="r1"), 22: rec(1.8, batch="yy", rng="r2")}
+    old = {21: rec(2.0, data="0:160", batch="aa", rng="r1"), 22: rec(1.9, data="0:168", batch="bb", rng="r2")}
+    new = {21: rec(2.1, data="0:0", batch="zz", rng="r1"), 22: rec(1.8, data="0:8", batch="yy", rng="r2")}
     res = check_resume(old, new, ckpt=20, upto=22, tolerance=0.0)
     assert not res.ok and "step 21" in (res.problem or "") and "data position" in (res.problem or "")
-    assert "rng" not in (res.problem or "").split("differ:")[1]
+    differ = (res.problem or "").split("differ:")[1]
+    assert "rng" not in differ and "worker" not in differ
+
+
+def test_resume_check_names_lost_worker_randomness() -> None:
+    old = {21: rec(2.0, data="0:160", batch="aa", rng="r1")}
+    new = {21: rec(2.1, data="0:160", batch="zz", rng="r1")}  # same samples, other contents
+    res = check_resume(old, new, ckpt=20, upto=21, tolerance=0.0)
+    assert not res.ok and "worker RNG" in (res.problem or "") and "data position" not in (res.problem or "")
 
 
 def test_resume_check_tolerance() -> None:

@@ -33,6 +33,7 @@ from glue.train.ckpt_format import (
     validate_step,
 )
 from glue.train.errors import CheckpointError, StorageError
+from glue.train.invalid import move_aside
 from glue.train.storage import Storage
 from glue.train.utc import iso, utc_now
 
@@ -230,12 +231,17 @@ def prune(st: Storage, new_step: int, *, keep_last: int, stale_steps: set[int]) 
                 continue
             status = validate_step(st, s, steps[s], deep=False)
             (older_valid if status.valid else doomed).append(s)
+        corrupt = {s for s in doomed if COMMIT in steps[s]}  # committed once, invalid now: evidence
         doomed += older_valid[keep_last - 1 :]
+        stamp = utc_now().strftime("%Y%m%dT%H%M%S.%fZ")
         for s in doomed:
             objs = steps[s]
-            if COMMIT in objs:
-                st.delete([step_prefix(s) + COMMIT])
-            st.delete([step_prefix(s) + k for k in objs if k != COMMIT])
+            if s in corrupt:
+                move_aside(st, s, objs, stamp)  # kept under ckpt-invalid/ for inspection, never pruned away
+            else:
+                if COMMIT in objs:
+                    st.delete([step_prefix(s) + COMMIT])
+                st.delete([step_prefix(s) + k for k in objs if k != COMMIT])
             stale_steps.discard(s)
     except StorageError as exc:
         # The new checkpoint is committed; pruning is retried after the next one.

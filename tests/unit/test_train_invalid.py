@@ -65,3 +65,16 @@ def test_interrupted_saves_alone_start_fresh(tmp_path: Path) -> None:
         assert ck.restore() is None
     (incident,) = [json.loads(p.read_text()) for p in (tmp_path / "incidents").iterdir()]
     assert incident["class"] == "ckpt_interrupted" and incident["step"] == 5
+
+
+def test_prune_moves_a_committed_checkpoint_gone_bad_aside_instead_of_deleting_it(tmp_path: Path) -> None:
+    m = Model()
+    with m.register(_ck(tmp_path, keep_last=2)) as ck:
+        for s in (1, 2):
+            ck.save(m.at(s).train.step, blocking=True)
+        bad = (tmp_path / "ckpt" / "step-1" / "model.pt").read_bytes()
+        (tmp_path / "ckpt" / "step-1" / "model.pt").write_bytes(bad + b"x")  # damaged after its commit
+        ck.save(m.at(3).train.step, blocking=True)  # prunes: step 1 is past keep_last and invalid
+    assert _steps(tmp_path) == [2, 3]
+    kept = list((tmp_path / "ckpt-invalid").rglob("step-1/model.pt"))
+    assert len(kept) == 1 and kept[0].read_bytes() == bad + b"x"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,4 +88,24 @@ def test_the_playbooks_converge_and_verify_as_ubuntu(kit: Kit, emu: Emulator) ->
     owner = kit.glue("ssh", "gpukit-1", "--", "stat", "-c", "%U", "/etc/gpukit/rclone.conf", env=env, check=False)
     assert owner.stdout.strip() == "root", owner
     kit.glue("down", env=env)
+    assert emu.live_vms() == []
+
+
+@pytest.mark.e2e
+@pytest.mark.stress  # the whole demo: ~5-15 min here
+@pytest.mark.timeout(1800)
+def test_demo_with_the_ubuntu_user(kit: Kit, tmp_path: Path) -> None:
+    """The whole loop (up, train, lose a VM, recover, verify, down) when the VMs' login is ubuntu.
+    Credentials live an hour here: a recover that outlives them fails at its lease release (the lease
+    holds the credentials its command started with), which is not what this test is about."""
+    with Emulator(tmp_path / "emu", pending_s=0.2, login_user="ubuntu", credentials_ttl=3600) as emu:
+        _demo(kit, emu)
+
+
+def _demo(kit: Kit, emu: Emulator) -> None:
+    env = lyceum_env(kit, emu, BACKEND="lyceum")
+    res = subprocess.run([sys.executable, "-m", "glue.recovery.demo"], env=env, capture_output=True, text=True,
+                         timeout=1800, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    assert "PASS" in res.stderr
     assert emu.live_vms() == []

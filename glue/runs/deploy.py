@@ -47,7 +47,8 @@ def code_version() -> dict[str, Any]:
 def open_store(home: Path, run_id: str) -> RunStore:
     cfg = state.ClusterConfig.load(home)
     info = state.bucket_info(home)
-    return RunStore(info, get_backend(cfg.backend, home).bucket_credentials(), run_id)
+    backend = get_backend(cfg.backend, home)
+    return RunStore(info, backend.bucket_credentials(), run_id, refresh=backend.bucket_credentials)
 
 
 def check_command(home: Path, host: Host, rc: runconfig.RunConfig) -> list[str]:

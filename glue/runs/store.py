@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,15 +25,30 @@ def parse_iso(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
+# Expiring credentials are renewed this long before they expire: a recovery or a drill can outlive them.
+REFRESH_MARGIN_S = 120.0
+
+
 @dataclass
 class RunStore:
     info: BucketInfo
     creds: BucketCredentials
     run: str
+    # Where fresh credentials come from (the backend), for credentials that expire (Lyceum's STS ones).
+    refresh: Callable[[], BucketCredentials] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.s3 = bucket_store.client(self.info, self.creds)
+        self._s3 = bucket_store.client(self.info, self.creds)
         self.prefix = f"runs/{self.run}/"
+
+    @property
+    def s3(self) -> Any:
+        """The boto3 client, rebuilt with fresh credentials when the current ones near their expiry."""
+        expires = self.creds.expires_at
+        if self.refresh is not None and expires is not None and expires - time.time() < REFRESH_MARGIN_S:
+            self.creds = self.refresh()
+            self._s3 = bucket_store.client(self.info, self.creds)
+        return self._s3
 
     def _fail(self, what: str, exc: Exception) -> GlueError:
         return GlueError(f"bucket {self.info.name} at {self.info.endpoint} did not answer ({what}): "

@@ -28,3 +28,20 @@ def test_no_credential_repr_holds_the_secret_or_token() -> None:
 def test_a_run_store_repr_holds_no_secret() -> None:
     store = RunStore(BucketInfo("http://127.0.0.1:9", "b", "us-east-1"), BucketCredentials("AKIA", SECRET, TOKEN), "r")
     assert SECRET not in repr(store) and TOKEN not in repr(store)
+
+
+def test_a_run_store_renews_credentials_that_near_expiry() -> None:
+    # A recovery can outlive STS credentials (15 min on Lyceum): the store must not keep the ones it began with.
+    issued: list[BucketCredentials] = []
+
+    def fresh() -> BucketCredentials:
+        issued.append(BucketCredentials("AKIA2", SECRET, TOKEN, time.time() + 900))
+        return issued[-1]
+
+    info = BucketInfo("http://127.0.0.1:9", "b", "us-east-1")
+    store = RunStore(info, BucketCredentials("AKIA1", SECRET, TOKEN, time.time() + 30), "r", refresh=fresh)
+    client = store.s3
+    assert len(issued) == 1 and store.creds.access_key == "AKIA2"
+    assert store.s3 is client and len(issued) == 1  # fresh ones are kept until they near expiry too
+    lasting = RunStore(info, BucketCredentials("AKIA1", SECRET), "r", refresh=fresh)  # no expiry: never renewed
+    assert lasting.s3 is lasting.s3 and len(issued) == 1

@@ -1,6 +1,6 @@
 """Names of a run's objects under runs/<run>/ in the bucket: written on the VM, read by the controller.
 
-Light on purpose (no torch): the controller imports it too. Layout in DESIGN.md, "Bucket layout".
+Light on purpose (no torch): the controller imports it too. Layout: docs/design.md, section 4 "Bucket layout".
 """
 
 from __future__ import annotations

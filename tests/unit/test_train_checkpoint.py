@@ -392,7 +392,10 @@ _CHILD = textwrap.dedent(
     ck.save(1)
     print("saved", flush=True)
     if mode == "sigterm":
-        time.sleep(60)
+        # Short sleeps, as a training loop keeps running Python: a process-directed SIGTERM can land on
+        # one of the checkpointer's threads, and then a single long sleep would hold off the handler.
+        for _ in range(600):
+            time.sleep(0.1)
     """
 )
 

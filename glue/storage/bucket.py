@@ -53,7 +53,7 @@ MISSING_CODES = ("NoSuchKey", "404", "NotFound")
 _BROKEN_BODY = (ResponseStreamingError, FlexibleChecksumError, IncompleteReadError, ReadTimeoutError)
 
 
-def read(s3: Any, bucket: str, key: str, attempts: int = 3) -> bytes | None:
+def read(s3: Any, bucket: str, key: str, attempts: int = 5) -> bytes | None:
     """The object's bytes, or None when there is no such key.
 
     A 5xx or a body that breaks off or fails its checksum is read again (a record being replaced
@@ -71,7 +71,7 @@ def read(s3: Any, bucket: str, key: str, attempts: int = 3) -> bytes | None:
         except _BROKEN_BODY:
             if attempt == attempts:
                 raise
-        time.sleep(0.1 * attempt)
+        time.sleep(0.2 * attempt)  # a loaded server can answer 500 several times in a row while a key is replaced
     raise AssertionError("unreachable")
 
 

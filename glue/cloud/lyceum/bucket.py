@@ -148,7 +148,7 @@ def current(path: Path, fetch: Callable[[], dict[str, Any]], force: bool = False
 
 
 class FileCredentials:
-    """A credentials callback for the checkpointer (glue.train.storage's CredentialsCallback).
+    """A credentials callback for the checkpointer (glue.train.s3_client's CredentialsCallback).
 
     It re-reads the credentials file whenever the copy it holds is near expiry, so whoever
     refreshes the file (the controller, or `refresh` given here) keeps long runs writing.

@@ -28,6 +28,7 @@ def test_position_counts_batches_received_not_prefetched() -> None:
     it = iter(loader)
     got = [next(it) for _ in range(2)]  # the workers have prefetched up to 4 batches by now
     assert (sampler.epoch, sampler.index) == (0, 8)
+    it.close()  # mid-epoch: release the workers now, not in a gc at interpreter exit (it can hang there)
     del it
     rest = list(loader)  # a new pass continues right after the last batch received
     assert sampler.state_dict()["epoch"] == 1 and sampler.index == 0
@@ -55,6 +56,7 @@ def test_resumed_loader_continues_the_same_samples_and_draws() -> None:
     it = iter(first)
     head = [next(it) for _ in range(3)]
     state = first.resumable_sampler.state_dict()
+    it.close()  # mid-epoch: release the workers now, not in a gc at interpreter exit (it can hang there)
     del it
     tail = list(loader(state))
     assert torch.equal(torch.cat(head + tail), full)

@@ -13,7 +13,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from typing import Any
 
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local.bucket import HOST, LocalBucket, free_port, pid_alive
+from glue.cloud.local.nspawn import ssh_banner
 from glue.errors import GlueError
 from glue.paths import write_secret
 from glue.records import BucketCredentials, BucketInfo
@@ -44,14 +44,6 @@ def _children(pid: int) -> list[int]:
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except (OSError, ValueError):
         return []
-
-
-def _ssh_banner(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=0.5) as s:
-            return s.recv(16).startswith(b"SSH-")
-    except OSError:
-        return False
 
 
 def _keygen(path: Path) -> str:
@@ -156,7 +148,7 @@ class LocalBackend:
                         hint += " (creating namespaces needs root or CAP_SYS_ADMIN; run as root)"
                     raise GlueError(f"local VM {spec.name} failed to boot: {hint}")
                 init_pid = init_pid or next(iter(_children(proc.pid)), None)
-                if init_pid and _ssh_banner(port):
+                if init_pid and ssh_banner(port):
                     break
                 time.sleep(0.05)
             else:

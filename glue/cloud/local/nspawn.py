@@ -86,7 +86,8 @@ def container_init(nspawn_pid: int) -> int | None:
     return None
 
 
-def _ssh_banner(port: int) -> bool:
+def ssh_banner(port: int) -> bool:
+    """True once an SSH server answers on 127.0.0.1:port (both kinds of local VM wait for this)."""
     try:
         with socket.create_connection((HOST, port), timeout=0.5) as s:
             return s.recv(16).startswith(b"SSH-")
@@ -127,7 +128,7 @@ def boot(name: str, rootfs: Path, vm_dir: Path, port: int) -> Machine:
         if host_key is None:
             found = _HOSTKEY.search(console.read_text(errors="replace"))
             host_key = found.group(1) if found else None
-        if init_pid and host_key and _ssh_banner(port):
+        if init_pid and host_key and ssh_banner(port):
             return Machine(nspawn_pid=proc.pid, init_pid=init_pid, host_key=host_key)
         time.sleep(0.05)
     what = "no host key on its console (first boot failed)" if host_key is None else \

@@ -12,7 +12,13 @@ outputs: {destination: "s3://gpukit/runs/{run}/outputs", required: [model.pt]}
 checkpoint: {target: "s3://gpukit/runs/{run}", interval_steps: 20, keep_last: 2}
 env: {OMP_NUM_THREADS: "1"}
 secrets: [WANDB_API_KEY]                        # names only; values come from the environment
-monitor: {heartbeat_seconds: 2, stall_timeout_seconds: 60}
+monitor: {heartbeat_seconds: 2, stall_timeout_seconds: 60, lost_after_seconds: 5}
+recovery: {max_preemptions: 10, max_failures: 3, backoff_seconds: 10, deadline_hours: 48}   # glue watch
+notify: {command: [notify-send-ish, --json], webhook_env: TEAM_WEBHOOK_URL}
+evaluation:
+  dataset: {uri: "s3://gpukit/eval/heldout-v1.bin", sha256: "<64 hex>"}   # pinned in the manifest
+  metrics: {val_loss: {max: 4.5}}                                          # acceptance thresholds
+pricing: {vm_hour: 2.1, currency: EUR}    # overrides the backend's price table
 ```
 """
 
@@ -29,6 +35,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     StrictStr,
     StringConstraints,
@@ -84,8 +91,9 @@ class MonitorSpec(_Strict):
 
     heartbeat_seconds: Annotated[float, Field(ge=0.1, le=3600)] = 2.0
     stall_timeout_seconds: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = 60.0
+    lost_after_seconds: Annotated[float, Field(gt=0, le=24 * 3600)] = 5.0
 
-    @field_validator("heartbeat_seconds", "stall_timeout_seconds", mode="before")
+    @field_validator("heartbeat_seconds", "stall_timeout_seconds", "lost_after_seconds", mode="before")
     @classmethod
     def _number(cls, v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, int | float):
@@ -97,7 +105,99 @@ class MonitorSpec(_Strict):
         if self.stall_timeout_seconds < 2 * self.heartbeat_seconds:
             raise ValueError(f"stall_timeout_seconds ({self.stall_timeout_seconds:g}) must be at least twice "
                              f"heartbeat_seconds ({self.heartbeat_seconds:g}), or a healthy run reads as stalled")
+        if self.lost_after_seconds <= self.heartbeat_seconds:
+            raise ValueError(f"lost_after_seconds ({self.lost_after_seconds:g}) must be more than "
+                             f"heartbeat_seconds ({self.heartbeat_seconds:g}), or a live VM reads as lost")
         return self
+
+
+NOTIFY_EVENTS = ("recovered", "recovery_failed", "budget_exhausted", "bad_restart", "oom", "failed")
+HTTP_URL_RE = r"^https?://[^\s]+$"
+SHA256_RE = r"^[0-9a-f]{64}$"
+Count = Annotated[StrictInt, Field(ge=0, le=100_000)]
+
+
+def _seconds(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"must be a number, got {v!r}")
+    return v
+
+
+class RecoverySpec(_Strict):
+    """What `glue watch` may do unattended. Lost VMs (preemption) and real failures (stall, comm, lost
+    storage) draw on separate budgets; attempts wait backoff_seconds, doubling up to backoff_max_seconds;
+    past deadline_hours after the run's first start nothing more is tried."""
+
+    max_preemptions: Count = 10
+    max_failures: Count = 3
+    backoff_seconds: Annotated[float, Field(ge=0, le=24 * 3600)] = 10.0
+    backoff_max_seconds: Annotated[float, Field(ge=0, le=7 * 24 * 3600)] = 300.0
+    deadline_hours: Annotated[float, Field(gt=0, le=24 * 365)] | None = None
+    keep_failed: StrictBool = False
+
+    @field_validator("backoff_seconds", "backoff_max_seconds", "deadline_hours", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        return v if v is None else _seconds(v)
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> RecoverySpec:
+        if self.backoff_max_seconds < self.backoff_seconds:
+            raise ValueError(f"backoff_max_seconds ({self.backoff_max_seconds:g}) must be at least "
+                             f"backoff_seconds ({self.backoff_seconds:g})")
+        return self
+
+
+class NotifySpec(_Strict):
+    """Who hears about recoveries and failures: a command (the event as JSON on stdin) and/or a webhook
+    (an HTTP POST of the same JSON). webhook_env names an environment variable of the watcher that holds
+    the URL, for URLs that carry a token (it is never recorded)."""
+
+    command: tuple[NonEmpty, ...] = ()
+    webhook: Annotated[StrictStr, StringConstraints(pattern=HTTP_URL_RE)] | None = None
+    webhook_env: Annotated[StrictStr, StringConstraints(pattern=SECRET_NAME_RE)] | None = None
+    events: tuple[Literal[NOTIFY_EVENTS], ...] = NOTIFY_EVENTS  # type: ignore[valid-type]
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _argv(cls, v: Any) -> Any:
+        return v.split() if isinstance(v, str) else v
+
+
+class EvalSetSpec(_Strict):
+    """The fixed evaluation set: one object in the bucket, pinned by its sha256."""
+
+    uri: NonEmpty
+    sha256: Annotated[StrictStr, StringConstraints(pattern=SHA256_RE)]
+
+
+class Threshold(_Strict):
+    """An acceptance criterion on one metric: min and/or max (inclusive)."""
+
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> Threshold:
+        if self.min is None and self.max is None:
+            raise ValueError("give min and/or max")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min:g}) is above max ({self.max:g})")
+        return self
+
+
+class EvaluationSpec(_Strict):
+    """The evaluation that decides whether a run is accepted: a pinned set and metric thresholds."""
+
+    dataset: EvalSetSpec | None = None
+    metrics: Annotated[dict[str, Threshold], Field(min_length=1)]
+
+
+class PricingSpec(_Strict):
+    """Overrides the backend's price table for this run's cost figures."""
+
+    vm_hour: Annotated[float, Field(ge=0, le=100_000)]
+    currency: Annotated[StrictStr, StringConstraints(pattern=r"^[A-Z]{3}$")] = "EUR"
 
 
 class RunConfig(_Strict):
@@ -113,6 +213,10 @@ class RunConfig(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     secrets: tuple[Annotated[StrictStr, StringConstraints(pattern=SECRET_NAME_RE)], ...] = ()
     monitor: MonitorSpec = Field(default_factory=MonitorSpec)
+    recovery: RecoverySpec = Field(default_factory=RecoverySpec)
+    notify: NotifySpec = Field(default_factory=NotifySpec)
+    evaluation: EvaluationSpec | None = None
+    pricing: PricingSpec | None = None
 
     @field_validator("command", mode="before")
     @classmethod
@@ -198,10 +302,14 @@ def parse(raw: Any, run_id: str, bucket: str) -> RunConfig:
     def subst(s: str) -> str:
         return s.replace("{run}", run_id).replace("{bucket}", bucket).rstrip("/")
 
-    return rc.model_copy(update={
+    update: dict[str, Any] = {
         "outputs": rc.outputs.model_copy(update={"destination": subst(rc.outputs.destination)}),
         "checkpoint": rc.checkpoint.model_copy(update={"target": subst(rc.checkpoint.target)}),
-    })
+    }
+    if rc.evaluation and rc.evaluation.dataset:
+        ds = rc.evaluation.dataset.model_copy(update={"uri": subst(rc.evaluation.dataset.uri)})
+        update["evaluation"] = rc.evaluation.model_copy(update={"dataset": ds})
+    return rc.model_copy(update=update)
 
 
 def check_run_id(run_id: str) -> None:

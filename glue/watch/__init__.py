@@ -1,0 +1,1 @@
+"""glue watch: keeps runs going unattended (automatic verified recovery within budgets)."""

@@ -26,9 +26,10 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from glue.commands import cluster, image, memprobe, recovery, runs
+    from glue.commands import cluster, image, memprobe, recovery, report, runs, watch
 
-    for command in [*cluster.COMMANDS, *runs.COMMANDS, *recovery.COMMANDS, *memprobe.COMMANDS, *image.COMMANDS]:
+    for command in [*cluster.COMMANDS, *runs.COMMANDS, *recovery.COMMANDS, *memprobe.COMMANDS, *image.COMMANDS,
+                    *watch.COMMANDS, *report.COMMANDS]:
         cli.add_command(command)
 
 

@@ -1,0 +1,7 @@
+"""glue watch (filled in by its issue)."""
+
+from __future__ import annotations
+
+import click
+
+COMMANDS: list[click.Command] = []

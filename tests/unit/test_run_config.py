@@ -68,3 +68,38 @@ def test_the_committed_json_schema_matches_the_models() -> None:
     assert committed == json.loads(json.dumps(config.json_schema())), \
         "regenerate: python -m glue.runs.config --schema > docs/run-config.schema.json"
     assert committed["properties"]["monitor"] and committed["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"recovery": {"backoff_seconds": 10, "backoff_max_seconds": 5}}, "backoff_max_seconds (5) must be at least"),
+        ({"recovery": {"max_failures": -1}}, "recovery.max_failures"),
+        ({"recovery": {"keep_failed": "yes"}}, "recovery.keep_failed"),
+        ({"notify": {"webhook": "ftp://127.0.0.1/x"}}, "notify.webhook"),
+        ({"notify": {"events": ["sometimes"]}}, "notify.events.0"),
+        ({"notify": {"webhook_env": "lower-case"}}, "notify.webhook_env"),
+        ({"evaluation": {"metrics": {}}}, "evaluation.metrics"),
+        ({"evaluation": {"metrics": {"val_loss": {}}}}, "give min and/or max"),
+        ({"evaluation": {"metrics": {"acc": {"min": 0.9, "max": 0.5}}}}, "min (0.9) is above max (0.5)"),
+        ({"evaluation": {"metrics": {"l": {"max": 1}}, "dataset": {"uri": "s3://b/e", "sha256": "abc"}}},
+         "evaluation.dataset.sha256"),
+        ({"pricing": {"vm_hour": -1}}, "pricing.vm_hour"),
+        ({"monitor": {"heartbeat_seconds": 2, "lost_after_seconds": 2}}, "lost_after_seconds (2) must be more than"),
+    ],
+)
+def test_watch_and_evaluation_blocks_are_checked(extra: dict[str, Any], needle: str) -> None:
+    raw = {**copy.deepcopy(_base()), **extra}
+    with pytest.raises(GlueError) as err:
+        config.parse(raw, "r1", "bkt")
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_watch_and_evaluation_defaults_and_substitution() -> None:
+    raw = {**_base(), "evaluation": {"metrics": {"val_loss": {"max": 4.5}},
+                                     "dataset": {"uri": "s3://{bucket}/eval/{run}.bin", "sha256": "0" * 64}}}
+    rc = config.parse(raw, "r1", "bkt")
+    assert (rc.recovery.max_preemptions, rc.recovery.max_failures, rc.recovery.keep_failed) == (10, 3, False)
+    assert rc.monitor.lost_after_seconds == 5.0 and rc.notify.events[0] == "recovered" and rc.pricing is None
+    assert rc.evaluation is not None and rc.evaluation.dataset is not None
+    assert rc.evaluation.dataset.uri == "s3://bkt/eval/r1.bin"

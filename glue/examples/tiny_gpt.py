@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 from glue.examples.corpus import generate
 from glue.train import Checkpointer, ResumableSampler, RNGState, TrainState
 from glue.train.agreement import agree
+from glue.train.evaluation import load_eval_set, record_evaluation
 from glue.train.process_group import join, under_torchrun
 
 DEFAULTS: dict[str, Any] = {
@@ -41,6 +42,9 @@ DEFAULTS: dict[str, Any] = {
     "broken_resume": None, "skip_outputs": False, "step_sleep": 0.0, "checkpoint_interval": 20,
     "grad_accum": 1, "checkpointing": False, "autocast_bf16": False, "adapter_only": False,
     "dist_timeout_s": 300, "log_dir": None,  # log_dir: a per-step log of the trainer's own, e.g. under /mnt/s3
+    # Evaluation on a fixed held-out set (the run's pinned evaluation set, else generated text the training
+    # corpus never holds): at the end, and every eval_every steps when > 0.
+    "eval_every": 0, "eval_chars": 4000,
 }
 
 
@@ -52,7 +56,7 @@ _SPEC: dict[str, tuple[type | tuple[type, ...], float | None]] = {
     "broken_resume": ((str, type(None)), None), "skip_outputs": (bool, None), "step_sleep": ((int, float), 0),
     "checkpoint_interval": (int, 1), "grad_accum": (int, 1), "checkpointing": (bool, None),
     "autocast_bf16": (bool, None), "adapter_only": (bool, None), "dist_timeout_s": ((int, float), 1),
-    "log_dir": ((str, type(None)), None),
+    "log_dir": ((str, type(None)), None), "eval_every": (int, 0), "eval_chars": (int, 256),
 }
 
 
@@ -137,6 +141,44 @@ def build(cfg: dict[str, Any]) -> tuple[TinyGPT, CharWindows, int]:
     return model, CharWindows(ids, int(cfg["seq_len"])), len(vocab)
 
 
+# A seed the training corpus (glue.examples.corpus, seed 1234) never uses: held-out sentences.
+HELDOUT_SEED = 98765
+
+
+def heldout_ids(cfg: dict[str, Any], data: bytes | None = None) -> torch.Tensor:
+    """The evaluation set as token ids: the pinned set's text when given, else generated held-out text.
+    Characters outside the training vocabulary are dropped (the model cannot predict them)."""
+    vocab = sorted(set(generate(int(cfg["corpus_chars"]))))
+    index = {c: i for i, c in enumerate(vocab)}
+    text = data.decode("utf-8", errors="replace") if data is not None else generate(int(cfg["eval_chars"]),
+                                                                                    seed=HELDOUT_SEED)
+    return torch.tensor([index[c] for c in text if c in index], dtype=torch.long)
+
+
+def evaluate(model: nn.Module, ids: torch.Tensor, cfg: dict[str, Any], device: torch.device) -> dict[str, float]:
+    """Mean next-character cross-entropy over every full window of the held-out set (no dropout, no RNG
+    drawn: evaluating does not change what training does next)."""
+    seq = int(cfg["seq_len"])
+    windows = CharWindows(ids, seq)
+    if len(windows) == 0:
+        raise ValueError(f"the evaluation set holds {len(ids)} known characters, fewer than one window "
+                         f"(seq_len {seq} + 1)")
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(windows), 32):
+            xs, ys = zip(*(windows[i] for i in range(start, min(start + 32, len(windows)))), strict=True)
+            x, y = torch.stack(xs).to(device), torch.stack(ys).to(device)
+            logits = model(x)
+            total += float(nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1),
+                                                       reduction="sum"))
+            count += y.numel()
+    model.train(was_training)
+    loss = total / count
+    return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
+
+
 def fingerprint(t: torch.Tensor, prev: str = "") -> str:
     return hashlib.sha256(prev.encode() + t.contiguous().numpy().tobytes()).hexdigest()[:16]
 
@@ -146,8 +188,10 @@ def batches(loader: DataLoader[Any]) -> Iterator[tuple[torch.Tensor, torch.Tenso
         yield from loader
 
 
-def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: Any = None) -> dict[str, Any]:
-    """The loop. Returns {"step", "loss"}; prints `step N loss L` (full precision) per step."""
+def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: Any = None,
+          heldout: torch.Tensor | None = None) -> dict[str, Any]:
+    """The loop. Returns {"step", "loss"}; prints `step N loss L` (full precision) per step. With `report`
+    (a RunContext) and `heldout` ids, rank 0 evaluates every eval_every steps and records the result."""
     torch.set_num_threads(int(cfg["threads"]))
     torch.use_deterministic_algorithms(True)
     random.seed(int(cfg["seed"]))
@@ -224,6 +268,10 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
         if cfg["log_dir"] and rank == 0:  # what a user's own code does with the mount: logs, artifacts
             with open(os.path.join(str(cfg["log_dir"]), "steps.log"), "a") as fh:
                 fh.write(f"{ts.step} {loss_value!r}\n")
+        every = int(cfg["eval_every"])
+        if report is not None and heldout is not None and rank == 0 and every and ts.step % every == 0 \
+                and ts.step < steps:
+            record_evaluation(report, ts.step, evaluate(model, heldout, cfg, device))
         if cfg["step_sleep"]:
             import time
 
@@ -232,7 +280,7 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
             ckpt.save(ts.step)
     if ckpt is not None:
         ckpt.flush()
-    return {"step": ts.step, "loss": loss_value, "model": model}
+    return {"step": ts.step, "loss": loss_value, "model": model, "device": device}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,11 +300,15 @@ def main(argv: list[str] | None = None) -> int:
             check_config(cfg)  # raised inside the run: recorded as the trainer's own error (user_error)
             distributed = init_distributed(cfg)
             ckpt = ctx.checkpointer()
-            result = train(cfg, ckpt, resume=ctx.resume or args.resume, report=ctx)
+            heldout = heldout_ids(cfg, load_eval_set())  # a missing or changed pinned set fails here, not at the end
+            result = train(cfg, ckpt, resume=ctx.resume or args.resume, report=ctx, heldout=heldout)
             ckpt.close()
             if distributed:
                 dist.barrier()  # rank 0 exports only after every rank finished its last step
                 dist.destroy_process_group()
+            if ctx.rank == 0:  # the final evaluation, before the outputs that mark the run completed
+                record_evaluation(ctx, result["step"], evaluate(result["model"], heldout, cfg, result["device"]),
+                                  final=True)
             if not cfg["skip_outputs"] and ctx.rank == 0:
                 import io
 

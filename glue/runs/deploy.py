@@ -7,6 +7,7 @@ bucket (the boundary guard), the command or image exists on the VM, every secret
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -24,7 +25,7 @@ from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.paths import PROJECT_ROOT
 from glue.runs import config as runconfig
-from glue.runs import guard, lease, remote
+from glue.runs import gate, guard, lease, monitor, remote
 from glue.runs import vm_group as group_mod
 from glue.runs.store import RunStore, utc_iso
 from glue.runs.vm_group import GroupSpec, Rendezvous
@@ -75,6 +76,55 @@ def check_command(home: Path, host: Host, rc: runconfig.RunConfig) -> list[str]:
     return argv
 
 
+def check_eval_set(store: RunStore, rc: runconfig.RunConfig) -> dict[str, Any] | None:
+    """The pinned evaluation set: it must be in the run's bucket with exactly the sha256 run.yaml pins.
+    Returns the pin for the manifest (uri, sha256, size); None when run.yaml names no evaluation set."""
+    ds = rc.evaluation.dataset if rc.evaluation else None
+    if ds is None:
+        return None
+    key = monitor.as_s3_prefix(ds.uri, store.info.name)
+    if not key:
+        raise GlueError(f"evaluation.dataset.uri {ds.uri} is not an object in the run's bucket: use "
+                        f"s3://{store.info.name}/<key> (or a path under /mnt/s3)")
+    data = _read_object(store, key)
+    if data is None:
+        raise GlueError(f"evaluation set {ds.uri} is not in bucket {store.info.name}; upload it, or fix "
+                        "evaluation.dataset.uri in run.yaml")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != ds.sha256:
+        raise GlueError(f"evaluation set {ds.uri} has sha256 {digest}, but run.yaml pins {ds.sha256}: the set "
+                        "changed; runs judged on different sets cannot be compared (pin the new hash on purpose)")
+    return {"uri": ds.uri, "sha256": digest, "size": len(data)}
+
+
+def _read_object(store: RunStore, key: str) -> bytes | None:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from glue.storage import bucket as bucket_store
+
+    try:
+        return bucket_store.read(store.s3, store.info.name, key)
+    except (ClientError, BotoCoreError) as exc:
+        raise GlueError(f"bucket {store.info.name} did not answer (get {key}): {str(exc).splitlines()[0]}") from exc
+
+
+def scale_gate(store: RunStore, nodes: int, require_validated: bool, console: Console) -> None:
+    """--nodes N > 1: a smaller run of the same code must have met its acceptance criteria and a drill of
+    it passed; otherwise warn, or refuse with --require-validated."""
+    if nodes <= 1:
+        return
+    sha = code_version().get("git_sha")
+    found = gate.validation(store.info, store.creds, sha, nodes)
+    if found.ok:
+        console.print(f"scale gate: validated by run {found.accepted_run} (acceptance) and drill "
+                      f"{found.passed_drill} of commit {str(sha)[:12]}")
+        return
+    what = f"--nodes {nodes} for unvalidated code (commit {str(sha)[:12]}): {found.missing()}"
+    if require_validated:
+        raise GlueError(f"scale gate: refusing {what}; validate a smaller run first, or drop --require-validated")
+    console.print(f"[yellow]scale gate: warning: {what}[/]")
+
+
 def _image_digest(home: Path, host: Host, image: str | None) -> str | None:
     if not image:
         return None
@@ -84,7 +134,8 @@ def _image_digest(home: Path, host: Host, image: str | None) -> str | None:
 
 def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: bool, console: Console,
            memory_limit_mb: int | None = None, config_overrides: dict[str, Any] | None = None,
-           group: GroupSpec | None = None, env_overrides: dict[str, str] | None = None) -> dict[str, Any]:
+           group: GroupSpec | None = None, env_overrides: dict[str, str] | None = None,
+           require_validated: bool = False) -> dict[str, Any]:
     """Preflight, record, start. Returns the attempt record."""
     group = group or GroupSpec()
     group.check()
@@ -105,6 +156,9 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
                         "a new attempt that resumes it")
     if resume and not exists:
         raise GlueError(f"cannot resume run {run_id!r}: it does not exist in the bucket")
+    if not resume:
+        scale_gate(store, group.nodes, require_validated, console)
+    eval_pin = check_eval_set(store, rc) if not exists else None
     for host in hosts:
         if not ssh.reachable(home, host):
             raise GlueError(f"{host.name} does not answer SSH; check `glue status`")
@@ -124,13 +178,13 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
         rdzv = group_mod.rendezvous(home, hosts, [remote.python(h) for h in hosts]) if group.distributed else None
     with lease.held(store, "deploy", unless_exists=None if exists else "manifest.json"):
         return _record_and_start(home, store, rc, hosts, argvs, resume, env_info, digest, group, rdzv,
-                                 memory_limit_mb, console)
+                                 memory_limit_mb, console, eval_pin)
 
 
 def _record_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, hosts: list[Host],
                       argvs: list[list[str]], resume: bool, env_info: dict[str, Any], digest: str | None,
                       group: GroupSpec, rdzv: Rendezvous | None, memory_limit_mb: int | None,
-                      console: Console) -> dict[str, Any]:
+                      console: Console, eval_pin: dict[str, Any] | None = None) -> dict[str, Any]:
     """Under the run's lease: check again that the run is (or is not) there, write the manifest, start."""
     run_id = store.run
     exists = store.exists()
@@ -151,6 +205,10 @@ def _record_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, host
                                                      "required": list(rc.outputs.required)},
             "checkpoint": rc.checkpoint.model_dump(), "bucket": {"endpoint": store.info.endpoint,
                                                             "name": store.info.name},
+            # The evaluation set as verified at deploy (its sha256 pinned): runs judged on different sets
+            # are refused by `glue compare`.
+            "evaluation": {"dataset": eval_pin,
+                           "metrics": rc.evaluation.model_dump()["metrics"] if rc.evaluation else {}},
         })
     record = start_attempt(home, hosts, store, rc, argvs, attempt, resume=resume or attempt > 1,
                            memory_limit_mb=memory_limit_mb, group=group, rdzv=rdzv)
@@ -185,6 +243,10 @@ def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.
         "GPUKIT_BUCKET_REGION": store.info.region if store.info.region != "local" else "us-east-1",
         "GPUKIT_CREDENTIALS_FILE": remote.CREDENTIALS_PATH, "PYTHONUNBUFFERED": "1",
     }
+    ds = rc.evaluation.dataset if rc.evaluation else None
+    if ds is not None:  # glue.train.evaluation.load_eval_set reads it, through the S3 API, and checks the pin
+        key = monitor.as_s3_prefix(ds.uri, store.info.name)
+        env.update(GPUKIT_EVAL_URI=f"s3://{store.info.name}/{key}", GPUKIT_EVAL_SHA256=ds.sha256)
     if group.distributed and rdzv is None:
         rdzv = group_mod.rendezvous(home, hosts, [remote.python(h) for h in hosts])
     record: dict[str, Any] = {

@@ -1,0 +1,54 @@
+"""The scale gate: a group of N > 1 VMs only after a smaller run of the same code met its acceptance
+criteria and a drill of the same code passed (issue 17: scale only once the small run and its recovery
+are both proven). Same code = the same git commit recorded in the manifests (`code.git_sha`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from glue.records import BucketCredentials, BucketInfo
+from glue.runs.store import RunStore, run_ids
+from glue.runs.verdict import run_verdict
+
+
+@dataclass
+class Validation:
+    accepted_run: str | None
+    passed_drill: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.accepted_run is not None and self.passed_drill is not None
+
+    def missing(self) -> str:
+        gaps = []
+        if self.accepted_run is None:
+            gaps.append("no smaller run of this code met its acceptance criteria (run.yaml evaluation.metrics)")
+        if self.passed_drill is None:
+            gaps.append("no drill of this code passed (`glue drill --run X`)")
+        return " and ".join(gaps)
+
+
+def nodes_of_manifest(manifest: dict[str, object]) -> int:
+    dist = manifest.get("distributed")
+    return int(dist.get("nodes", 1)) if isinstance(dist, dict) else 1
+
+
+def validation(info: BucketInfo, creds: BucketCredentials, git_sha: str | None, nodes: int) -> Validation:
+    """The first accepted smaller run and passed drill of commit `git_sha` in the bucket."""
+    found = Validation(None, None)
+    if not git_sha:
+        return found
+    for rid in run_ids(info, creds):
+        store = RunStore(info, creds, rid)
+        manifest = store.get_json("manifest.json")
+        if not manifest or (manifest.get("code") or {}).get("git_sha") != git_sha \
+                or nodes_of_manifest(manifest) >= nodes:
+            continue
+        if found.passed_drill is None and (store.get_json("drill.json") or {}).get("passed"):
+            found.passed_drill = rid
+        if found.accepted_run is None and run_verdict(store).accepted:
+            found.accepted_run = rid
+        if found.ok:
+            break
+    return found

@@ -1,0 +1,94 @@
+"""Resources and cost of a run, summed across its attempts and recoveries.
+
+  VM-hours   each attempt from its start to its end (exit record; for a lost VM its last sign of life)
+             x its VMs, plus each recovery's new VMs from creation to the new attempt's start
+             (provision + configure + verify)
+  GPU-hours  VM-hours x GPUs per VM
+  cost       VM-hours x the price of a VM-hour: run.yaml `pricing.vm_hour`, else the backend's table
+             (glue/cloud/<backend>/pricing.py)
+Replayed work (steps trained again after each failure) and checkpoint overhead (save stall x saves) are
+reported beside it: they are part of the VM-hours, not added to them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from glue.report.facts import RECOVERY_VM_PHASES, RunFacts
+
+
+@dataclass(frozen=True)
+class Price:
+    vm_hour: float | None   # None: unknown for this VM kind (cost not shown)
+    currency: str
+    source: str
+
+
+def price_for(manifest: dict[str, Any]) -> Price:
+    override = (manifest.get("config") or {}).get("pricing")
+    if override:
+        return Price(float(override["vm_hour"]), str(override.get("currency") or "EUR"), "run.yaml pricing")
+    env = manifest.get("environment") or {}
+    backend = str(env.get("backend") or "local")
+    try:
+        table = importlib.import_module(f"glue.cloud.{backend}.pricing")
+    except ModuleNotFoundError:
+        return Price(None, "EUR", f"no price table for backend {backend}")
+    return Price(table.vm_hour(str(env.get("gpu_type") or "none"), int(env.get("gpu_count") or 0)),
+                 table.CURRENCY, table.SOURCE)
+
+
+@dataclass(frozen=True)
+class Use:
+    label: str          # "attempt 2" or "recovery 1"
+    seconds: float
+    vms: int
+    vm_hours: float
+    gpu_hours: float
+    cost: float | None
+
+
+@dataclass
+class Resources:
+    uses: list[Use]
+    vm_hours: float
+    gpu_hours: float
+    cost: float | None
+    price: Price
+    replayed_steps: int
+    replayed_s: float
+    checkpoint_overhead_s: float
+    saves: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _use(label: str, seconds: float, vms: int, gpus_per_vm: int, price: Price) -> Use:
+    vm_hours = seconds / 3600 * vms
+    return Use(label, seconds, vms, vm_hours, vm_hours * gpus_per_vm,
+               None if price.vm_hour is None else vm_hours * price.vm_hour)
+
+
+def resources(f: RunFacts) -> Resources:
+    price = price_for(f.manifest)
+    uses = [_use(f"attempt {a.n}", a.seconds, a.nodes, f.gpu_count, price) for a in f.attempts]
+    for k, rec in enumerate(f.recoveries, 1):
+        secs = sum(float((rec.get("seconds") or {}).get(p) or 0) for p in RECOVERY_VM_PHASES)
+        new_vms = sum(1 for n in rec.get("nodes") or [] if n.get("replaced")) or 1
+        uses.append(_use(f"recovery {k}", secs, new_vms, f.gpu_count, price))
+    stalls = [c.stall_s for c in f.checkpoints]
+    saves = f.saves()
+    return Resources(
+        uses=uses, vm_hours=sum(u.vm_hours for u in uses), gpu_hours=sum(u.gpu_hours for u in uses),
+        cost=None if price.vm_hour is None else sum(u.cost or 0.0 for u in uses), price=price,
+        replayed_steps=sum(int((r.get("work_lost") or {}).get("steps") or 0) for r in f.recoveries),
+        replayed_s=sum(float((r.get("work_lost") or {}).get("seconds") or 0) for r in f.recoveries),
+        checkpoint_overhead_s=(statistics.mean(stalls) if stalls else 0.0) * saves, saves=saves)
+
+
+def money(value: float | None, currency: str) -> str:
+    return "—" if value is None else f"{value:,.4f} {currency}" if value < 1 else f"{value:,.2f} {currency}"

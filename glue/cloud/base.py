@@ -4,8 +4,9 @@ records live in glue.records: storage uses them too, and must not depend on the 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+from glue.errors import GlueError
 from glue.records import BucketCredentials, BucketInfo
 
 
@@ -39,7 +40,8 @@ class VMRecord:
         return asdict(self)
 
 
-__all__ = ["Backend", "BucketCredentials", "BucketInfo", "VMRecord", "VMSpec"]
+__all__ = ["AnnouncesTermination", "Backend", "BucketCredentials", "BucketInfo", "VMRecord", "VMSpec",
+           "announce_termination"]
 
 
 class Backend(Protocol):
@@ -76,3 +78,21 @@ class Backend(Protocol):
     def bucket_credentials(self) -> BucketCredentials:
         """Credentials for the bucket (fresh ones where they expire)."""
         ...
+
+
+@runtime_checkable
+class AnnouncesTermination(Protocol):
+    """A backend that can reclaim a VM the way clouds do: a termination notice on the VM, a grace period,
+    then the VM is gone (the local backends, for tests and drills; a real cloud announces on its own)."""
+
+    def announce_termination(self, vm_id: str, grace_s: float) -> None:
+        """Deliver the notice, wait `grace_s`, delete the VM. Blocks for the grace period."""
+        ...
+
+
+def announce_termination(backend: Backend, vm_id: str, grace_s: float) -> None:
+    """`backend.announce_termination`, or one line saying this backend cannot deliver a notice."""
+    if not isinstance(backend, AnnouncesTermination):
+        raise GlueError(f"the {backend.name} backend cannot deliver a termination notice (its cloud announces "
+                        "reclaims itself)")
+    backend.announce_termination(vm_id, grace_s)

@@ -3,6 +3,8 @@ guard, and report on it. Sits above glue.runs: the down guard asks the monitor w
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True)
         tf.apply(tf_vars(home, cfg))
         cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
         outputs = tf.outputs()
-        remove_orphans(home, cfg.backend, outputs, console)
+        remove_orphans(home, cfg.backend, outputs, console, spare={k.id for k in kept(home)})
     written = inventory.write(home, outputs)
     if configure:
         configure_hosts(home, console)
@@ -71,21 +73,84 @@ def down(home: Path, console: Console, force: bool = False) -> None:
     with tf.locked():
         tf.apply(tf_vars(home, cfg), destroy=True)
         outputs = tf.outputs()
-        remove_orphans(home, cfg.backend, outputs, console)
+        removed = remove_orphans(home, cfg.backend, outputs, console)
+    for vm_id in removed:
+        forget_kept(home, vm_id)
     inventory.write(home, {"vms": {}, "bucket": outputs.get("bucket", {})})
 
 
-def remove_orphans(home: Path, backend_name: str, outputs: dict[str, Any], console: Console) -> list[str]:
+def remove_orphans(home: Path, backend_name: str, outputs: dict[str, Any], console: Console,
+                   spare: set[str] | None = None) -> list[str]:
     """Delete VMs this kit home created that Terraform's state does not hold: an apply killed before it
     recorded a create leaves them running (and billed) where no `glue down` would look. Call it under
-    `Terraform.locked()`, so no apply of ours is creating VMs at the same moment."""
+    `Terraform.locked()`, so no apply of ours is creating VMs at the same moment. `spare`: VMs kept
+    for debugging (`glue watch --keep-failed`), which only `glue down` removes."""
     backend = get_backend(backend_name, home)
     in_state = {str(vm.get("id")) for vm in (outputs.get("vms") or {}).values()}
-    orphans = [vm_id for vm_id in backend.owned_vm_ids() if vm_id not in in_state]
+    orphans = [vm_id for vm_id in backend.owned_vm_ids() if vm_id not in in_state and vm_id not in (spare or set())]
+    known = {k.id: k for k in kept(home)}
     for vm_id in orphans:
         backend.delete_vm(vm_id)
-        console.print(f"[yellow]removed[/] VM {vm_id}: created by an interrupted run, never recorded in the state")
+        if vm_id in known:
+            console.print(f"[yellow]removed[/] VM {vm_id}: kept for debugging after {known[vm_id].failure_class} "
+                          f"of run {known[vm_id].run}")
+        else:
+            console.print(f"[yellow]removed[/] VM {vm_id}: created by an interrupted run, never recorded in the state")
     return orphans
+
+
+# -- VMs kept for debugging ----------------------------------------------------------------------
+@dataclass
+class KeptVM:
+    """A failed VM left running for debugging (`--keep-failed`): out of Terraform's state (the run's VM
+    name now belongs to its replacement), listed by `glue status`, removed by `glue down`."""
+
+    name: str
+    id: str
+    ssh_host: str
+    ssh_port: int
+    ssh_user: str
+    host_key: str
+    run: str
+    attempt: int
+    failure_class: str
+    kept_at: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _kept_dir(home: Path) -> Path:
+    return home / "kept"
+
+
+def keep(home: Path, vm: KeptVM) -> None:
+    path = _kept_dir(home)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / f"{vm.id}.json").write_text(json.dumps(vm.as_dict(), indent=1))
+
+
+def forget_kept(home: Path, vm_id: str) -> None:
+    (_kept_dir(home) / f"{vm_id}.json").unlink(missing_ok=True)
+
+
+def kept(home: Path) -> list[KeptVM]:
+    """The kept VMs that still exist (a record whose VM has gone is dropped)."""
+    path = _kept_dir(home)
+    if not path.is_dir():
+        return []
+    backend = get_backend(ClusterConfig.load(home).backend, home)
+    out = []
+    for rec in sorted(path.glob("*.json")):
+        try:
+            vm = KeptVM(**json.loads(rec.read_text()))
+        except (OSError, ValueError, TypeError):
+            continue
+        if backend.read_vm(vm.id) is None:
+            rec.unlink(missing_ok=True)
+        else:
+            out.append(vm)
+    return out
 
 
 def status(home: Path, verify: bool = False) -> dict[str, Any]:
@@ -116,6 +181,6 @@ def status(home: Path, verify: bool = False) -> dict[str, Any]:
         creds = get_backend(cfg.backend, home).bucket_credentials()
         bucket = {"endpoint": info.endpoint, "name": info.name, "region": info.region,
                   "reachable": bucket_store.reachable(info, creds)}
-    return {"backend": cfg.backend, "vms": vms, "bucket": bucket}
+    return {"backend": cfg.backend, "vms": vms, "bucket": bucket, "kept": [k.as_dict() for k in kept(home)]}
 
 

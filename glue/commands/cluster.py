@@ -88,6 +88,10 @@ def status(run_id: str | None, verify: bool, as_json: bool) -> None:
             if v else "",
         )
     Console().print(table if st["vms"] else "no VMs (run `glue up`)")
+    for k in st.get("kept", []):
+        Console().print(f"kept for debugging: VM {k['id']} (was {k['name']}) at {k['ssh_host']}:{k['ssh_port']}, "
+                        f"run {k['run']} attempt {k['attempt']} {k['failure_class']} since {k['kept_at']}; "
+                        "`glue down` removes it", highlight=False)
     b = st["bucket"]
     ok = "[green]reachable[/]" if b["reachable"] else "[red]not reachable[/]"
     Console().print(f"bucket {b['name']} at {b['endpoint']}: {ok}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -128,25 +129,71 @@ def validate(store: RunStore, manifest: dict[str, Any], failure: Failure, from_s
 
 
 # -- provision ----------------------------------------------------------------------------------------
-def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any]) -> None:
+KEEPABLE = frozenset({Outcome.STALL, Outcome.COMM, Outcome.USER_ERROR, Outcome.KILLED, Outcome.STORAGE_LOST})
+
+# SIGSTOP the attempt's processes and their children: frozen, a kept trainer keeps its stacks and memory
+# for py-spy or gdb, and writes nothing more (no heartbeat over the new attempt's).
+_FREEZE = ("all='{pids}'; for p in $all; do for c in $(pgrep -P $p); do "
+           "all=\"$all $c $(pgrep -P $c | tr '\\n' ' ')\"; done; done; kill -STOP $all 2>/dev/null; true")
+
+
+def keepable(home: Path, failure: Failure, keep_failed: bool) -> lifecycle.KeptVM | None:
+    """The failed VM to keep for debugging: asked for, a class where the VM itself still works, a
+    single-node attempt, and the VM still there. None = replace it as usual."""
+    nodes = monitor.nodes_of(failure.attempt)
+    if not keep_failed or failure.outcome not in KEEPABLE or len(nodes) != 1:
+        return None
+    host = monitor.host_for(home, nodes[0])
+    cfg = state.ClusterConfig.load(home)
+    if host is None or get_backend(cfg.backend, home).read_vm(host.id) is None:
+        return None
+    return lifecycle.KeptVM(name=host.name, id=host.id, ssh_host=host.ssh_host, ssh_port=host.ssh_port,
+                            ssh_user=host.ssh_user, host_key=host.host_key, run=str(failure.attempt.get("run")),
+                            attempt=failure.number, failure_class=str(failure.outcome), kept_at=utc_iso())
+
+
+def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any], freeze: lifecycle.KeptVM | None = None) -> None:
     """Stop what is left of an attempt on every node still reachable: a stalled or half-dead trainer
-    (or a surviving rank waiting in the rendezvous) must not write on."""
+    (or a surviving rank waiting in the rendezvous) must not write on. On a VM kept for debugging the
+    processes are frozen (SIGSTOP) instead of killed."""
     for nd in monitor.nodes_of(attempt):
         host = monitor.host_for(home, nd)
-        if host is not None and ssh.reachable(home, host):
+        if host is None or not ssh.reachable(home, host):
+            continue
+        if freeze is not None and host.id == freeze.id:
+            pids = [str(p) for k, p in remote.process_state(home, host, store.run, int(attempt["attempt"]))["pids"]
+                    .items() if k.endswith("_pid") and isinstance(p, int)]
+            if pids:
+                ssh.run(home, host, _FREEZE.format(pids=" ".join(pids)), timeout=20)
+        else:
             remote.kill_attempt(home, host, store.run, int(attempt["attempt"]))
 
 
-def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm: bool) -> tuple[list[Host], list[str]]:
+def _forget(tf: Terraform, address: str) -> None:
+    """`terraform state rm`: Terraform lets go of a VM without destroying it (the next apply creates a
+    new VM under its name). Under the caller's Terraform.locked()."""
+    proc = subprocess.run([tf.binary, "state", "rm", address], cwd=tf.workdir, env=tf._env(), capture_output=True,
+                          text=True, check=False, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise GlueError(f"terraform state rm {address} failed: {' '.join(proc.stderr.split())[-300:]}")
+
+
+def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm: bool,
+              keep: lifecycle.KeptVM | None = None) -> tuple[list[Host], list[str]]:
     """Terraform brings the group's VMs back: a lost VM is drift (re-created by the apply); the live VM
-    of a single-node run is replaced too unless --same-vm; a group keeps its live VMs. Returns the
-    hosts in node order and the names of the new VMs."""
+    of a single-node run is replaced too unless --same-vm; a group keeps its live VMs. A VM to `keep`
+    leaves Terraform's state alive and a new one takes its name. Returns the hosts in node order and
+    the names of the new VMs."""
     cfg = state.ClusterConfig.load(home)
     backend = get_backend(cfg.backend, home)
     tf = Terraform(home, cfg.backend, console)
     replace = [vm_address(str(nd["vm"])) for nd in nodes
-               if len(nodes) == 1 and not same_vm and backend.read_vm(str(nd["vm_id"])) is not None]
-    tf.apply(state.tf_vars(home, cfg), replace=replace)
+               if len(nodes) == 1 and not same_vm and keep is None and backend.read_vm(str(nd["vm_id"])) is not None]
+    with tf.locked():
+        if keep is not None:
+            _forget(tf, vm_address(keep.name))
+            lifecycle.keep(home, keep)
+        tf.apply(state.tf_vars(home, cfg), replace=replace)
     inventory.write(home, tf.outputs())
     hosts = [state.host(home, str(nd["vm"])) for nd in nodes]
     return hosts, [h.name for h, nd in zip(hosts, nodes, strict=True) if h.id != nd["vm_id"]]

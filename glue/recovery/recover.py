@@ -39,17 +39,19 @@ __all__ = ["REFUSE_WITHOUT_FORCE", "check_resume", "merged_metrics", "print_tabl
 
 def recover(home: Path, run_id: str, console: Console, force: bool = False, from_scratch: bool = False,
             same_vm: bool = False, verify_steps: int = 5, tolerance: float = 0.0,
-            wait_timeout: float = 600.0) -> dict[str, Any]:
+            wait_timeout: float = 600.0, keep_failed: bool = False) -> dict[str, Any]:
+    """keep_failed: a failed VM that is still alive (stall, comm, user_error) is left running, its
+    attempt stopped (SIGSTOP) for debugging, and the run moves to a new VM (glue.cluster.lifecycle.kept)."""
     store = deploy_mod.open_store(home, run_id)
     manifest = store.manifest()  # unknown run -> one line
     with lease.held(store, "recover"):  # one writer: a second recover refuses, naming this one
         return _recover(home, store, manifest, console, force, from_scratch, same_vm, verify_steps, tolerance,
-                        wait_timeout)
+                        wait_timeout, keep_failed)
 
 
 def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Console, force: bool,
              from_scratch: bool, same_vm: bool, verify_steps: int, tolerance: float,
-             wait_timeout: float) -> dict[str, Any]:
+             wait_timeout: float, keep_failed: bool) -> dict[str, Any]:
     run_id = store.run
     timed = Timings()
     with console.status("[bold]detect[/]: classifying the last attempt …"):
@@ -58,8 +60,9 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
         lost = phases.validate(store, manifest, failure, from_scratch)
     nodes = monitor.nodes_of(failure.attempt)
     with timed.phase(console, "provision", f"VMs for {', '.join(str(nd['vm']) for nd in nodes)} (terraform)"):
-        phases.kill_attempt(home, store, failure.attempt)
-        hosts, replaced = phases.provision(home, console, nodes, same_vm)
+        keep = phases.keepable(home, failure, keep_failed and not same_vm)
+        phases.kill_attempt(home, store, failure.attempt, freeze=keep)
+        hosts, replaced = phases.provision(home, console, nodes, same_vm, keep)
     fresh = replaced or [h.name for h in hosts]
     with timed.phase(console, "configure", f"the playbook on {', '.join(fresh)} (bucket mount, trainer runtime)"):
         phases.configure(home, console, fresh)
@@ -97,6 +100,7 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
         "work_lost": {"steps": failure_step - (ckpt or 0), "seconds": lost_s},
         "verified": verdict.ok, "first_resumed_step": verdict.first_step, "compared_steps": verdict.compared,
         "problem": verdict.problem, "tolerance": tolerance, "recorded_at": utc_iso(),
+        "kept_vm": keep.as_dict() if keep is not None else None,
     }
     phases.record(store, result)
     print_table(console, result)

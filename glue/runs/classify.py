@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from glue.train.notice import PREEMPTED_EXIT
+
 
 class Outcome(StrEnum):
     RUNNING = "running"
@@ -19,6 +21,7 @@ class Outcome(StrEnum):
     STALL = "stall"
     COMM = "comm"
     VM_LOST = "vm_lost"
+    PREEMPTED = "preempted"  # the VM was announced for termination; the trainer saved and stopped on the notice
     BAD_RESTART = "bad_restart"
     EXPORT_MISSING = "export_missing"
     STORAGE_LOST = "storage_lost"  # the bucket mount died, or the bucket stopped answering past retries
@@ -36,6 +39,7 @@ POLICY = {
     Outcome.STALL: "kill the stuck process and recover (`glue recover`)",
     Outcome.COMM: "restart the whole group and recover (`glue recover`)",
     Outcome.VM_LOST: "recover onto a new VM (`glue recover`)",
+    Outcome.PREEMPTED: "recover onto a new VM (`glue recover`); the checkpoint at the notice makes it cheap",
     Outcome.BAD_RESTART: "stop; the resume is wrong; keep the evidence and fix the trainer",
     Outcome.EXPORT_MISSING: "not done: write the required outputs; the VM is kept",
     Outcome.STORAGE_LOST: "infrastructure, not the trainer: `glue recover` resumes it on a VM with a live bucket mount",
@@ -85,6 +89,7 @@ class Evidence:
     storage_problem: str | None = None         # the run writes through /mnt/s3 and that mount is dead
     lost_vms: list[str] = field(default_factory=list)          # a group's VMs the backend reports gone
     failure_events: list[dict[str, Any]] = field(default_factory=list)  # across ranks, earliest (the cause) first
+    notice: dict[str, Any] | None = None       # the trainer's record of a termination notice (glue.train.notice)
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,12 @@ def classify(ev: Evidence) -> Verdict:
     if ev.resume_problem:
         return Verdict(Outcome.BAD_RESTART, ev.resume_problem)
     finished = ev.exit_code is not None or ev.exit_signal is not None
+    if ev.notice is not None and not ev.process_alive and (
+            ev.vm_status == "gone" or not finished or ev.exit_code == PREEMPTED_EXIT or ev.exit_signal is not None):
+        n = ev.notice
+        saved = f"checkpoint {n['saved_step']} saved" if n.get("saved_step") is not None else \
+            "the VM went before the checkpoint at the notice committed"
+        return Verdict(Outcome.PREEMPTED, f"termination notice ({n.get('source')}) at step {n.get('step')}; {saved}")
     cause_lost = bool(ev.failure_events) and ev.failure_events[0].get("kind") == "vm_lost"
     if ev.vm_status == "gone" and (not finished or cause_lost):
         # An exit record written before the VM went means the attempt ended on its own first; in a group,

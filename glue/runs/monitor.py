@@ -170,6 +170,8 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     states = [_node_state(home, store, n, backend, nd, uses_mount=True) for nd in nodes_of(attempt)]
     errors = [e for e in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.error"))) if e]
     beats = store.heartbeats(n)
+    notices = [d for d in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.notice."))) if d]
+    ev.notice = notices[0] if notices else None
     log_node = combine(ev, states, errors, beats, attempt.get("started_at"))
     ev.log_tail = "\n".join(store.log_text(n, log_node if len(states) > 1 else None).splitlines()[-80:])
     beat = next((b for b in beats if int(b.get("rank", 0)) == 0), None)

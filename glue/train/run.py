@@ -11,7 +11,9 @@
 - `with ctx:` records a crash's exception into runs/<run>/attempts/<n>.error.rank<r>[.x<gen>].json;
 - under torchrun (WORLD_SIZE > 1) it joins the default process group itself (gloo, plus nccl for
   CUDA tensors) and resumes whenever the group is in a restart round (`ctx.restart` > 0);
-- `ctx.write_output(name, data)`: an exported result under the run's output destination.
+- `ctx.write_output(name, data)`: an exported result under the run's output destination;
+- a termination notice (SIGTERM, or the backend's notice file: glue.train.notice) makes the next
+  `ctx.step()` save a checkpoint at that step, record the notice and exit with PREEMPTED_EXIT.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import socket
 import threading
 import time
 import traceback
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,6 +37,7 @@ from glue.train.errors import StorageError
 from glue.train.fence import FencedStorage
 from glue.train.layout import error_key, heartbeat_key, metrics_key
 from glue.train.mount import MOUNT, bucket_url
+from glue.train.notice import PREEMPTED_EXIT, TerminationNotice, notice_key
 from glue.train.storage import Storage, open_target
 from glue.train.utc import iso, utc_now
 
@@ -118,6 +122,8 @@ class RunContext:
         self._last_flush = time.monotonic()
         self._started_at = iso(utc_now())
         self._stop = threading.Event()
+        self._ckpt: Checkpointer | None = None
+        self._notice = TerminationNotice()
         self._keep_previous_steps()
         self._thread = threading.Thread(target=self._beat_loop, name="gpukit-heartbeat", daemon=True)
         self._thread.start()
@@ -162,6 +168,8 @@ class RunContext:
         kw.update(kwargs)
         ck = _MetricsFirstCheckpointer(self, target, **kw)
         ck.storage = FencedStorage(ck.storage, self.store, self.run, self.attempt)  # glue.train.fence
+        self._ckpt = ck
+        self._notice.install()  # on top of the checkpointer's SIGTERM flush: the notice saves at the step
         return ck
 
     # -- per step ------------------------------------------------------------------------------
@@ -175,6 +183,48 @@ class RunContext:
             self._metrics.append(json.dumps(rec))
         if step == self._hold_at:
             self._hold()
+        if self._notice_agreed():
+            self._stop_on_notice(step)
+
+    def _notice_agreed(self) -> bool:
+        """The notice, agreed by every rank (one rank's notice stops all at the same step: a checkpoint
+        needs every rank's part)."""
+        pending = self._notice.pending
+        if self.world_size > 1:
+            import torch
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                flag = torch.tensor([1 if pending else 0])
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                return bool(flag.item())
+        return pending
+
+    def _stop_on_notice(self, step: int) -> None:
+        """Save at this step (blocking: committed before we go), record the notice, exit PREEMPTED_EXIT."""
+        seen = self._notice.seen_at
+        rec: dict[str, Any] = {
+            "run": self.run, "attempt": self.attempt, "rank": self.rank, "restart": self.restart, "vm": self.vm,
+            "source": self._notice.source or "another rank's notice",
+            "seen_at": iso(utc_now()) if seen is None else iso(datetime.fromtimestamp(seen, UTC)),
+            "step": step, "saved_step": None, "saved_at": None,
+        }
+        self._put_notice(rec)  # first: evidence even when the VM goes before the save commits
+        if self._ckpt is not None:
+            self._ckpt.save(step, blocking=True)
+            rec.update(saved_step=step, saved_at=iso(utc_now()))
+            self._put_notice(rec)
+        self._flush_metrics()
+        self._write_heartbeat()
+        log.warning("termination notice (%s): checkpoint at step %s, exiting %d", rec["source"], step,
+                    PREEMPTED_EXIT)
+        raise SystemExit(PREEMPTED_EXIT)
+
+    def _put_notice(self, rec: dict[str, Any]) -> None:
+        try:
+            self.store.put(notice_key(self.attempt, self.rank), json.dumps(rec).encode())
+        except StorageError:
+            pass  # the exit code still says what happened
 
     def _hold(self) -> None:
         """Publish this step (metrics and a heartbeat saying `held`), then wait to be killed: training never
@@ -232,6 +282,7 @@ class RunContext:
         self._open(self.outputs_target).put(name, data)
 
     def close(self) -> None:
+        self._notice.close()
         self._stop.set()
         self._thread.join(timeout=5)
         self._write_heartbeat()

@@ -26,8 +26,10 @@ from glue.cloud.local.nspawn import ssh_banner
 from glue.errors import GlueError
 from glue.paths import write_secret
 from glue.records import BucketCredentials, BucketInfo
+from glue.train.notice import DEFAULT_NOTICE_FILE
 
 BOOT_TIMEOUT = 20.0
+NOTICE_DIR, _, NOTICE_NAME = DEFAULT_NOTICE_FILE.rpartition("/")
 _spawn_lock = threading.Lock()  # terraform creates VMs in parallel: one port pick + spawn at a time
 
 
@@ -199,6 +201,19 @@ class LocalBackend:
 
     def delete_vm(self, vm_id: str) -> None:
         self._teardown(self._vm_dir(vm_id))
+
+    def announce_termination(self, vm_id: str, grace_s: float) -> None:
+        """As a cloud reclaims a VM: the notice file appears inside the VM (its tmpfs /run, reached through
+        PID 1's root), `grace_s` later the VM is deleted. Blocks for the grace period."""
+        state = self._state(self._vm_dir(vm_id))
+        if state is None or not self._init_alive(state):
+            raise GlueError(f"VM {vm_id} is gone; there is nothing to announce")
+        run_dir = Path(f"/proc/{int(str(state['init_pid']))}/root{NOTICE_DIR}")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / NOTICE_NAME).write_text(json.dumps({"action": "terminate", "grace_seconds": grace_s,
+                                                       "at": time.time()}))
+        time.sleep(grace_s)
+        self.delete_vm(vm_id)
 
     def _teardown(self, vm_dir: Path) -> None:
         state = self._state(vm_dir) or {}

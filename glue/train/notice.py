@@ -1,0 +1,71 @@
+"""The termination notice: a VM about to be taken away (preemption, spot reclaim, maintenance).
+
+A notice arrives as SIGTERM or as a file the backend writes on the VM (GPUKIT_NOTICE_FILE, default
+/run/gpukit/termination-notice, as clouds announce a reclaim through their metadata service). Both
+only SET a flag, from the signal handler or a small polling thread: the flag stays set until the
+trainer reaches its next step boundary (`RunContext.step`), so a notice that lands during evaluation,
+warm-up or a save is never missed. There the trainer saves a checkpoint at that step (blocking,
+committed), records the notice and exits with PREEMPTED_EXIT, which the controller classifies as
+`preempted`, not as a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+NOTICE_FILE_ENV = "GPUKIT_NOTICE_FILE"
+DEFAULT_NOTICE_FILE = "/run/gpukit/termination-notice"
+PREEMPTED_EXIT = 75  # EX_TEMPFAIL: stopped on purpose, try again elsewhere
+POLL_S = 0.25
+
+
+def notice_key(attempt: int, rank: int) -> str:
+    """runs/<run>/attempts/<n>.notice.rank<r>.json: what the trainer did on the notice."""
+    return f"attempts/{attempt}.notice.rank{rank}.json"
+
+
+class TerminationNotice:
+    """A flag set by SIGTERM or by the notice file appearing; checked at step boundaries."""
+
+    def __init__(self, path: str | None = None, poll_s: float = POLL_S) -> None:
+        self.path = Path(path or os.environ.get(NOTICE_FILE_ENV) or DEFAULT_NOTICE_FILE)
+        self.source: str | None = None
+        self.seen_at: float | None = None
+        self._flag = threading.Event()
+        self._stop = threading.Event()
+        self._poll_s = poll_s
+        self.install()
+        self._thread = threading.Thread(target=self._poll, name="gpukit-notice", daemon=True)
+        self._thread.start()
+
+    def install(self) -> None:
+        """(Re)install the SIGTERM handler on top (main thread only). Called again after a Checkpointer
+        was made: its flush-and-exit handler must not pre-empt the save at the step boundary."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self._set("SIGTERM")  # only a flag: no I/O, no locks inside a signal handler
+
+    def _set(self, source: str) -> None:
+        if not self._flag.is_set():
+            self.source, self.seen_at = source, time.time()
+            self._flag.set()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            if self.path.exists():
+                self._set(f"notice file {self.path}")
+                return
+
+    @property
+    def pending(self) -> bool:
+        return self._flag.is_set()
+
+    def close(self) -> None:
+        self._stop.set()

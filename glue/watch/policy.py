@@ -1,0 +1,91 @@
+"""What `glue watch` does about a classified attempt: the decision table, the budgets, the backoff.
+
+Pure (no I/O), so every row of the table is unit-tested.
+
+| class                                   | action                                           |
+|-----------------------------------------|--------------------------------------------------|
+| running                                 | nothing                                          |
+| completed                               | done: the run is no longer polled                |
+| vm_lost, preempted                      | recover, from the preemption budget              |
+| stall, comm, storage_lost, killed       | recover, from the failure budget                 |
+| oom_gpu, oom_host                       | stop: no retry (it repeats); event `oom`         |
+| bad_restart                             | stop: the resume is wrong; event `bad_restart`   |
+| user_error, export_missing              | stop: a restart does not fix it; event `failed`  |
+
+A budget exhausted or the deadline passed stops the run too (event `budget_exhausted`). Before the
+k-th retry after k failed recoveries in a row the watcher waits backoff_seconds·2^(k-1), at most
+backoff_max_seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from glue.runs.classify import Outcome
+from glue.runs.config import RecoverySpec
+
+PREEMPTION = frozenset({Outcome.VM_LOST, Outcome.PREEMPTED})
+FAILURE = frozenset({Outcome.STALL, Outcome.COMM, Outcome.STORAGE_LOST, Outcome.KILLED})
+NO_RETRY_EVENT = {
+    Outcome.OOM_GPU: "oom", Outcome.OOM_HOST: "oom", Outcome.BAD_RESTART: "bad_restart",
+    Outcome.USER_ERROR: "failed", Outcome.EXPORT_MISSING: "failed",
+}
+
+Action = Literal["none", "done", "recover", "wait", "stop"]
+Budget = Literal["preemptions", "failures"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str
+    budget: Budget | None = None
+    event: str | None = None  # the notification a stop sends
+
+
+def budget_of(outcome: Outcome) -> Budget | None:
+    if outcome in PREEMPTION:
+        return "preemptions"
+    if outcome in FAILURE:
+        return "failures"
+    return None
+
+
+def limit(spec: RecoverySpec, budget: Budget) -> int:
+    return spec.max_preemptions if budget == "preemptions" else spec.max_failures
+
+
+def backoff(spec: RecoverySpec, failed_in_row: int) -> float:
+    """Seconds to wait before the next recovery after `failed_in_row` failed recoveries in a row."""
+    if failed_in_row <= 0:
+        return 0.0
+    return float(min(spec.backoff_seconds * 2 ** (failed_in_row - 1), spec.backoff_max_seconds))
+
+
+def decide(outcome: Outcome, spec: RecoverySpec, used: dict[str, int], now: float, next_try_at: float,
+           started_at: float | None) -> Decision:
+    """The action for a run whose latest attempt is classified `outcome`.
+
+    used: recoveries started so far per budget; next_try_at: epoch seconds the backoff ends;
+    started_at: epoch seconds of the run's first start (for deadline_hours)."""
+    if outcome is Outcome.RUNNING:
+        return Decision("none", "running")
+    if outcome is Outcome.COMPLETED:
+        return Decision("done", "completed")
+    if outcome in NO_RETRY_EVENT:
+        return Decision("stop", f"{outcome}: no automatic retry", event=NO_RETRY_EVENT[outcome])
+    budget = budget_of(outcome)
+    if budget is None:  # a class this table does not know: leave it to a human
+        return Decision("stop", f"{outcome}: not recovered automatically", event="failed")
+    if spec.deadline_hours is not None and started_at is not None \
+            and now > started_at + spec.deadline_hours * 3600:
+        return Decision("stop", f"{outcome} after the deadline ({spec.deadline_hours:g} h after the run started)",
+                        budget, "budget_exhausted")
+    cap = limit(spec, budget)
+    if used.get(budget, 0) >= cap:
+        return Decision("stop", f"{outcome}: the {budget} budget is used up ({used.get(budget, 0)}/{cap})",
+                        budget, "budget_exhausted")
+    if now < next_try_at:
+        return Decision("wait", f"{outcome}: backing off {next_try_at - now:.0f}s", budget)
+    return Decision("recover", f"{outcome}: recovery {used.get(budget, 0) + 1}/{cap} of the {budget} budget", budget)

@@ -1,0 +1,48 @@
+"""The watcher's state of one run, in the bucket beside the run (`runs/<run>/watch/state.json`), so a
+watcher restarted anywhere (even after SIGKILL) carries on with the same counts.
+
+A recovery is counted BEFORE it starts: a watcher killed mid-recovery has still spent that budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from glue.runs.store import RunStore, utc_iso
+
+KEY = "watch/state.json"
+HISTORY = 50  # actions kept in the state (events also go to the notification hooks)
+
+
+@dataclass
+class WatchState:
+    run: str
+    used: dict[str, int] = field(default_factory=lambda: {"preemptions": 0, "failures": 0})
+    failed_in_row: int = 0
+    next_try_at: float = 0.0          # epoch seconds: the backoff ends
+    handled_attempt: int | None = None  # the failed attempt the last recovery (or stop) was for
+    stopped: str | None = None        # why the watcher stopped acting on this run (None = watching)
+    done: bool = False                # completed: no more polls
+    adopted_attempt: int | None = None  # the latest attempt when a watcher first saw the run
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, store: RunStore) -> WatchState | None:
+        doc = store.get_json(KEY)
+        if not doc:
+            return None
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in doc.items() if k in known})
+
+    def save(self, store: RunStore) -> None:
+        store.put_json(KEY, {**asdict(self), "updated_at": utc_iso()})
+
+    def note(self, action: str, **detail: Any) -> dict[str, Any]:
+        entry = {"at": utc_iso(), "action": action, **detail}
+        self.history = [*self.history, entry][-HISTORY:]
+        return entry
+
+    @property
+    def last(self) -> dict[str, Any] | None:
+        return self.history[-1] if self.history else None

@@ -1,0 +1,113 @@
+"""glue watch's decision table, budgets, backoff, the preempted class, and the notification hooks."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glue.runs.classify import Evidence, Outcome, classify
+from glue.runs.config import NotifySpec, RecoverySpec
+from glue.train.notice import PREEMPTED_EXIT
+from glue.watch import notify
+from glue.watch.policy import backoff, decide
+
+SPEC = RecoverySpec(max_preemptions=2, max_failures=1, backoff_seconds=10, backoff_max_seconds=25,
+                    deadline_hours=1)
+NOW = 1_000_000.0
+
+
+@pytest.mark.parametrize(("outcome", "action", "event", "budget"), [
+    (Outcome.RUNNING, "none", None, None),
+    (Outcome.COMPLETED, "done", None, None),
+    (Outcome.VM_LOST, "recover", None, "preemptions"),
+    (Outcome.PREEMPTED, "recover", None, "preemptions"),
+    (Outcome.STALL, "recover", None, "failures"),
+    (Outcome.COMM, "recover", None, "failures"),
+    (Outcome.STORAGE_LOST, "recover", None, "failures"),
+    (Outcome.KILLED, "recover", None, "failures"),
+    (Outcome.OOM_GPU, "stop", "oom", None),
+    (Outcome.OOM_HOST, "stop", "oom", None),
+    (Outcome.BAD_RESTART, "stop", "bad_restart", None),
+    (Outcome.USER_ERROR, "stop", "failed", None),
+    (Outcome.EXPORT_MISSING, "stop", "failed", None),
+])
+def test_decision_table(outcome: Outcome, action: str, event: str | None, budget: str | None) -> None:
+    d = decide(outcome, SPEC, {}, NOW, 0.0, NOW - 60)
+    assert (d.action, d.event, d.budget) == (action, event, budget)
+
+
+def test_budgets_are_separate_and_exhaustion_stops() -> None:
+    used = {"preemptions": 1, "failures": 1}
+    assert decide(Outcome.VM_LOST, SPEC, used, NOW, 0.0, NOW).action == "recover"  # 1 of 2 used
+    d = decide(Outcome.STALL, SPEC, used, NOW, 0.0, NOW)  # the failure budget (1) is spent
+    assert d.action == "stop" and d.event == "budget_exhausted" and "failures budget is used up (1/1)" in d.reason
+    used["preemptions"] = 2
+    assert decide(Outcome.PREEMPTED, SPEC, used, NOW, 0.0, NOW).event == "budget_exhausted"
+
+
+def test_backoff_doubles_to_the_cap_and_deadline_stops() -> None:
+    assert [backoff(SPEC, k) for k in range(5)] == [0, 10, 20, 25, 25]
+    assert decide(Outcome.VM_LOST, SPEC, {}, NOW, NOW + 5, NOW).action == "wait"
+    late = decide(Outcome.VM_LOST, SPEC, {}, NOW, 0.0, NOW - 3601)
+    assert late.action == "stop" and late.event == "budget_exhausted" and "deadline" in late.reason
+
+
+def test_a_notice_makes_the_loss_preempted_not_a_crash() -> None:
+    notice = {"source": "SIGTERM", "step": 42, "saved_step": 42}
+    v = classify(Evidence(exit_code=PREEMPTED_EXIT, notice=notice, process_alive=False, vm_status="running",
+                          ssh_reachable=True))
+    assert v.outcome is Outcome.PREEMPTED and "checkpoint 42 saved" in v.reason
+    gone = classify(Evidence(vm_status="gone", notice={**notice, "saved_step": None}, process_alive=False))
+    assert gone.outcome is Outcome.PREEMPTED
+    # Without the notice record the same exit is the trainer's own failure; a live trainer is running.
+    assert classify(Evidence(exit_code=PREEMPTED_EXIT, process_alive=False)).outcome is Outcome.USER_ERROR
+    assert classify(Evidence(notice=notice, process_alive=True, heartbeat_age_s=1)).outcome is Outcome.RUNNING
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    got: list[dict[str, Any]] = []
+    fail_first = 0
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if type(self).fail_first > 0:
+            type(self).fail_first -= 1
+            self.send_response(503)
+        else:
+            type(self).got.append(body)
+            self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), _Receiver)  # loopback only
+    _Receiver.got, _Receiver.fail_first = [], 1
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/hook?token=s3cret"
+    server.shutdown()
+
+
+def test_notify_command_and_webhook(receiver: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "events.jsonl"
+    cmd = (sys.executable, "-c", f"import sys; open({str(out)!r}, 'a').write(sys.stdin.read() + '\\n')")
+    monkeypatch.setenv("TEAM_HOOK", receiver)
+    spec = NotifySpec(command=cmd, webhook_env="TEAM_HOOK", events=("oom", "recovered"))
+    event = {"event": "oom", "run": "r1", "attempt": 2, "class": "oom_host"}
+    assert notify.send(spec, event) == {"command": "ok", "webhook": "ok"}  # the webhook's first 503 is retried
+    assert json.loads(out.read_text()) == event and _Receiver.got == [event]
+    assert notify.send(spec, {**event, "event": "failed"}) == {}  # not subscribed
+    monkeypatch.delenv("TEAM_HOOK")
+    res = notify.send(NotifySpec(webhook="http://127.0.0.1:9/x?token=s3cret"), event)
+    assert "did not answer" in res["webhook"] and "s3cret" not in res["webhook"]  # the URL is never echoed
+    assert "not set" in notify.send(NotifySpec(webhook_env="TEAM_HOOK"), event)["webhook"]

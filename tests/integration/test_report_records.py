@@ -192,7 +192,7 @@ def test_eval_set_is_pinned_at_deploy_and_checked_by_the_trainer(local_bucket: A
 
     assert deploy.check_eval_set(store, rc("s3://{bucket}/" + key, pin)) == {
         "uri": f"s3://gpukit/{key}", "sha256": pin, "size": len(data)}
-    with pytest.raises(GlueError, match="run.yaml pins 0000") as exc:
+    with pytest.raises(GlueError, match=r"run\.yaml pins 0000") as exc:
         deploy.check_eval_set(store, rc(f"s3://gpukit/{key}", "0" * 64))
     assert "\n" not in str(exc.value)
     with pytest.raises(GlueError, match="is not in bucket gpukit"):

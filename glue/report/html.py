@@ -97,9 +97,10 @@ def timeline_chart(f: RunFacts) -> str:
         before = sum(float(secs.get(p) or 0) for p in ("detect", "validate", *RECOVERY_VM_PHASES))
         spans.append(svg.Span(lane("recovery"), end - before, end, "recovery",
                               f"recovery {k}: {rec.get('failure_class')} -> attempt {rec.get('new_attempt')}"))
+    horizon = max([s.end for s in spans], default=0.0)
     for ev in f.evaluations:
         at = _since(t0, when(ev.get("at")))
-        if at is not None:
+        if at is not None and 0 <= at <= horizon:  # one recorded later (a re-evaluation) is in the table only
             marks.append(svg.Mark(lane("evaluation"), at, "evaluation", f"evaluation at step {ev.get('step')}"))
     return svg.timeline("timeline", "Attempts, VMs, failures, recoveries, checkpoints", lanes, spans, marks)
 
@@ -151,7 +152,7 @@ def evaluation_section(f: RunFacts) -> str:
     series = [svg.Series(n, [(float(ev["step"]), float(ev["metrics"][n])) for ev in f.evaluations
                              if n in (ev.get("metrics") or {})], markers=True) for n in names]
     chart = svg.line_chart("evaluation", "Evaluation metrics (red: acceptance bounds)", series, "step", "value",
-                           bands=bands)
+                           bands=bands, x_from_zero=True)
     rows = [[escape(m.name), "—" if m.value is None else f"{m.value:.6g}", escape(m.bounds()),
              '<span class="ok">pass</span>' if m.passed else '<span class="bad">fail</span>'] for m in v.metrics]
     pin = ((f.manifest.get("evaluation") or {}).get("dataset")) or {}

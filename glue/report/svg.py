@@ -14,7 +14,7 @@ from html import escape
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf")
 W, H = 760, 300
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 28, 44
+LEFT, RIGHT, TOP, BOTTOM = 130, 16, 44, 44  # room for lane labels; legend under the title
 
 
 @dataclass
@@ -111,11 +111,11 @@ def _axes(f: Frame, x_label: str, y_label: str, y_ticks: bool = True) -> None:
 
 
 def _legend(names: Sequence[tuple[str, str, bool]], width: int = W) -> str:
-    out, x = [], LEFT + 180
+    out, x = [], LEFT
     for name, color, dash in names:
         style = ' stroke-dasharray="5 3"' if dash else ""
-        out.append(f'<line x1="{x}" y1="12" x2="{x + 18}" y2="12" stroke="{color}" stroke-width="3"{style}/>'
-                   f'<text x="{x + 22}" y="16" class="tick">{escape(name)}</text>')
+        out.append(f'<line x1="{x}" y1="30" x2="{x + 18}" y2="30" stroke="{color}" stroke-width="3"{style}/>'
+                   f'<text x="{x + 22}" y="34" class="tick">{escape(name)}</text>')
         x += 30 + 7 * len(name)
         if x > width - 60:
             break
@@ -128,12 +128,12 @@ def empty(chart_id: str, title: str, why: str) -> str:
 
 
 def line_chart(chart_id: str, title: str, series: list[Series], x_label: str, y_label: str,
-               bands: Sequence[tuple[float, float | None, float | None, str]] = ()) -> str:
-    """Lines over a shared x axis. `bands`: (x, y_min, y_max, label) acceptance bounds drawn as markers."""
+               bands: Sequence[tuple[float, float | None, float | None, str]] = (), x_from_zero: bool = False) -> str:
+    """Lines over a shared x axis. `bands`: (x, y_min, y_max, label) acceptance bounds drawn as lines."""
     pts = [p for s in series for p in s.points]
     if not pts:
         return empty(chart_id, title, "no data recorded")
-    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    xs, ys = [p[0] for p in pts] + ([0.0] if x_from_zero else []), [p[1] for p in pts]
     ys += [v for _, lo, hi, _ in bands for v in (lo, hi) if v is not None]
     pad = (max(ys) - min(ys)) * 0.05 or abs(max(ys)) * 0.05 or 1.0
     f = Frame(min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1, min(ys) - pad, max(ys) + pad)

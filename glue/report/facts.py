@@ -85,7 +85,7 @@ class RunFacts:
     @property
     def backend(self) -> str:
         env = self.manifest.get("environment") or {}
-        return str(env.get("backend") or (self.attempts[0].vm and "local") or "local")
+        return str(env.get("backend") or "local")
 
     @property
     def gpu_type(self) -> str:

@@ -148,7 +148,8 @@ def gaps_chart(f: RunFacts) -> tuple[str, list[list[str]]]:
 def evaluation_section(f: RunFacts) -> str:
     v = f.verdict
     bands = [(0.0, m.min, m.max, m.name) for m in v.metrics]
-    names = sorted({n for ev in f.evaluations for n in (ev.get("metrics") or {})})
+    # The metrics with acceptance bounds (when there are any): one scale, and the ones the verdict is about.
+    names = [m.name for m in v.metrics] or sorted({n for ev in f.evaluations for n in (ev.get("metrics") or {})})
     series = [svg.Series(n, [(float(ev["step"]), float(ev["metrics"][n])) for ev in f.evaluations
                              if n in (ev.get("metrics") or {})], markers=True) for n in names]
     chart = svg.line_chart("evaluation", "Evaluation metrics (red: acceptance bounds)", series, "step", "value",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from glue.records import BucketCredentials, BucketInfo
 from glue.runs.store import RunStore, run_ids
-from glue.runs.verdict import run_verdict
+from glue.runs.verdict import run_verdict, thresholds_of
 
 
 @dataclass
@@ -47,7 +47,8 @@ def validation(info: BucketInfo, creds: BucketCredentials, git_sha: str | None, 
             continue
         if found.passed_drill is None and (store.get_json("drill.json") or {}).get("passed"):
             found.passed_drill = rid
-        if found.accepted_run is None and run_verdict(store).accepted:
+        # Only a run with acceptance criteria can be accepted: skip the others' records.
+        if found.accepted_run is None and thresholds_of(manifest) and run_verdict(store).accepted:
             found.accepted_run = rid
         if found.ok:
             break

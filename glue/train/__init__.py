@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         StorageError,
         TargetError,
     )
+    from glue.train.evaluation import EvalSetError, load_eval_set, record_evaluation
     from glue.train.loader import LoaderRNG, ResumableLoader, WorkerRNG
     from glue.train.retry import RetryPolicy
     from glue.train.sampler import ResumableSampler
@@ -32,6 +33,7 @@ _WHERE = {
     "checkpoint": ("Checkpointer", "RestoreReport", "Stateful"),
     "errors": ("CheckpointError", "CorruptCheckpointError", "NoValidCheckpointError", "ObjectMissingError",
                "SaveFailedError", "StateMismatchError", "StorageError", "TargetError"),
+    "evaluation": ("EvalSetError", "load_eval_set", "record_evaluation"),
     "ckpt_format": ("CheckpointStatus", "Commit", "ObjectRef", "Problem", "check_checkpoints"),
     "loader": ("LoaderRNG", "ResumableLoader", "WorkerRNG"),
     "sampler": ("ResumableSampler",),
@@ -63,6 +65,7 @@ __all__ = [
     "Checkpointer",
     "Commit",
     "CorruptCheckpointError",
+    "EvalSetError",
     "LoaderRNG",
     "NoValidCheckpointError",
     "ObjectMissingError",
@@ -82,6 +85,8 @@ __all__ = [
     "TrainState",
     "WorkerRNG",
     "check_checkpoints",
+    "load_eval_set",
     "open_target",
+    "record_evaluation",
     "validate_checkpoints",
 ]

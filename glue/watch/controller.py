@@ -16,8 +16,8 @@ state in the bucket and the latest attempt; a watcher that loses the lease leave
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,12 +152,21 @@ class Watcher:
             st.stopped, st.done = None, False
             st.note("watching", attempt=latest, why="a new attempt was deployed")
             st.save(store)
+        elif (st.last or {}).get("action") == "recovering" and st.handled_attempt is not None \
+                and latest > st.handled_attempt and not lease.current(store):
+            # A watcher died mid-recovery after the new attempt started: it runs, but nobody checked its
+            # resume. Say so (the budget was spent); the check cannot be re-run once it trains on.
+            st.note("recovery_interrupted", attempt=st.handled_attempt, new_attempt=latest,
+                    why="the watcher stopped mid-recovery; the new attempt's resume was not verified")
+            st.save(store)
+            self.console.print(f"[yellow]{store.run}: the recovery of attempt {st.handled_attempt} was interrupted "
+                               f"(its watcher stopped); attempt {latest} runs unverified[/]")
         return st
 
     def _fast_running(self, store: RunStore, rc: runconfig.RunConfig, latest: int) -> int | None:
         """The heartbeat's step when the run plainly runs (no SSH, no log reads); None = look closer."""
         rec = store.attempt(latest)
-        if rec.get("nodes") or rec.get("failure_class") or rec.get("outcome"):
+        if len(rec.get("nodes") or []) > 1 or rec.get("failure_class") or rec.get("outcome"):
             return None
         beat = store.get_json("heartbeat.json")
         if not beat or beat.get("attempt") != latest:
@@ -274,7 +283,3 @@ def _budget_incident(store: RunStore, st: WatchState, n: int, outcome: Outcome, 
     })
     return key
 
-
-@contextmanager
-def no_pause() -> Iterator[None]:
-    yield

@@ -1,0 +1,131 @@
+"""`glue watch` figures on the local backend (issue 16), against a baseline measured in the same run.
+
+    .venv/bin/python bench/watch.py
+
+Flow: up (2 VMs) -> three runs of tiny_gpt (checkpoint every 20 steps), each losing its VM at step 50:
+  baseline   nobody watching: a tight loop here polls the backend every 0.2 s and calls `glue recover`
+             (recover()) the moment the VM is gone: the best a human-free script could do by hand
+  watch      `glue watch --run X --interval 1` (a real process) and an unannounced loss (VM deleted)
+  notice     the same, the loss announced: notice file on the VM, 5 s grace, then the VM is deleted
+Figures per run: detection latency (VM gone -> the failure classified, from the incident), failure ->
+first resumed step, and steps replayed (failure step - checkpoint step). Ratios: watch vs baseline
+(failure -> first resumed step), and steps replayed with the notice vs without.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from glue.cloud.local.backend import LocalBackend
+from glue.cloud.local.bucket import LocalBucket
+from glue.cluster import lifecycle, state
+from glue.paths import PROJECT_ROOT
+from glue.recovery import recover as recover_mod
+from glue.runs import deploy as deploy_mod
+from glue.runs.store import RunStore, parse_iso
+
+OVERRIDES = {"steps": 160, "step_sleep": 0.05, "checkpoint_interval": 20}
+LOSE_AT = 50
+
+
+def _wait(what: str, pred: Any, timeout: float = 300) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise SystemExit(f"bench: timed out waiting for {what}")
+
+
+def _step(store: RunStore, attempt: int) -> int:
+    beat = store.get_json("heartbeat.json") or {}
+    return int(beat.get("step") or 0) if beat.get("attempt") == attempt else 0
+
+
+def _figures(store: RunStore, lost_at: datetime) -> dict[str, float]:
+    rec = _wait("recovery record", lambda: store.get_json("recoveries/1.json"))
+    incident = store.get_json(str(store.attempt(1)["incident"]))
+    first_t = min(m["t"] for m in store.metrics()[2].values())
+    return {"detect_s": (parse_iso(incident["detected_at"]) - lost_at).total_seconds(),
+            "to_first_step_s": (parse_iso(first_t) - lost_at).total_seconds(),
+            "replayed": float(rec["failure_step"] - (rec["checkpoint_step"] or 0)),
+            "verified": float(rec["verified"])}
+
+
+def baseline(home: Path, console: Console, run: str) -> dict[str, float]:
+    deploy_mod.deploy(home, run, PROJECT_ROOT / "examples" / "tiny_gpt.yaml", "gpukit-1", False, console,
+                      config_overrides=OVERRIDES)
+    store = deploy_mod.open_store(home, run)
+    _wait("step", lambda: _step(store, 1) >= LOSE_AT)
+    backend, vm = LocalBackend(home), store.attempt(1)["vm_id"]
+    backend.delete_vm(vm)
+    lost_at = datetime.now(UTC)
+    _wait("the loss seen", lambda: backend.read_vm(vm) is None, 30)
+    recover_mod.recover(home, run, console)
+    return _figures(store, lost_at)
+
+
+def watched(home: Path, run: str, notice: bool) -> dict[str, float]:
+    console = Console(stderr=True, quiet=True)
+    deploy_mod.deploy(home, run, PROJECT_ROOT / "examples" / "tiny_gpt.yaml", "gpukit-1", False, console,
+                      config_overrides=OVERRIDES)
+    store = deploy_mod.open_store(home, run)
+    log = open(home / f"watch-{run}.log", "w")  # closed below
+    proc = subprocess.Popen([sys.executable, "-m", "glue.cli", "watch", "--run", run, "--interval", "1"],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        _wait("step", lambda: _step(store, 1) >= LOSE_AT)
+        vm = store.attempt(1)["vm_id"]
+        backend = LocalBackend(home)
+        if notice:
+            lost_at = datetime.now(UTC)  # the notice is the failure's start: from here the run is doomed
+            threading.Thread(target=backend.announce_termination, args=(vm, 5.0), daemon=True).start()
+        else:
+            backend.delete_vm(vm)
+            lost_at = datetime.now(UTC)
+        return _figures(store, lost_at)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def main() -> None:
+    home = Path(tempfile.mkdtemp(prefix="gpukit-bench-watch-"))
+    os.environ["GPUKIT_HOME"] = str(home)
+    console = Console(stderr=True, quiet=True)
+    try:
+        lifecycle.up(home, state.ClusterConfig(vms=2), console)
+        base = baseline(home, console, "bench-manual")
+        plain = watched(home, "bench-watch", notice=False)
+        announced = watched(home, "bench-notice", notice=True)
+        lifecycle.down(home, console, force=True)
+    finally:
+        backend = LocalBackend(home)
+        for v in backend.list_vms():
+            backend.delete_vm(v.id)
+        LocalBucket(home).stop()
+    print(f"{'':36} {'detect s':>9} {'fail->1st step s':>17} {'replayed':>9} {'verified':>9}")
+    for name, f in (("baseline: recover at detection", base), ("glue watch, unannounced loss", plain),
+                    ("glue watch, termination notice", announced)):
+        print(f"{name:36} {f['detect_s']:9.2f} {f['to_first_step_s']:17.2f} {f['replayed']:9.0f} "
+              f"{'yes' if f['verified'] else 'NO':>9}")
+    ratio = plain["to_first_step_s"] / base["to_first_step_s"]
+    print(f"watch vs baseline, failure -> first resumed step: {ratio:.2f}x")
+    print(f"steps replayed, notice vs none: {announced['replayed']:.0f} vs {plain['replayed']:.0f} "
+          f"(goal: <= 1 with the notice)")
+
+
+if __name__ == "__main__":
+    main()

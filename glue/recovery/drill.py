@@ -217,6 +217,7 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
         result.problem = "the recovered run diverged from the reference"
     print_result(console, result)
     dr.put_json("drill.json", result.__dict__)
+    console.print(f"see it: glue report --run {drill_id}  (losses over the reference, recovery phases, cost)")
     return result
 
 

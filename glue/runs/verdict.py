@@ -82,10 +82,11 @@ def evaluations(store: RunStore) -> list[dict[str, Any]]:
 
 
 def final_evaluation(records: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The evaluation of the run's result: the last one marked final, else the one at the highest step."""
+    """The evaluation of the run's result: the newest attempt's one marked final, else the one at the highest step."""
     finals = [r for r in records if r.get("final")]
-    pool = finals or records
-    return max(pool, key=lambda r: (int(r.get("step", 0)), int(r.get("attempt", 0)))) if pool else None
+    if finals:
+        return max(finals, key=lambda r: (int(r.get("attempt", 0)), int(r.get("step", 0))))
+    return max(records, key=lambda r: (int(r.get("step", 0)), int(r.get("attempt", 0)))) if records else None
 
 
 def recorded_state(store: RunStore) -> str:
@@ -103,9 +104,20 @@ def recorded_state(store: RunStore) -> str:
     return "completed" if exit_rec.get("exit_code") == 0 else f"exited {exit_rec.get('exit_code')}"
 
 
+def latest_final(store: RunStore) -> dict[str, Any] | None:
+    """final_evaluation without reading every record: the newest one marked final is usually the last key
+    (`glue status` polls this)."""
+    keys = sorted(store.keys(EVAL_PREFIX))
+    for key in reversed(keys[-3:]):
+        rec = store.get_json(key)
+        if rec and rec.get("final"):
+            return dict(rec)
+    return final_evaluation([r for key in keys if (r := store.get_json(key))]) if keys else None
+
+
 def run_verdict(store: RunStore, state: str | None = None) -> Verdict:
     """The verdict of a run; `state` is the monitor's view when the caller has it (glue status)."""
     manifest = store.manifest()
     state = state or recorded_state(store)
     missing = monitor.missing_outputs(store, manifest)
-    return judge(state, missing, thresholds_of(manifest), final_evaluation(evaluations(store)))
+    return judge(state, missing, thresholds_of(manifest), latest_final(store))

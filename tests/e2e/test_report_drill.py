@@ -80,6 +80,9 @@ def test_drill_report_opens_in_chromium_with_every_chart_and_judges_the_run(clus
     assert manifest["evaluation"]["dataset"] == {"uri": "s3://gpukit/eval/report-heldout.txt", "sha256": pin,
                                                  "size": len(data)}
 
+    shown = " ".join(kit.glue("status", "--run", "rep-drill1").stdout.split())
+    assert "eval val_loss" in shown and "verdict accepted" in shown, shown
+
     out = tmp_path / "report.html"
     kit.glue("report", "--run", "rep-drill1", "--out", str(out))
     stored = client.get_object(Bucket="gpukit", Key="runs/rep-drill1/report.html")["Body"].read()
@@ -116,6 +119,11 @@ def test_drill_report_opens_in_chromium_with_every_chart_and_judges_the_run(clus
     bud = json.loads(kit.glue("budget", "--run", "rep-drill1", "--steps", "1000", "--mtbf", "24", "--json").stdout)
     assert bud["wall_s"] == pytest.approx(bud["train_s"] + bud["checkpoint_s"] + bud["lost_s"])
     assert bud["cost"] == 0.0 and bud["expected_failures"] > 0  # local VMs are free
+
+    for bad in (("report", "--run", "no-such-run"), ("budget", "--run", "rep-drill1-ref", "--steps", "10")):
+        res = kit.glue(*bad, check=False)  # unknown run; a run without failures and no --mtbf
+        assert res.returncode != 0 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert "Traceback" not in res.stderr and ("unknown run" in res.stderr or "--mtbf" in res.stderr)
 
     # The run and its drill validate this commit for a group now.
     status = json.loads(fast.glue("status", "--json").stdout)["bucket"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import threading
 from typing import Any
 
 
@@ -100,6 +101,60 @@ class HashingSink:
         self._runs.clear()
         del self._buf[self._end :]
         return self._buf, self._sha.hexdigest()
+
+
+class PartSink:
+    """A download target of known size filled by several threads at once, each writing its own byte
+    range straight into one preallocated buffer (socket -> buffer, no intermediate bytes object).
+
+    Writers report each filled range with filled(); the sha256 follows the contiguous filled prefix.
+    Whichever writer extends that prefix hashes it, outside the lock (hashlib releases the GIL on
+    large updates), so hashing overlaps the other parts' downloads and ends soon after the last byte.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.buf = bytearray(size)
+        self.view = memoryview(self.buf)
+        self._lock = threading.Lock()
+        self._sha = hashlib.sha256()
+        self._hashed = 0  # [0, _hashed) is in the sha256 (or being added by the hashing writer)
+        self._runs: dict[int, int] = {}  # filled but not yet hashed: start -> end
+        self._hashing = False
+
+    def filled(self, start: int, end: int) -> None:
+        """[start, end) holds its final bytes; never report a range twice."""
+        with self._lock:
+            if end > start:
+                self._runs[start] = end
+            if self._hashing:
+                return  # the writer that is hashing picks this run up when it gets there
+            self._hashing = True
+        try:
+            while True:
+                with self._lock:
+                    begin = stop = self._hashed
+                    while stop in self._runs:
+                        stop = self._runs.pop(stop)
+                    if stop == begin:
+                        self._hashing = False
+                        return
+                self._sha.update(self.view[begin:stop])
+                with self._lock:
+                    self._hashed = stop
+        except BaseException:
+            with self._lock:
+                self._hashing = False
+            raise
+
+    @property
+    def hashed_bytes(self) -> int:
+        return self._hashed
+
+    def result(self) -> tuple[bytearray, str]:
+        """The buffer and its sha256. A range never reported stays out of the hash, so the sha256 can
+        only disagree with the one expected."""
+        self.view = memoryview(b"")  # drop the export, so the caller owns a plain bytearray
+        return self.buf, self._sha.hexdigest()
 
 
 class BlobReader(io.RawIOBase):

@@ -33,7 +33,7 @@ from glue.train.ckpt_format import (
 )
 from glue.train.commit_protocol import IO_DEPTH, SaveJob, prune, write_step
 from glue.train.errors import CheckpointError, CorruptCheckpointError, SaveFailedError
-from glue.train.load_states import deserialize, load_priority, pick_object
+from glue.train.load_states import StepFetch, load_priority, pick_object
 from glue.train.retry import RetryPolicy
 from glue.train.s3_client import CredentialsCallback
 from glue.train.snapshot import HostSnapshotter, check_compatible
@@ -122,6 +122,8 @@ class Checkpointer:
         self._snap = HostSnapshotter()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpukit-ckpt")
         self._io = ThreadPoolExecutor(max_workers=IO_DEPTH, thread_name_prefix="gpukit-ckpt-io")
+        # restore() deserializes each verified object here while the others still download.
+        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpukit-ckpt-load")
         self._inflight: tuple[int, Future[None]] | None = None
         self._closed = False
         self._saves = 0
@@ -217,6 +219,7 @@ class Checkpointer:
             self._closed = True
             self._executor.shutdown(wait=True)
             self._io.shutdown(wait=True)
+            self._loader.shutdown(wait=True)
             if self._sigterm is not None:
                 self._sigterm.remove()
             exit_hooks.forget(self)
@@ -313,23 +316,22 @@ class Checkpointer:
         candidates = sorted(steps, reverse=True) if step is None else [step]
         if step is not None and step not in steps:
             raise CorruptCheckpointError(f"no checkpoint for step {step} in {self.storage.describe()}")
-        wanted = {object_key(c.name, self.rank if c.per_rank else None) for c in self._components.values()}
+        wanted = {object_key(c.name, self.rank if c.per_rank else None): c.name for c in self._components.values()}
         skipped: list[CheckpointStatus] = []
-        chosen: CheckpointStatus | None = None
-        blobs: dict[str, bytearray] = {}
+        fetched: StepFetch | None = None
         for s in candidates:
-            blobs.clear()
-            status = validate_step(
-                self.storage, s, steps[s], deep=True, keep=lambda ref: ref.key in wanted, blobs=blobs
-            )
+            status = validate_step(self.storage, s, steps[s], deep=False)
             if status.valid:
-                chosen = status
-                break
+                fetch = StepFetch(self.storage, status, wanted, self._loader, weights_only=self.weights_only)
+                if fetch.run().valid:
+                    fetched = fetch
+                    break
             log.warning("checkpoint step %d is not valid: %s", s, "; ".join(p.what for p in status.problems[:3]))
             skipped.append(status)
             if step is not None:
                 invalid.record_skipped(self.storage, skipped, steps, None, self.rank, move=False)
                 raise CorruptCheckpointError(f"checkpoint step {s} is not valid: {status.problems[0].what}")
+        chosen = fetched.status if fetched is not None else None
         self._agree_step(chosen.step if chosen else None)
         if chosen is None and not start_fresh and any(not invalid.interrupted(steps[s.step]) for s in skipped):
             invalid.record_skipped(self.storage, skipped, steps, None, self.rank, move=False)
@@ -342,8 +344,9 @@ class Checkpointer:
                 )
             self._stale_steps = {s.step for s in skipped}
             return None
+        assert fetched is not None
         t_load = time.monotonic()
-        states = self._load_blobs(chosen.commit, blobs)
+        states = self._loaded_states(chosen.commit, fetched)
         for name, state in states.items():
             check_compatible(name, state, self._components[name].obj)
         for name in sorted(states, key=lambda n: load_priority(self._components[n].obj)):
@@ -367,11 +370,16 @@ class Checkpointer:
         log.info("restored step %d from %s (%.2fs)", chosen.step, self.storage.describe(), timings["total_s"])
         return chosen.step
 
-    def _load_blobs(self, commit: Commit, blobs: dict[str, bytearray]) -> dict[str, Any]:
+    def _loaded_states(self, commit: Commit, fetched: StepFetch) -> dict[str, Any]:
+        """Each component's state, deserialized from its verified object (waits for the loads still
+        running; raises the first load's error)."""
         states: dict[str, Any] = {}
         for c in self._components.values():
             ref = pick_object(commit, c.name, per_rank=c.per_rank, rank=self.rank, world_size=self.world_size)
-            states[c.name] = deserialize(c.name, ref, blobs.pop(ref.key), weights_only=self.weights_only)
+            loading = fetched.states.pop(ref.key, None)
+            if loading is None:
+                raise CheckpointError(f"checkpoint step {commit.step}: {ref.key} for {c.name!r} was not read")
+            states[c.name] = loading.result()
         return states
 
     def _agree_step(self, step: int | None) -> None:

@@ -4,15 +4,19 @@ everything else is retried (glue.train.retry)."""
 
 from __future__ import annotations
 
+import http.client
+import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from boto3.exceptions import Boto3Error
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.response import StreamingBody
 from s3transfer.exceptions import RetriesExceededError
 
-from glue.train.buffers import BlobReader, HashingSink
+from glue.train.buffers import BlobReader, HashingSink, PartSink
 from glue.train.errors import ObjectMissingError, StorageError, TargetError
 from glue.train.retry import RetryPolicy, Transient, with_retry
 
@@ -60,6 +64,10 @@ class S3Storage:
         self.client = client
         self.transfer = transfer or DEFAULT_TRANSFER
         self.retry = retry or RetryPolicy()
+        # One pool of ranged GETs for every download of this target: parts of objects fetched at
+        # once queue in the order their downloads began, so the first object completes first.
+        self._parts: ThreadPoolExecutor | None = None
+        self._parts_lock = threading.Lock()
 
     def describe(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
@@ -125,11 +133,63 @@ class S3Storage:
         full = self._key(key)
 
         def down() -> tuple[bytearray, str]:
+            if size_hint:
+                got = self._get_parts(full, size_hint)
+                if got is not None:
+                    return got
+            # Size unknown (or not what the hint said): s3transfer learns it from the first part.
             sink = HashingSink(size_hint)
             self.client.download_fileobj(self.bucket, full, sink, Config=self.transfer)
             return sink.result()
 
         return self._call(f"download {key}", down, missing_key=key)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._parts_lock:
+            if self._parts is None:
+                workers = max(1, int(getattr(self.transfer, "max_concurrency", 8)))
+                self._parts = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gpukit-s3-part")
+            return self._parts
+
+    def _get_parts(self, full: str, size: int) -> tuple[bytearray, str] | None:
+        """Parallel ranged GETs of an object of known size into one buffer, hashed as it fills.
+        None when the object's size is not `size` (the caller then reads it whole)."""
+        part = max(1, int(self.transfer.multipart_chunksize))
+        sink = PartSink(size)
+        pool = self._pool()
+        futures = [pool.submit(self._get_part, full, sink, a, min(size, a + part)) for a in range(0, size, part)]
+        _, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in pending:
+            f.cancel()
+        wait(pending)  # a part still running writes into the buffer: let it finish before leaving
+        answers = [f.result() for f in futures]  # raises the first failure
+        if any(total != size for _, total in answers):
+            return None
+        if len({etag for etag, _ in answers}) > 1:
+            raise Transient(f"{full} changed while its parts were read")
+        return sink.result()
+
+    def _get_part(self, full: str, sink: PartSink, start: int, end: int) -> tuple[str, int]:
+        """Read bytes [start, end) into the sink; returns the object's ETag and total size (-1: the
+        answer was not that range of an object of the sink's size, and nothing was read)."""
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=full, Range=f"bytes={start}-{end - 1}")
+        except ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code", "")) == "InvalidRange":
+                return "", -1  # the object is shorter than the size it was expected to have
+            raise
+        body = resp["Body"]
+        total = _total_size(resp.get("ContentRange"), int(resp.get("ContentLength", -1)))
+        if total != sink.view.nbytes or int(resp.get("ContentLength", -1)) != end - start:
+            body.close()  # another size, or the range was ignored: the caller reads the object whole
+            return str(resp.get("ETag", "")), -1
+        try:
+            _read_into(body, resp.get("ContentEncoding"), sink, start, end, int(self.transfer.io_chunksize))
+        except (OSError, http.client.HTTPException) as exc:
+            raise Transient(f"reading part {start}-{end - 1} of {full}: {exc or type(exc).__name__}") from exc
+        finally:
+            body.close()
+        return str(resp.get("ETag", "")), total
 
     def list(self, prefix: str = "") -> dict[str, int]:
         full = self._key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
@@ -158,3 +218,38 @@ class S3Storage:
                     raise Transient(f"{errors[0].get('Key')}: {errors[0].get('Code')} {errors[0].get('Message', '')}")
 
             self._call("delete", rm)
+
+
+def _total_size(content_range: str | None, length: int) -> int:
+    """The object's size from a ranged answer's `bytes a-b/total` (a whole-object answer: its length)."""
+    if content_range and "/" in content_range:
+        tail = content_range.rsplit("/", 1)[1]
+        return int(tail) if tail.isdigit() else -1
+    return length
+
+
+def _read_into(body: Any, encoding: str | None, sink: PartSink, start: int, end: int, chunk: int) -> None:
+    """Fill sink.view[start:end] from a GET's body, reporting each chunk to the sink as it lands.
+
+    botocore's body and urllib3 under it only hand out new bytes objects (urllib3's readinto copies
+    from one); http.client's response under them reads from the socket straight into our buffer. It
+    is used when the body is a plain, unencoded stream, where its bytes are exactly the object's.
+    """
+    raw = getattr(body, "_raw_stream", None) if type(body) is StreamingBody else None
+    direct = getattr(raw, "_fp", None) if encoding in (None, "", "identity") else None
+    chunk = max(chunk, 64 * 1024)
+    pos = start
+    while pos < end:
+        stop = min(end, pos + chunk)
+        if direct is not None:
+            n = direct.readinto(sink.view[pos:stop])
+        else:
+            data = body.read(stop - pos)
+            n = len(data)
+            sink.view[pos : pos + n] = data
+        if not n:
+            raise http.client.IncompleteRead(b"", end - pos)
+        sink.filled(pos, pos + n)
+        pos += n
+    if raw is not None and direct is not None:
+        raw.release_conn()  # every byte is read: the connection goes back to the pool for reuse

@@ -127,6 +127,17 @@ def empty(chart_id: str, title: str, why: str) -> str:
             + f'<text x="{LEFT}" y="44" class="tick">{escape(why)}</text></svg>')
 
 
+MAX_DRAWN = 2000  # per series: a long run's million steps would make a page no browser wants to open
+
+
+def thin(points: list[tuple[float, float]], limit: int = MAX_DRAWN) -> list[tuple[float, float]]:
+    """At most `limit` points, evenly spaced along the series, the first and last always kept."""
+    if len(points) <= limit:
+        return points
+    stride = (len(points) - 1) / (limit - 1)
+    return [points[round(k * stride)] for k in range(limit)]
+
+
 def line_chart(chart_id: str, title: str, series: list[Series], x_label: str, y_label: str,
                bands: Sequence[tuple[float, float | None, float | None, str]] = (), x_from_zero: bool = False) -> str:
     """Lines over a shared x axis. `bands`: (x, y_min, y_max, label) acceptance bounds drawn as lines."""
@@ -149,15 +160,16 @@ def line_chart(chart_id: str, title: str, series: list[Series], x_label: str, y_
     for k, s in enumerate(series):
         color = s.color or PALETTE[k % len(PALETTE)]
         legend.append((s.name, color, s.dash))
-        coords = " ".join(f"{f.x(x):.1f},{f.y(y):.1f}" for x, y in s.points)
+        drawn = thin(s.points)
+        coords = " ".join(f"{f.x(x):.1f},{f.y(y):.1f}" for x, y in drawn)
         dash = ' stroke-dasharray="5 3"' if s.dash else ""
         body = f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="1.6"{dash}/>' \
             if len(s.points) > 1 and not s.markers else ""
         if s.markers or len(s.points) == 1:
             body += "".join(f'<circle cx="{f.x(x):.1f}" cy="{f.y(y):.1f}" r="3.5" fill="{color}">'
-                            f'<title>{escape(s.name)}: {fmt(x)}, {fmt(y)}</title></circle>' for x, y in s.points)
-        f.parts.append(f'<g data-series="{escape(s.name)}" data-points="{len(s.points)}">'
-                       f'<title>{escape(s.name)}</title>{body}</g>')
+                            f'<title>{escape(s.name)}: {fmt(x)}, {fmt(y)}</title></circle>' for x, y in drawn)
+        f.parts.append(f'<g data-series="{escape(s.name)}" data-points="{len(s.points)}" '
+                       f'data-drawn="{len(drawn)}"><title>{escape(s.name)}</title>{body}</g>')
     return _open(chart_id, title) + _legend(legend) + "".join(f.parts) + "</svg>"
 
 

@@ -1,6 +1,7 @@
 """A multi-VM run: which VMs form the group, where they meet, and the torchrun command each one runs.
 
-Node 0 (the head) hosts the c10d rendezvous store; glue picks its address and a free port on it.
+Node 0 (the head) hosts the c10d rendezvous store, bound to its address towards the group (see
+glue.train.process_group); glue picks that address and a free port on it.
 Every node runs `torchrun --nnodes=N --nproc-per-node=G --rdzv-backend=c10d --max-restarts=R` under
 its own supervisor; torchrun restarts all workers of the group together when one fails, and the
 restarted workers resume from the last valid checkpoint (TORCHELASTIC_RESTART_COUNT > 0).
@@ -130,13 +131,18 @@ def node_env(rdzv: Rendezvous, node: int) -> dict[str, str]:
 
 def torchrun_argv(python: str, argv: list[str], spec: GroupSpec, rdzv: Rendezvous, node: int, run: str,
                   attempt: int) -> list[str]:
-    """The user's command under torchrun on node `node`."""
+    """The user's command under torchrun on node `node`.
+
+    torch's own rendezvous host would listen on every interface of the head, unauthenticated. Instead
+    the head runs torchrun's agent under glue.train.process_group, which serves the store bound to
+    the group's address only (loopback on the local backend); every agent, the head's too, is a client.
+    """
+    host = [python, "-m", "glue.train.process_group", f"--host-store={rdzv.endpoint}", "--"]
     launcher = [
-        python, "-m", "torch.distributed.run",
+        *(host if node == 0 else [python, "-m", "torch.distributed.run"]),
         f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.procs_per_node}",
         "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv.endpoint}", f"--rdzv-id={run}-{attempt}",
-        # The head hosts the store; the others only connect (the heuristic fails on loopback).
-        f"--rdzv-conf=is_host={'1' if node == 0 else '0'},join_timeout={spec.rdzv_timeout_s}",
+        f"--rdzv-conf=is_host=0,join_timeout={spec.rdzv_timeout_s}",
         f"--max-restarts={spec.max_restarts}", f"--local-addr={rdzv.node_addrs[node]}",
         "--monitor-interval=1",
     ]

@@ -114,11 +114,13 @@ def test_torchrun_command_per_node() -> None:
     spec = GroupSpec(nodes=2, procs_per_node=4, max_restarts=3)
     rdzv = Rendezvous("10.0.0.5", 29400, ("10.0.0.5", "10.0.0.6"), ("eth0", "eth1"))
     head = torchrun_argv("/v/bin/python", ["/v/bin/python", "-m", "pkg.train", "--lr", "1"], spec, rdzv, 0, "r", 3)
-    assert head[:3] == ["/v/bin/python", "-m", "torch.distributed.run"]
+    # the head serves the rendezvous store bound to its group address; every agent is a client
+    assert head[:5] == ["/v/bin/python", "-m", "glue.train.process_group", "--host-store=10.0.0.5:29400", "--"]
     assert {"--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.5:29400",
             "--rdzv-id=r-3", "--max-restarts=3", "--local-addr=10.0.0.5"} <= set(head)
-    assert head[-4:] == ["-m", "pkg.train", "--lr", "1"] and any("is_host=1" in a for a in head)
+    assert head[-4:] == ["-m", "pkg.train", "--lr", "1"] and any("is_host=0" in a for a in head)
     other = torchrun_argv("/v/bin/python", ["python3", "train.py"], spec, rdzv, 1, "r", 3)
+    assert other[:3] == ["/v/bin/python", "-m", "torch.distributed.run"]
     assert other[-1] == "train.py" and "--local-addr=10.0.0.6" in other and any("is_host=0" in a for a in other)
     assert torchrun_argv("/p", ["./run.sh", "x"], spec, rdzv, 1, "r", 3)[-3:] == ["--no-python", "./run.sh", "x"]
     assert node_env(rdzv, 1)["GLOO_SOCKET_IFNAME"] == "eth1"

@@ -63,6 +63,7 @@ def _foreground(runs: tuple[str, ...], interval: float, once: bool, keep_failed:
                 live.start()
 
     watcher = Watcher(home(), runs, err, keep_failed=keep_failed, tolerance=tolerance, pause=pause)
+    watcher.validate()
     last_lines: dict[str, str] = {}
     if live is not None:
         live.start()
@@ -125,6 +126,9 @@ def watch(runs: tuple[str, ...], interval: float, once: bool, keep_failed: bool,
         err.print(service.stop(home()))
         return
     if detach:
+        from glue.watch.controller import Watcher
+
+        Watcher(home(), runs, err).validate()  # a misspelt run fails here, not in the background
         args = [a for r in runs for a in ("--run", r)] + ["--interval", str(interval)]
         args += ["--keep-failed"] if keep_failed else []
         args += ["--tolerance", str(tolerance)] if tolerance else []

@@ -156,17 +156,23 @@ def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any], freeze: l
     """Stop what is left of an attempt on every node still reachable: a stalled or half-dead trainer
     (or a surviving rank waiting in the rendezvous) must not write on. On a VM kept for debugging the
     processes are frozen (SIGSTOP) instead of killed."""
+    backend = get_backend(state.ClusterConfig.load(home).backend, home)
     for nd in monitor.nodes_of(attempt):
         host = monitor.host_for(home, nd)
         if host is None or not ssh.reachable(home, host):
             continue
-        if freeze is not None and host.id == freeze.id:
-            pids = [str(p) for k, p in remote.process_state(home, host, store.run, int(attempt["attempt"]))["pids"]
-                    .items() if k.endswith("_pid") and isinstance(p, int)]
-            if pids:
-                ssh.run(home, host, _FREEZE.format(pids=" ".join(pids)), timeout=20)
-        else:
-            remote.kill_attempt(home, host, store.run, int(attempt["attempt"]))
+        try:
+            if freeze is not None and host.id == freeze.id:
+                pids = [str(p) for k, p in remote.process_state(home, host, store.run, int(attempt["attempt"]))
+                        ["pids"].items() if k.endswith("_pid") and isinstance(p, int)]
+                if pids:
+                    ssh.run(home, host, _FREEZE.format(pids=" ".join(pids)), timeout=20)
+            else:
+                remote.kill_attempt(home, host, store.run, int(attempt["attempt"]))
+        except GlueError:
+            if backend.read_vm(host.id) is not None:
+                raise
+            # The VM went while we spoke to it (a preempted VM's grace ran out): nothing left to stop.
 
 
 def _forget(tf: Terraform, address: str) -> None:

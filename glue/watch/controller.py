@@ -66,6 +66,11 @@ class Watcher:
         self._stores: dict[str, RunStore] = {}
         self._configs: dict[str, tuple[runconfig.RunConfig, float | None]] = {}
 
+    def validate(self) -> None:
+        """Refuse, in one line, runs asked for by name that the bucket does not have."""
+        for run in self.runs:
+            self._store(run).manifest()  # GlueError: unknown run 'x'
+
     # -- the poll -------------------------------------------------------------------------------
     def poll(self) -> list[Row]:
         rows: list[Row] = []
@@ -119,7 +124,8 @@ class Watcher:
         report = monitor.check(self.home, store)
         outcome, n = report.verdict.outcome, int(report.attempt["attempt"])
         row.outcome, row.step, row.attempt = str(outcome), (report.heartbeat or {}).get("step"), n
-        decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started)
+        decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started,
+                                 _retry(st, n))
         row.state, row.note = decision.action if decision.action != "none" else "running", decision.reason
         if decision.action == "done":
             st.done, st.handled_attempt = True, n
@@ -127,8 +133,8 @@ class Watcher:
             st.save(store)
             row.state = "completed"
         elif decision.action == "stop":
-            self._stop(store, rc, st, n, outcome, decision, report.verdict.reason, report.incident_key
-                       or report.attempt.get("incident"))
+            row.note = self._stop_held(store, rc, n, outcome, decision, report.verdict.reason,
+                                       report.incident_key or report.attempt.get("incident")) or row.note
         elif decision.action == "recover":
             row.note = self._recover(store, rc, started, n, outcome)
             fresh = WatchState.load(store) or st
@@ -198,6 +204,21 @@ class Watcher:
         if results:
             st.note("notified", event=kind, results=results)
 
+    def _stop_held(self, store: RunStore, rc: runconfig.RunConfig, n: int, outcome: Outcome,
+                   decision: policy.Decision, reason: str, incident: str | None) -> str | None:
+        """Stop under the run's lease, once: a second watcher finds it stopped and sends nothing."""
+        try:
+            with lease.held(store, "watch"):
+                st = WatchState.load(store) or WatchState(store.run)
+                if st.stopped or store.attempts()[-1] != n:
+                    return None
+                self._stop(store, rc, st, n, outcome, decision, reason, incident)
+                return None
+        except GlueError as exc:
+            if "is being changed by" in str(exc):
+                return f"another controller acts on it: {exc}"
+            raise
+
     def _stop(self, store: RunStore, rc: runconfig.RunConfig, st: WatchState, n: int, outcome: Outcome,
               decision: policy.Decision, reason: str, incident: str | None) -> None:
         st.stopped, st.handled_attempt = decision.reason, n
@@ -227,10 +248,12 @@ class Watcher:
         st = WatchState.load(store) or WatchState(store.run)
         if store.attempts()[-1] != n or st.stopped or st.done:
             return "already handled"
-        decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started)
+        retry = _retry(st, n)
+        decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started, retry)
         if decision.action != "recover" or decision.budget is None:
             return decision.reason
-        st.used[decision.budget] = st.used.get(decision.budget, 0) + 1
+        if retry == 0:  # a new failure takes one from its budget; retrying the same one does not
+            st.used[decision.budget] = st.used.get(decision.budget, 0) + 1
         st.handled_attempt = n
         st.note("recovering", attempt=n, outcome=str(outcome), budget=decision.budget)
         st.save(store)  # counted before it starts: a watcher killed mid-recovery has spent it
@@ -258,6 +281,11 @@ class Watcher:
         self._event(rc, st, "recovered", n, outcome, recovery=summary)
         st.save(store)
         return f"recovered onto attempt {result['new_attempt']} (verified)"
+
+
+def _retry(st: WatchState, n: int) -> int:
+    """Failed recoveries of attempt n's failure so far (0: not tried yet, a new failure)."""
+    return st.failed_in_row if st.handled_attempt == n else 0
 
 
 def _describe(entry: dict[str, Any] | None) -> str:

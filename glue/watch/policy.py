@@ -12,9 +12,11 @@ Pure (no I/O), so every row of the table is unit-tested.
 | bad_restart                             | stop: the resume is wrong; event `bad_restart`   |
 | user_error, export_missing              | stop: a restart does not fix it; event `failed`  |
 
-A budget exhausted or the deadline passed stops the run too (event `budget_exhausted`). Before the
-k-th retry after k failed recoveries in a row the watcher waits backoff_seconds·2^(k-1), at most
-backoff_max_seconds.
+A budget counts failures recovered: the first recovery of a failed attempt takes one from its budget;
+retrying that same failure after a failed recovery does not take another. Before the retry after k
+failed recoveries in a row the watcher waits backoff_seconds·2^(k-1), at most backoff_max_seconds;
+after MAX_TRIES failed recoveries of one failure it stops (event `recovery_failed`). A budget used up
+or the deadline passed stops the run too (event `budget_exhausted`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ NO_RETRY_EVENT = {
     Outcome.OOM_GPU: "oom", Outcome.OOM_HOST: "oom", Outcome.BAD_RESTART: "bad_restart",
     Outcome.USER_ERROR: "failed", Outcome.EXPORT_MISSING: "failed",
 }
+
+MAX_TRIES = 5  # failed recoveries of one failure before the watcher gives up on it
 
 Action = Literal["none", "done", "recover", "wait", "stop"]
 Budget = Literal["preemptions", "failures"]
@@ -64,11 +68,12 @@ def backoff(spec: RecoverySpec, failed_in_row: int) -> float:
 
 
 def decide(outcome: Outcome, spec: RecoverySpec, used: dict[str, int], now: float, next_try_at: float,
-           started_at: float | None) -> Decision:
+           started_at: float | None, retry: int = 0) -> Decision:
     """The action for a run whose latest attempt is classified `outcome`.
 
-    used: recoveries started so far per budget; next_try_at: epoch seconds the backoff ends;
-    started_at: epoch seconds of the run's first start (for deadline_hours)."""
+    used: failures recovered so far per budget; next_try_at: epoch seconds the backoff ends;
+    started_at: epoch seconds of the run's first start (for deadline_hours); retry: failed recoveries
+    of THIS failure so far (0 = a new failure, which takes one from its budget)."""
     if outcome is Outcome.RUNNING:
         return Decision("none", "running")
     if outcome is Outcome.COMPLETED:
@@ -83,6 +88,13 @@ def decide(outcome: Outcome, spec: RecoverySpec, used: dict[str, int], now: floa
         return Decision("stop", f"{outcome} after the deadline ({spec.deadline_hours:g} h after the run started)",
                         budget, "budget_exhausted")
     cap = limit(spec, budget)
+    if retry >= MAX_TRIES:
+        return Decision("stop", f"{outcome}: {retry} recoveries of this failure failed; giving up", budget,
+                        "recovery_failed")
+    if retry > 0:
+        if now < next_try_at:
+            return Decision("wait", f"{outcome}: backing off {next_try_at - now:.0f}s", budget)
+        return Decision("recover", f"{outcome}: retry {retry + 1}/{MAX_TRIES} of this failure's recovery", budget)
     if used.get(budget, 0) >= cap:
         return Decision("stop", f"{outcome}: the {budget} budget is used up ({used.get(budget, 0)}/{cap})",
                         budget, "budget_exhausted")

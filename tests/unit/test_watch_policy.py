@@ -16,7 +16,7 @@ from glue.runs.classify import Evidence, Outcome, classify
 from glue.runs.config import NotifySpec, RecoverySpec
 from glue.train.notice import PREEMPTED_EXIT
 from glue.watch import notify
-from glue.watch.policy import backoff, decide
+from glue.watch.policy import MAX_TRIES, backoff, decide
 
 SPEC = RecoverySpec(max_preemptions=2, max_failures=1, backoff_seconds=10, backoff_max_seconds=25,
                     deadline_hours=1)
@@ -52,9 +52,14 @@ def test_budgets_are_separate_and_exhaustion_stops() -> None:
     assert decide(Outcome.PREEMPTED, SPEC, used, NOW, 0.0, NOW).event == "budget_exhausted"
 
 
-def test_backoff_doubles_to_the_cap_and_deadline_stops() -> None:
+def test_backoff_doubles_to_the_cap_retries_do_not_spend_budget_and_deadline_stops() -> None:
     assert [backoff(SPEC, k) for k in range(5)] == [0, 10, 20, 25, 25]
     assert decide(Outcome.VM_LOST, SPEC, {}, NOW, NOW + 5, NOW).action == "wait"
+    spent = {"preemptions": 2}  # the budget is used up, but this failure's own retries go on (backing off)
+    assert decide(Outcome.VM_LOST, SPEC, spent, NOW, NOW + 5, NOW, retry=1).action == "wait"
+    assert decide(Outcome.VM_LOST, SPEC, spent, NOW, NOW - 1, NOW, retry=1).action == "recover"
+    gave_up = decide(Outcome.VM_LOST, SPEC, spent, NOW, 0.0, NOW, retry=MAX_TRIES)
+    assert gave_up.action == "stop" and gave_up.event == "recovery_failed"
     late = decide(Outcome.VM_LOST, SPEC, {}, NOW, 0.0, NOW - 3601)
     assert late.action == "stop" and late.event == "budget_exhausted" and "deadline" in late.reason
 

@@ -25,7 +25,10 @@ from glue.train import process_group
 gen = process_group.join()
 out = pathlib.Path(sys.argv[1])
 (out / f"ready-{dist.get_rank()}").write_text(str(gen))
+deadline = time.monotonic() + 150  # never outlive the test, whatever happens to it
 while not (out / "go").exists():
+    if time.monotonic() > deadline:
+        sys.exit(3)
     time.sleep(0.1)
 t = torch.ones(1)
 dist.all_reduce(t)
@@ -116,7 +119,11 @@ def test_every_socket_of_a_group_listens_on_the_group_address_only(tmp_path: Pat
             assert p.wait(120) == 0, (tmp_path / f"node{procs.index(p)}.log").read_text()[-3000:]
         assert [(tmp_path / f"sum-{r}").read_text() for r in (0, 1)] == ["2", "2"]
     finally:
+        # torchrun starts its workers in sessions of their own: kill the whole tree, not the groups
+        for pid in _descendants([p.pid for p in procs if p.poll() is None]):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10)
+            p.wait(10)

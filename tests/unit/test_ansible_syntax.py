@@ -14,7 +14,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE = ROOT / "ansible"
 BIN = Path(sys.executable).parent
-ROLES = ("nvidia_driver", "container_runtime", "bucket_mount", "trainer")
+ROLES = ("nvidia_driver", "container_runtime", "bucket_mount", "trainer", "group_firewall")
 
 
 @pytest.mark.parametrize("playbook", ["site.yml", "verify.yml"])

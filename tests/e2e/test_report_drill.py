@@ -50,6 +50,10 @@ def chromium(*args: str) -> subprocess.CompletedProcess[str]:
                            "--enable-logging=stderr", "--v=0", *args], capture_output=True, text=True, timeout=120)
 
 
+def console_errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+
+
 @pytest.mark.timeout(900)
 def test_drill_report_opens_in_chromium_with_every_chart_and_judges_the_run(cluster_kit: Kit, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
@@ -90,8 +94,10 @@ def test_drill_report_opens_in_chromium_with_every_chart_and_judges_the_run(clus
 
     dom = chromium("--dump-dom", out.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
-    console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
-    assert not console, console
+    assert not console_errors(dom.stderr), console_errors(dom.stderr)
+    broken = tmp_path / "broken.html"  # the check above can fail: a page with a script error is caught
+    broken.write_text("<html><body><script>undefinedFn()</script></body></html>")
+    assert console_errors(chromium("--dump-dom", broken.as_uri()).stderr)
     charts = Charts()
     charts.feed(dom.stdout)
     c = charts.charts

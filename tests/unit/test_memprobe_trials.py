@@ -51,7 +51,8 @@ def test_probe_reports_oom_at_the_input_and_peak_grows(tmp_path: Path) -> None:
     oom = trials[64]
     assert "oom_kill" in oom["evidence"] and oom["exit"] == -9 and oom["limit"].startswith("cgroup")
     assert s["trial_count"] <= math.log2(s["candidates"]) + 2
-    assert trials[32]["peak_mb"] > trials[16]["peak_mb"]  # near the limit the cgroup reclaims, so only the direction is stable
+    # Near the limit the cgroup reclaims (CI saw only +18 MB for 16 more samples): only the direction is stable.
+    assert trials[32]["peak_mb"] > trials[16]["peak_mb"]
     assert "largest that fits 32, smallest that fails 64" in res.output
 
 

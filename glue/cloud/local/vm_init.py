@@ -4,6 +4,11 @@ Builds the VM's root (an overlay of the host root whose upper layer is the VM's 
 directory), chroots into it, starts sshd on loopback and reaps orphans until killed. Everything
 the VM writes lands in its disk directory, so deleting that directory is terminating the VM.
 
+Nothing of the controller's secrets reaches the VM: PID 1 re-executes itself with an allow-listed
+environment (the controller's, with a user's API keys, is what it was started with, and
+/proc/1/environ would show it to every process on the VM), and the kit home (the SSH key that is
+root on every VM, bucket credentials, the bucket's files) is covered by an empty read-only tmpfs.
+
 Usage: python -m glue.cloud.local.vm_init <vm_dir>   (vm_dir holds config.json written by local.py)
 """
 
@@ -17,6 +22,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from glue.paths import minimal_env
 
 
 def sh(*args: str) -> None:
@@ -47,7 +54,22 @@ def build_root(vm_dir: Path, cfg: dict[str, object]) -> Path:
         target.mkdir(parents=True, exist_ok=True)
         sh("mount", "--bind", str(keep), str(target))
         sh("mount", "-o", "remount,bind,ro", str(target))
+    # Last, so it also covers a kit home inside a tree bound above (the default: <project>/.gpukit).
+    # The overlay and /root were mounted from it already and keep working.
+    hide = root / str(kit_home(vm_dir)).lstrip("/")
+    if hide.is_dir():
+        sh("mount", "-t", "tmpfs", "-o", "ro,mode=0700,size=4k", "tmpfs", str(hide))
     return root
+
+
+def kit_home(vm_dir: Path) -> Path:
+    """The kit home holding this VM (the local backend keeps VMs in <home>/vms/<id>)."""
+    return vm_dir.parent.parent
+
+
+def clean_env() -> dict[str, str]:
+    """PID 1's environment: the allow-list, and where the kit's code is (not a secret)."""
+    return minimal_env(**{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ})
 
 
 def prepare_sshd(vm_dir: Path, cfg: dict[str, object]) -> list[str]:
@@ -90,6 +112,10 @@ def prepare_sshd(vm_dir: Path, cfg: dict[str, object]) -> list[str]:
 
 def main() -> None:
     vm_dir = Path(sys.argv[1]).resolve()
+    env = clean_env()
+    if dict(os.environ) != env:
+        # exec, not just os.environ: /proc/1/environ shows the block PID 1 was exec'd with.
+        os.execve(sys.executable, [sys.executable, "-m", "glue.cloud.local.vm_init", str(vm_dir)], env)
     cfg = json.loads((vm_dir / "config.json").read_text())
     socket.sethostname(str(cfg["name"]))
     root = build_root(vm_dir, cfg)

@@ -1,0 +1,187 @@
+"""`glue watch` keeps runs going with nobody at the keyboard: real VMs, real watcher processes, a loopback
+webhook receiver. One test, several runs at once (recoveries are the expensive part)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from glue.cloud.local.backend import LocalBackend
+from glue.cloud.local.bucket import LocalBucket
+from glue.runs.store import RunStore
+from tests.integration.test_runs import run_config
+from tests.kit import GLUE
+
+from .conftest import Kit
+
+pytestmark = pytest.mark.e2e
+
+
+class _Hook(BaseHTTPRequestHandler):
+    events: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:
+        type(self).events.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def webhook() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), _Hook)  # loopback only
+    _Hook.events = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/gpukit"
+    server.shutdown()
+
+
+def _store(kit: Kit, run: str) -> RunStore:
+    bucket = LocalBucket(kit.home)
+    return RunStore(bucket.ensure_running(), bucket.credentials(), run)
+
+
+def _until(what: str, pred: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _reached(store: RunStore, attempt: int, step: int) -> bool:
+    return _step(store, attempt) >= step
+
+
+def _step(store: RunStore, attempt: int) -> int:
+    beat = store.get_json("heartbeat.json") or {}
+    return int(beat.get("step") or 0) if beat.get("attempt") == attempt else 0
+
+
+class Watchers:
+    def __init__(self, kit: Kit, tmp: Path, runs: list[str]) -> None:
+        self.kit, self.tmp, self.runs = kit, tmp, runs
+        self.procs: list[tuple[subprocess.Popen[str], IO[str]]] = []
+
+    def start(self) -> subprocess.Popen[str]:
+        log = open(self.tmp / f"watch-{len(self.procs)}.log", "w")  # closed in stop_all
+        args = [a for r in self.runs for a in ("--run", r)]
+        proc = subprocess.Popen([*GLUE, "watch", *args, "--interval", "1"], env=self.kit.env, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+        self.procs.append((proc, log))
+        return proc
+
+    def logs(self) -> str:
+        return "\n".join((self.tmp / f"watch-{i}.log").read_text() for i in range(len(self.procs)))
+
+    def stop_all(self) -> None:
+        for proc, log in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            log.close()
+
+
+@pytest.mark.timeout(900)
+def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Path, webhook: str) -> None:
+    kit = cluster_kit
+    backend = LocalBackend(kit.home)
+    notify = {"webhook": webhook}
+    main_cfg = run_config(tmp_path, "main.yaml", config={"steps": 300, "step_sleep": 0.1, "checkpoint_interval": 20},
+                          recovery={"max_preemptions": 3, "backoff_seconds": 1, "backoff_max_seconds": 2},
+                          notify=notify)
+    oom_cfg = run_config(tmp_path, "oom.yaml", config={"steps": 5, "d_model": 512, "n_layer": 4, "batch_size": 64},
+                         notify=notify)
+    keep_cfg = run_config(tmp_path, "keep.yaml", config={"steps": 3000, "step_sleep": 0.1},
+                          recovery={"max_failures": 1, "keep_failed": True}, notify=notify)
+    kit.glue("deploy", "--run", "w-keep", "--config", str(keep_cfg), "--vm", "gpukit-2")
+    kit.glue("deploy", "--run", "w-oom", "--config", str(oom_cfg), "--vm", "gpukit-2", "--memory-limit-mb", "350")
+    kit.glue("deploy", "--run", "w-main", "--config", str(main_cfg), "--vm", "gpukit-1")
+    main, keep, oom = _store(kit, "w-main"), _store(kit, "w-keep"), _store(kit, "w-oom")
+    watchers = Watchers(kit, tmp_path, ["w-main", "w-keep", "w-oom"])
+    w1, w2 = watchers.start(), watchers.start()  # two watchers on the same runs: only one may act
+    try:
+        # Loss 1, announced: the notice file on the VM, 5 s of grace, then the VM is deleted.
+        _until("w-main step 25", lambda: _step(main, 1) >= 25, 120)
+        vm1 = main.attempt(1)["vm_id"]
+        announcer = threading.Thread(target=backend.announce_termination, args=(vm1, 5.0))
+        t_notice = time.monotonic()
+        announcer.start()
+        # Meanwhile w-keep's supervisor and trainer are killed: `killed`, recovered from the failure budget
+        # onto a new VM while the old one is kept for debugging (recovery.keep_failed).
+        rec = keep.attempt(1)
+        kit.glue("ssh", "gpukit-2", "--", "kill", "-9", str(rec["supervisor_pid"]), str(rec["trainer_pid"]))
+        announcer.join()
+        first = _until("recovery 1 of w-main", lambda: main.get_json("recoveries/1.json"), 240)
+        t_recovered = time.monotonic() - t_notice
+        notice = main.get_json("attempts/1.notice.rank0.json")
+        assert first["failure_class"] == "preempted" and first["verified"], first
+        assert notice["saved_step"] == first["checkpoint_step"]  # the checkpoint taken at the notice
+        assert first["failure_step"] - first["checkpoint_step"] <= 1  # at most one step replayed
+        assert first["first_resumed_step"] == first["checkpoint_step"] + 1
+        krec = _until("w-keep recovery", lambda: keep.get_json("recoveries/1.json"), 240)
+
+        # Both watchers are SIGKILLed; a new one carries on from the state in the bucket.
+        for proc in (w1, w2):
+            proc.send_signal(signal.SIGKILL)
+        watchers.start()
+        for n, name in ((2, "recovery 2"), (3, "recovery 3")):  # two unannounced losses
+            at = {2: first["checkpoint_step"] + 40, 3: first["checkpoint_step"] + 80}[n]
+            _until(f"w-main attempt {n} at step {at}", partial(_reached, main, n, at), 240)
+            backend.delete_vm(main.attempt(n)["vm_id"])
+            _until(name, partial(main.get_json, f"recoveries/{n}.json"), 240)
+        _until("w-main completed", lambda: (main.get_json("watch/state.json") or {}).get("done"), 240)
+
+        recs = [main.get_json(f"recoveries/{k}.json") for k in (1, 2, 3)]
+        assert [r["failure_class"] for r in recs] == ["preempted", "vm_lost", "vm_lost"]
+        assert all(r["verified"] for r in recs) and main.get_json("recoveries/4.json") is None
+        assert main.attempts() == [1, 2, 3, 4]  # one recovery per loss although two watchers saw the first
+        state = main.get_json("watch/state.json")
+        assert state["used"] == {"preemptions": 3, "failures": 0}  # counted on across the watcher restart
+        assert main.get_json("outputs/final.json")["step"] == 300
+
+        # w-keep: recovered once (failure budget 1), its old VM kept; the second kill exhausts the budget.
+        assert krec["failure_class"] == "killed" and krec["verified"] and krec["kept_vm"]["id"] == rec["vm_id"]
+        assert backend.read_vm(rec["vm_id"]) is not None  # still alive for debugging
+        kept = json.loads(kit.glue("status", "--json").stdout)["kept"]
+        assert [k["id"] for k in kept] == [rec["vm_id"]] and kept[0]["run"] == "w-keep"
+        rec2 = keep.attempt(2)
+        _until("w-keep attempt 2 steps", lambda: _step(keep, 2) >= 3, 120)
+        kit.glue("ssh", "gpukit-2", "--", "kill", "-9", str(rec2["supervisor_pid"]), str(rec2["trainer_pid"]))
+        kstate = _until("w-keep stopped", lambda: (keep.get_json("watch/state.json") or {}).get("stopped"), 120)
+        assert "failures budget is used up (1/1)" in kstate
+        assert any(k.endswith("-budget_exhausted.json") for k in keep.keys("incidents/"))
+        assert keep.attempts() == [1, 2]
+
+        # w-oom: a repeatable OOM is never retried; the hook hears of it.
+        assert oom.attempts() == [1] and "oom_host" in (oom.get_json("watch/state.json") or {}).get("stopped", "")
+        events = {(e["run"], e["event"]) for e in _Hook.events}
+        assert {("w-main", "recovered"), ("w-keep", "recovered"), ("w-keep", "budget_exhausted"),
+                ("w-oom", "oom")} <= events
+        assert sum(1 for e in _Hook.events if e["run"] == "w-main" and e["event"] == "recovered") == 3
+        print(f"notice -> recovery 1 recorded in {t_recovered:.1f}s; "
+              f"detect {[r['seconds']['detect'] for r in recs]}")
+    finally:
+        logs = watchers.logs() if watchers.procs else ""
+        watchers.stop_all()
+        for k in json.loads(kit.glue("status", "--json", check=False).stdout or "{}").get("kept", []):
+            backend.delete_vm(k["id"])
+        kit.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "glue.train.supervise", check=False)
+        if os.environ.get("GPUKIT_TEST_VERBOSE"):
+            print(logs)
+

@@ -1,6 +1,11 @@
 """A checkpoint target that is an S3 prefix, `s3://bucket/prefix` (boto3; large objects move in
 parallel multipart parts). Missing buckets and rejected credentials fail at once (TargetError);
-everything else is retried (glue.train.retry)."""
+everything else is retried (glue.train.retry).
+
+Downloads of a known size (every checkpoint object: COMMIT.json and the listing give it) are
+parallel ranged GETs read from the socket straight into one preallocated buffer, hashed as it
+fills (buffers.PartSink); parts of one object must agree on its ETag. Any other download goes
+through s3transfer."""
 
 from __future__ import annotations
 
@@ -37,7 +42,8 @@ _MISSING = {"NoSuchKey", "404", "NotFound"}
 # the object's size from its first part and only then asks for the rest in parallel: a small part
 # keeps that serial start short. A download hands its bytes to its one writer thread in chunks of
 # io_chunksize: 1 MiB instead of boto3's 256 KiB cuts that thread's per-chunk overhead (about 0.5 s
-# of CPU per GB here), and at most max_io_queue chunks (128 MiB) wait for it.
+# of CPU per GB here), and at most max_io_queue chunks (128 MiB) wait for it. Downloads of a known
+# size (S3Storage._get_parts) use the same part size and parallelism, and read io_chunksize at a time.
 DEFAULT_TRANSFER = TransferConfig(
     multipart_threshold=16 * MiB,
     multipart_chunksize=16 * MiB,

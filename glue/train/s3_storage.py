@@ -43,7 +43,8 @@ _MISSING = {"NoSuchKey", "404", "NotFound"}
 # keeps that serial start short. A download hands its bytes to its one writer thread in chunks of
 # io_chunksize: 1 MiB instead of boto3's 256 KiB cuts that thread's per-chunk overhead (about 0.5 s
 # of CPU per GB here), and at most max_io_queue chunks (128 MiB) wait for it. Downloads of a known
-# size (S3Storage._get_parts) use the same part size and parallelism, and read io_chunksize at a time.
+# size (S3Storage._get_parts) use the same part size, 8 parts in flight per target (one pool for all
+# its downloads), and read io_chunksize at a time.
 DEFAULT_TRANSFER = TransferConfig(
     multipart_threshold=16 * MiB,
     multipart_chunksize=16 * MiB,

@@ -174,7 +174,9 @@ class RunContext:
 
     # -- per step ------------------------------------------------------------------------------
     def step(self, step: int, loss: float, **extra: Any) -> None:
-        """Record one completed step (cheap: no I/O on the training thread)."""
+        """Record one completed step (cheap: no I/O on the training thread). A pending termination notice
+        is acted on here: checkpoint at this step, exit PREEMPTED_EXIT. Under torchrun every rank calls
+        this at every step (each records its own metrics), so the ranks agree on the notice here."""
         now = utc_now()
         rec = {"step": step, "loss": loss, "t": iso(now), "attempt": self.attempt, "rank": self.rank,
                "restart": self.restart, **extra}

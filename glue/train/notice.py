@@ -7,6 +7,10 @@ trainer reaches its next step boundary (`RunContext.step`), so a notice that lan
 warm-up or a save is never missed. There the trainer saves a checkpoint at that step (blocking,
 committed), records the notice and exits with PREEMPTED_EXIT, which the controller classifies as
 `preempted`, not as a crash.
+
+Under torchrun SIGTERM is not a notice: the agent sends it to stop the workers when the group fails
+or restarts, and then they must stop at once (a checkpoint would be a collective with a dead peer).
+There only the notice file counts (on every node: the backend writes it on each VM).
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ def notice_key(attempt: int, rank: int) -> str:
 class TerminationNotice:
     """A flag set by SIGTERM or by the notice file appearing; checked at step boundaries."""
 
-    def __init__(self, path: str | None = None, poll_s: float = POLL_S) -> None:
+    def __init__(self, path: str | None = None, poll_s: float = POLL_S, sigterm: bool = True) -> None:
         self.path = Path(path or os.environ.get(NOTICE_FILE_ENV) or DEFAULT_NOTICE_FILE)
+        self._sigterm = sigterm
         self.source: str | None = None
         self.seen_at: float | None = None
         self._flag = threading.Event()
@@ -46,7 +51,7 @@ class TerminationNotice:
     def install(self) -> None:
         """(Re)install the SIGTERM handler on top (main thread only). Called again after a Checkpointer
         was made: its flush-and-exit handler must not pre-empt the save at the step boundary."""
-        if threading.current_thread() is threading.main_thread():
+        if self._sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:

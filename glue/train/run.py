@@ -123,7 +123,7 @@ class RunContext:
         self._started_at = iso(utc_now())
         self._stop = threading.Event()
         self._ckpt: Checkpointer | None = None
-        self._notice = TerminationNotice()
+        self._notice = TerminationNotice(sigterm=not group.under_torchrun(env))
         self._keep_previous_steps()
         self._thread = threading.Thread(target=self._beat_loop, name="gpukit-heartbeat", daemon=True)
         self._thread.start()

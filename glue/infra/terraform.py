@@ -254,6 +254,14 @@ class Terraform:
                 changes.append((ch["resource"]["addr"], ch["action"]))
         return changes
 
+    def state_rm(self, address: str) -> None:
+        """Terraform lets go of a resource without destroying it (the next apply creates a new one under
+        its address). Call under locked()."""
+        proc = subprocess.run([self.binary, "state", "rm", "-no-color", address], cwd=self.workdir, env=self._env(),
+                              capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise GlueError(f"terraform state rm {address} failed: {' '.join(proc.stderr.split())[-300:]}")
+
     def outputs(self) -> dict[str, Any]:
         if not (self.workdir / "terraform.tfstate").exists():
             return {}

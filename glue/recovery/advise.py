@@ -20,7 +20,7 @@ from typing import Any
 from glue.errors import GlueError
 from glue.runs.store import RunStore, parse_iso
 
-RECOVERABLE = {"vm_lost", "stall", "comm", "killed"}
+RECOVERABLE = {"vm_lost", "preempted", "stall", "comm", "killed", "storage_lost"}
 
 
 def young(c: float, m: float) -> float:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -175,15 +174,6 @@ def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any], freeze: l
             # The VM went while we spoke to it (a preempted VM's grace ran out): nothing left to stop.
 
 
-def _forget(tf: Terraform, address: str) -> None:
-    """`terraform state rm`: Terraform lets go of a VM without destroying it (the next apply creates a
-    new VM under its name). Under the caller's Terraform.locked()."""
-    proc = subprocess.run([tf.binary, "state", "rm", address], cwd=tf.workdir, env=tf._env(), capture_output=True,
-                          text=True, check=False, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        raise GlueError(f"terraform state rm {address} failed: {' '.join(proc.stderr.split())[-300:]}")
-
-
 def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm: bool,
               keep: lifecycle.KeptVM | None = None) -> tuple[list[Host], list[str]]:
     """Terraform brings the group's VMs back: a lost VM is drift (re-created by the apply); the live VM
@@ -197,7 +187,7 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
                if len(nodes) == 1 and not same_vm and keep is None and backend.read_vm(str(nd["vm_id"])) is not None]
     with tf.locked():
         if keep is not None:
-            _forget(tf, vm_address(keep.name))
+            tf.state_rm(vm_address(keep.name))  # the kept VM lives on outside the state
             lifecycle.keep(home, keep)
         tf.apply(state.tf_vars(home, cfg), replace=replace)
     inventory.write(home, tf.outputs())

@@ -82,11 +82,19 @@ def check_all_ranks(store: RunStore, old: dict[int, dict[str, Any]], new: dict[i
     for rank in range(1, world_size):
         if not check.ok:
             break
-        per_rank = check_resume(merged_metrics(store, failed_attempt + 1, rank),
-                                store.metrics(rank).get(new_attempt, {}), ckpt, upto, tolerance, finished_before)
+        before = merged_metrics(store, failed_attempt + 1, rank)
+        per_rank = check_resume(before, store.metrics(rank).get(new_attempt, {}), ckpt,
+                                rank_upto(before, upto, ckpt), tolerance, finished_before)
         if not per_rank.ok:
             check = ResumeCheck(False, per_rank.first_step, check.compared, f"rank {rank}: {per_rank.problem}")
     return check
+
+
+def rank_upto(before: dict[int, dict[str, Any]], upto: int, ckpt: int | None) -> int:
+    """The last step to compare on a rank other than 0. Its steps after its last shipped metrics part or
+    heartbeat went down with its VM, so it is compared up to the last step IT recorded; never below the
+    checkpoint (the first resumed step is always checked)."""
+    return max(min(upto, max(before, default=ckpt or 0)), ckpt or 0)
 
 
 def step_ranges(steps: list[int]) -> str:

@@ -89,18 +89,22 @@ def measure(store: RunStore) -> Measured:
     )
 
 
+def mtbf_of(run: str, m: Measured, mtbf_hours: float | None) -> tuple[float, str]:
+    """Mean time between failures in seconds, and where it came from: given, or measured on the run."""
+    if mtbf_hours is not None:
+        return mtbf_hours * 3600, "given (--mtbf)"
+    if m.failures:
+        return m.wall_s / m.failures, f"measured: {m.failures} failure(s) in {m.wall_s / 3600:.3f} h"
+    raise GlueError(f"run {run} has no recorded failures to estimate MTBF from; pass --mtbf HOURS "
+                    "(for rented GPU VMs, 24-200 h is typical)")
+
+
 def advise(store: RunStore, mtbf_hours: float | None, restore_s: float | None) -> dict[str, Any]:
     m = measure(store)
     if m.saves == 0:
         raise GlueError(f"run {store.run} has no committed checkpoint yet, so no measured save cost; "
                         "let it checkpoint at least once")
-    if mtbf_hours is not None:
-        mtbf, mtbf_src = mtbf_hours * 3600, "given (--mtbf)"
-    elif m.failures:
-        mtbf, mtbf_src = m.wall_s / m.failures, f"measured: {m.failures} failure(s) in {m.wall_s / 3600:.2f} h"
-    else:
-        raise GlueError(f"run {store.run} has no recorded failures to estimate MTBF from; pass --mtbf HOURS "
-                        "(for rented GPU VMs, 24-200 h is typical)")
+    mtbf, mtbf_src = mtbf_of(store.run, m, mtbf_hours)
     r = restore_s if restore_s is not None else m.restore_s
     r_src = "given (--restore-seconds)" if restore_s is not None else "measured by glue recover"
     if r is None:

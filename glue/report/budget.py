@@ -61,13 +61,7 @@ def inputs_from_run(store: RunStore, steps: int, mtbf_hours: float | None,
         raise GlueError(f"run {store.run} has no two consecutive steps recorded yet, so no measured step time")
     if m.saves == 0:
         raise GlueError(f"run {store.run} has no committed checkpoint yet, so no measured save cost")
-    if mtbf_hours is not None:
-        mtbf, mtbf_src = mtbf_hours * 3600, "given (--mtbf)"
-    elif m.failures:
-        mtbf, mtbf_src = m.wall_s / m.failures, f"measured: {m.failures} failure(s) in {m.wall_s / 3600:.3f} h"
-    else:
-        raise GlueError(f"run {store.run} has no recorded failures to estimate MTBF from; pass --mtbf HOURS "
-                        "(for rented GPU VMs, 24-200 h is typical)")
+    mtbf, mtbf_src = advise.mtbf_of(store.run, m, mtbf_hours)
     r = restore_s if restore_s is not None else m.restore_s
     if r is None:
         raise GlueError(f"run {store.run} has no measured restore yet (no `glue recover`); pass --restore-seconds")

@@ -137,7 +137,7 @@ class LocalBackend:
                 ["unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child",
                  sys.executable, "-m", "glue.cloud.local.vm_init", str(vm_dir)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                cwd="/", env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                cwd="/", env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
             )
             log.close()
             init_pid = None

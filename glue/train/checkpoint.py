@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import torch.distributed as dist
 from boto3.s3.transfer import TransferConfig
 
-from glue.train import exit_hooks, invalid
+from glue.train import exit_hooks, invalid, mount_config
 from glue.train.ckpt_format import (
     CheckpointStatus,
     Commit,
@@ -106,8 +106,12 @@ class Checkpointer:
         if keep_last < 2:
             raise CheckpointError(f"keep_last must be at least 2 (got {keep_last}): the previous one is the fallback")
         self.target = os.fspath(target)
+        opened = target
+        if storage is None and endpoint_url is None and credentials is None:
+            # Under the VM's bucket mount: commit, verify and prune in the bucket itself (mount_config).
+            opened, endpoint_url, credentials, region = mount_config.resolve(self.target, region)
         self.storage: Storage = storage or open_target(
-            target, endpoint_url=endpoint_url, credentials=credentials, region=region, transfer=transfer, retry=retry
+            opened, endpoint_url=endpoint_url, credentials=credentials, region=region, transfer=transfer, retry=retry
         )
         self.keep_last = keep_last
         self.rank = rank if rank is not None else (dist.get_rank() if _dist_ready() else 0)

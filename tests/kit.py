@@ -3,6 +3,7 @@ the whole session, and the real `glue` CLI run as a subprocess. Registered by te
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
@@ -10,10 +11,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import paramiko
 import pytest
 
+from glue.cloud.base import VMRecord
 from glue.cloud.local.backend import LocalBackend
 from glue.cloud.local.bucket import LocalBucket
+from glue.infra.ssh_keys import client_key
 
 GLUE = [sys.executable, "-m", "glue.cli"]
 
@@ -61,3 +65,20 @@ def cluster_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
         for vm_dir in backend.vms_dir.iterdir():
             backend.delete_vm(vm_dir.name)
     LocalBucket(home).stop()
+
+
+def vm_ssh(home: Path, vm: VMRecord, command: str) -> tuple[int, str]:
+    """Run a command as root on a VM straight from its backend record, trusting only its pinned host key."""
+    client = paramiko.SSHClient()
+    key_type, key_b64 = vm.host_key.split()[:2]
+    client.get_host_keys().add(f"[{vm.ssh_host}]:{vm.ssh_port}", key_type,
+                               paramiko.Ed25519Key(data=base64.b64decode(key_b64)))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(vm.ssh_host, port=vm.ssh_port, username="root", key_filename=str(client_key(home)),
+                   look_for_keys=False, allow_agent=False, timeout=10)
+    try:
+        _, out, err = client.exec_command(command, timeout=60)
+        rc = out.channel.recv_exit_status()
+        return rc, out.read().decode() + err.read().decode()
+    finally:
+        client.close()

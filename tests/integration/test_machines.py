@@ -4,7 +4,6 @@ by `glue up` with an empty disk. Real mmdebstrap image, real nspawn, real sshd, 
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
@@ -16,29 +15,12 @@ import pytest
 
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local.machine_backend import MachineBackend
-from glue.infra.ssh_keys import client_key, public_key
-from tests.kit import Kit
+from glue.infra.ssh_keys import public_key
+from tests.kit import Kit, vm_ssh
 
 pytestmark = pytest.mark.integration
 
 MARKER_ENV = "GPUKIT_TEST_CONTROLLER_MARKER"
-
-
-def _ssh(home: Path, vm: VMRecord, command: str) -> tuple[int, str]:
-    """Run a command as root on the VM, trusting only the host key the backend pinned."""
-    client = paramiko.SSHClient()
-    key_type, key_b64 = vm.host_key.split()[:2]
-    pinned = paramiko.Ed25519Key(data=base64.b64decode(key_b64))
-    client.get_host_keys().add(f"[{vm.ssh_host}]:{vm.ssh_port}", key_type, pinned)
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    client.connect(vm.ssh_host, port=vm.ssh_port, username="root", key_filename=str(client_key(home)),
-                   look_for_keys=False, allow_agent=False, timeout=10)
-    try:
-        _, out, err = client.exec_command(command, timeout=60)
-        rc = out.channel.recv_exit_status()
-        return rc, out.read().decode() + err.read().decode()
-    finally:
-        client.close()
 
 
 @pytest.fixture
@@ -64,34 +46,34 @@ def test_machine_boots_systemd_isolated_with_its_own_host_key(kit: Kit, machines
     a, b = create("m-1"), create("m-2")
     assert a.host_key != b.host_key and a.host_key.startswith("ssh-ed25519 ")
 
-    rc, out = _ssh(kit.home, a, "cat /proc/1/comm; systemctl is-system-running --wait; "
+    rc, out = vm_ssh(kit.home, a, "cat /proc/1/comm; systemctl is-system-running --wait; "
                                "systemctl --failed --no-legend | wc -l; hostname; test -c /dev/fuse && echo fuse")
     assert rc == 0, out
     comm, running, failed, hostname, fuse = out.split()[:5]
     assert (comm, running, failed, hostname, fuse) == ("systemd", "running", "0", "m-1", "fuse")
 
     # Nothing of the controller: not its files (kit home: keys, bucket credentials), not its environment.
-    rc, out = _ssh(kit.home, a, f"ls {kit.home} 2>&1; find / -xdev -name marker-in-kit-home 2>/dev/null; "
+    rc, out = vm_ssh(kit.home, a, f"ls {kit.home} 2>&1; find / -xdev -name marker-in-kit-home 2>/dev/null; "
                                f"cat /proc/1/environ | tr '\\0' '\\n'; env; "
                                f"grep -rl controller-secret-marker /proc/[0-9]*/environ 2>/dev/null")
     assert "No such file or directory" in out, out
     assert "marker-in-kit-home" not in out.replace(str(kit.home), "")
     assert "controller-secret-marker" not in out and MARKER_ENV not in out
     # Its own root filesystem: the image's, not the host's.
-    rc, out = _ssh(kit.home, a, "test -x /opt/gpukit/venv/bin/python && test -x /usr/local/bin/rclone && "
+    rc, out = vm_ssh(kit.home, a, "test -x /opt/gpukit/venv/bin/python && test -x /usr/local/bin/rclone && "
                                f"test ! -e {Path(__file__).resolve().parents[2]} && echo image-root")
     assert out.strip() == "image-root", out
 
     # The pinned key is the one sshd serves: a different one is refused.
     forged = VMRecord(**{**a.as_dict(), "host_key": b.host_key})
     with pytest.raises(paramiko.SSHException):
-        _ssh(kit.home, forged, "true")
+        vm_ssh(kit.home, forged, "true")
 
 
 def test_killed_machine_reads_as_gone_and_its_disk_with_it(kit: Kit, machines) -> None:
     backend, create = machines
     vm = create("k-1")
-    rc, _ = _ssh(kit.home, vm, "echo data > /root/on-the-vm-disk")
+    rc, _ = vm_ssh(kit.home, vm, "echo data > /root/on-the-vm-disk")
     assert rc == 0
     state = json.loads((backend.vms_dir / vm.id / "state.json").read_text())
     os.kill(int(state["init_pid"]), signal.SIGKILL)

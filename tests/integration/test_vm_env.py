@@ -5,41 +5,23 @@ real sshd, checked over the VM's SSH."""
 
 from __future__ import annotations
 
-import base64
 import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import paramiko
 import pytest
 
-from glue.cloud.base import VMRecord, VMSpec
+from glue.cloud.base import VMSpec
 from glue.cloud.local.backend import LocalBackend
 from glue.infra.ssh_keys import client_key, public_key
 from glue.paths import PROJECT_ROOT
+from tests.kit import vm_ssh
 
 pytestmark = pytest.mark.integration
 
 MARKER_ENV = "GPUKIT_TEST_CONTROLLER_MARKER"
 MARKER = "controller-secret-marker"
-
-
-def _ssh(home: Path, vm: VMRecord, command: str) -> tuple[int, str]:
-    """Run a command as root on the VM, trusting only the host key the backend pinned."""
-    client = paramiko.SSHClient()
-    key_type, key_b64 = vm.host_key.split()[:2]
-    client.get_host_keys().add(f"[{vm.ssh_host}]:{vm.ssh_port}", key_type,
-                               paramiko.Ed25519Key(data=base64.b64decode(key_b64)))
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    client.connect(vm.ssh_host, port=vm.ssh_port, username="root", key_filename=str(client_key(home)),
-                   look_for_keys=False, allow_agent=False, timeout=10)
-    try:
-        _, out, err = client.exec_command(command, timeout=60)
-        rc = out.channel.recv_exit_status()
-        return rc, out.read().decode() + err.read().decode()
-    finally:
-        client.close()
 
 
 @pytest.fixture
@@ -69,7 +51,7 @@ def test_a_local_vm_sees_neither_the_kit_home_nor_the_controllers_environment(
                                   ssh_public_key=public_key(home)))
     key = client_key(home)
     assert key.read_text().startswith("-----BEGIN")  # the controller reads it...
-    rc, out = _ssh(home, vm, f"test -d {PROJECT_ROOT}/glue && echo project-visible; "
+    rc, out = vm_ssh(home, vm, f"test -d {PROJECT_ROOT}/glue && echo project-visible; "
                              f"ls -A {home} | wc -l; cat {key} {home}/bucket/credentials.json 2>&1; "
                              "echo ENVIRON; tr '\\0' '\\n' </proc/1/environ; echo SESSION; env; "
                              f"echo GREP; grep -l {MARKER} /proc/[0-9]*/environ 2>/dev/null; echo END")

@@ -29,10 +29,10 @@ def _cgroup_ok() -> bool:
     return True
 
 
-def test_probe_reports_oom_at_the_input_and_peak_grows(tmp_path: Path) -> None:
+def test_probe_reports_oom_at_the_input_and_records_peaks(tmp_path: Path) -> None:
     """Through the CLI: batch 16 (config) fits, 64 is killed by the cgroup's OOM killer, 32 fits.
-    memprobe reports the kill as an OOM at batch 64, finds the boundary within the bound, and the
-    peak grows with the batch."""
+    memprobe reports the kill as an OOM at batch 64, finds the boundary within the bound, and
+    records each trial's peak."""
     if not _cgroup_ok():
         pytest.skip("no writable memory cgroup here (the rlimit test covers the fallback)")
     run_yaml = tmp_path / "run.yaml"
@@ -51,8 +51,9 @@ def test_probe_reports_oom_at_the_input_and_peak_grows(tmp_path: Path) -> None:
     oom = trials[64]
     assert "oom_kill" in oom["evidence"] and oom["exit"] == -9 and oom["limit"].startswith("cgroup")
     assert s["trial_count"] <= math.log2(s["candidates"]) + 2
-    # Near the limit the cgroup reclaims (CI saw only +18 MB for 16 more samples): only the direction is stable.
-    assert trials[32]["peak_mb"] > trials[16]["peak_mb"]
+    # Near the limit the cgroup reclaims (CI saw +18 MB, and once +0.0, for 16 more samples): the peak is
+    # recorded for every fitting trial and never shrinks with the batch; its growth is not asserted.
+    assert trials[32]["peak_mb"] >= trials[16]["peak_mb"] > 0
     assert "largest that fits 32, smallest that fails 64" in res.output
 
 

@@ -15,9 +15,10 @@ import logging
 import os
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from glue.train.credentials import FileCredentials
 from glue.train.mount import bucket_url
 from glue.train.s3_client import CredentialsCallback
 
@@ -25,14 +26,6 @@ log = logging.getLogger("glue.train")
 
 SETTINGS = "/etc/gpukit/mount.conf"  # the bucket_mount role's bucket_mount_settings
 REREAD_S = 60.0  # credentials are read again at least this often (the controller refreshes them in place)
-
-
-@dataclass(frozen=True)
-class RcloneCredentials:
-    access_key: str
-    secret_key: str = field(repr=False)  # never printed: reprs reach logs and tracebacks
-    session_token: str | None = field(repr=False)
-    expires_at: float | None
 
 
 @dataclass(frozen=True)
@@ -46,13 +39,13 @@ class MountedBucket:
     rclone_config: Path
     remote: str
 
-    def credentials(self) -> RcloneCredentials:
+    def credentials(self) -> FileCredentials:
         """Read each call: a refresh rewrites the file. Temporary (session) credentials are given a short
         expiry so the S3 client asks again soon; long-lived keys are re-read daily."""
         section = _section(self.rclone_config, self.remote)
         token = section.get("session_token") or None
         expires = time.time() + REREAD_S if token else None
-        return RcloneCredentials(section.get("access_key_id", ""), section.get("secret_access_key", ""), token,
+        return FileCredentials(section.get("access_key_id", ""), section.get("secret_access_key", ""), token,
                                  expires)
 
 

@@ -20,8 +20,10 @@ from urllib3.util.retry import Retry
 from glue.runs.config import NotifySpec
 
 COMMAND_TIMEOUT_S = 30.0
-WEBHOOK_TIMEOUT_S = 10.0
-_RETRY = Retry(total=4, connect=4, read=2, backoff_factor=0.5, status_forcelist=(500, 502, 503, 504),
+WEBHOOK_TIMEOUT_S = 10.0  # per try (connect, then read)
+# Connection errors and 5xx are retried, backing off 0.5 s doubling (the first retry at once). Module
+# level so a test can make it quick.
+WEBHOOK_RETRY = Retry(total=4, connect=4, read=2, backoff_factor=0.5, status_forcelist=(500, 502, 503, 504),
                allowed_methods=frozenset({"POST"}), raise_on_status=False)
 
 
@@ -54,7 +56,7 @@ def send(spec: NotifySpec, event: dict[str, Any]) -> dict[str, str]:
     url = webhook_url(spec)
     if url:
         try:
-            with urllib3.PoolManager(retries=_RETRY, timeout=WEBHOOK_TIMEOUT_S) as pool:
+            with urllib3.PoolManager(retries=WEBHOOK_RETRY, timeout=WEBHOOK_TIMEOUT_S) as pool:
                 resp = pool.request("POST", url, body=body, headers={"Content-Type": "application/json"})
             results["webhook"] = "ok" if 200 <= resp.status < 300 else f"{_where(url)} answered {resp.status}"
         except urllib3.exceptions.HTTPError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -103,7 +104,18 @@ def receiver() -> Iterator[str]:
     server.shutdown()
 
 
+def _closed_port() -> int:
+    """A loopback port nothing listens on: a connection is refused at once (a fixed one such as 9 may be
+    filtered on a CI host, where each try waits out its timeout)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def test_notify_command_and_webhook(receiver: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same retry rules (connection errors and 5xx retried), without the backoff and long timeouts.
+    monkeypatch.setattr(notify, "WEBHOOK_RETRY", notify.WEBHOOK_RETRY.new(backoff_factor=0))
+    monkeypatch.setattr(notify, "WEBHOOK_TIMEOUT_S", 2.0)
     out = tmp_path / "events.jsonl"
     cmd = (sys.executable, "-c", f"import sys; open({str(out)!r}, 'a').write(sys.stdin.read() + '\\n')")
     monkeypatch.setenv("TEAM_HOOK", receiver)
@@ -113,6 +125,6 @@ def test_notify_command_and_webhook(receiver: str, tmp_path: Path, monkeypatch: 
     assert json.loads(out.read_text()) == event and _Receiver.got == [event]
     assert notify.send(spec, {**event, "event": "failed"}) == {}  # not subscribed
     monkeypatch.delenv("TEAM_HOOK")
-    res = notify.send(NotifySpec(webhook="http://127.0.0.1:9/x?token=s3cret"), event)
+    res = notify.send(NotifySpec(webhook=f"http://127.0.0.1:{_closed_port()}/x?token=s3cret"), event)
     assert "did not answer" in res["webhook"] and "s3cret" not in res["webhook"]  # the URL is never echoed
     assert "not set" in notify.send(NotifySpec(webhook_env="TEAM_HOOK"), event)["webhook"]

@@ -29,6 +29,7 @@ from glue.runs import gate, guard, lease, monitor, remote
 from glue.runs import vm_group as group_mod
 from glue.runs.store import RunStore, utc_iso
 from glue.runs.vm_group import GroupSpec, Rendezvous
+from glue.train.notice import DEFAULT_NOTICE_FILE, NOTICE_FILE_ENV
 
 
 def code_version() -> dict[str, Any]:
@@ -219,6 +220,18 @@ def _record_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, host
     return record
 
 
+def docker_argv(run: str, attempt: int, image: str, argv: list[str], env_file: str) -> list[str]:
+    """`docker run` of the trainer (runtime: docker): the bucket mount, the credentials file (read-only,
+    refreshed in place by the controller) and the termination notice directory are the VM's own, so a
+    notice file the backend writes on the VM is seen in the container (docker creates the directory
+    when it is missing)."""
+    notice_dir = DEFAULT_NOTICE_FILE.rpartition("/")[0]
+    return ["docker", "run", "--rm", "--name", f"gpukit-{run}-{attempt}", "--gpus", "all",
+            "-v", "/mnt/s3:/mnt/s3", "-v", f"{remote.CREDENTIALS_PATH}:{remote.CREDENTIALS_PATH}:ro",
+            "-v", f"{notice_dir}:{notice_dir}:ro", "--env-file", env_file,
+            "--env", f"{NOTICE_FILE_ENV}={DEFAULT_NOTICE_FILE}", image, *argv]
+
+
 def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.RunConfig, argvs: list[list[str]],
                   attempt: int, resume: bool, memory_limit_mb: int | None = None,
                   group: GroupSpec | None = None, rdzv: Rendezvous | None = None) -> dict[str, Any]:
@@ -266,9 +279,7 @@ def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.
         node_env = {**(group_mod.node_env(rdzv, k) if rdzv is not None else {}), **env,
                     "GPUKIT_NODE": str(k), "GPUKIT_VM": host.name}
         if rc.runtime == "docker":
-            argv = ["docker", "run", "--rm", "--name", f"gpukit-{store.run}-{attempt}", "--gpus", "all",
-                    "-v", "/mnt/s3:/mnt/s3", "-v", f"{remote.CREDENTIALS_PATH}:{remote.CREDENTIALS_PATH}:ro",
-                    "--env-file", f"{sdir}/attempt-{attempt}.env", str(rc.image), *argv]
+            argv = docker_argv(store.run, attempt, str(rc.image), argv, f"{sdir}/attempt-{attempt}.env")
             ssh.put_file(home, host, f"{sdir}/attempt-{attempt}.env",
                          "".join(f"{k}={v}\n" for k, v in node_env.items()).encode())
         spec = {"run": store.run, "attempt": attempt, "node": k, "command": argv, "env": node_env,

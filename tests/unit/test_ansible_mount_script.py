@@ -89,7 +89,7 @@ def test_rclone_command_line_from_the_rendered_settings(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "mount", "gpukit:my bucket", str(mnt),
-        "--vfs-cache-mode", "writes", "--vfs-write-back", "5s", "--vfs-cache-max-age", "1h",
+        "--vfs-cache-mode", "writes", "--vfs-write-back", "1s", "--vfs-cache-max-age", "1h",
         "--vfs-cache-max-size", "20G", "--dir-cache-time", "10s", "--cache-dir", str(tmp_path / "cache"),
         "--log-level", "NOTICE", "--allow-other", "--transfers", "8", "--x=it's",
     ]

@@ -81,7 +81,9 @@ def _foreground(runs: tuple[str, ...], interval: float, once: bool, keep_failed:
                         last_lines[str(r["run"])] = line
             if once or (rows and all(r["state"] in ("completed", "stopped") for r in rows) and runs):
                 return
-            time.sleep(interval)
+            # A late heartbeat's probe window closes before the next regular poll: poll right then.
+            wake = watcher.wake_at - time.time() if watcher.wake_at is not None else interval
+            time.sleep(min(interval, max(wake, 0.05)))
     finally:
         if live is not None:
             live.stop()

@@ -20,6 +20,7 @@ ones kept, what is left of the attempt is killed on every node, and the group re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,19 +40,23 @@ __all__ = ["REFUSE_WITHOUT_FORCE", "check_resume", "merged_metrics", "print_tabl
 
 def recover(home: Path, run_id: str, console: Console, force: bool = False, from_scratch: bool = False,
             same_vm: bool = False, verify_steps: int = 5, tolerance: float = 0.0,
-            wait_timeout: float = 600.0, keep_failed: bool = False) -> dict[str, Any]:
+            wait_timeout: float = 600.0, keep_failed: bool = False,
+            on_started: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """keep_failed: a failed VM that is still alive (stall, comm, user_error) is left running, its
-    attempt stopped (SIGSTOP) for debugging, and the run moves to a new VM (glue.cluster.lifecycle.kept)."""
+    attempt stopped (SIGSTOP) for debugging, and the run moves to a new VM (glue.cluster.lifecycle.kept).
+    on_started: called once the new attempt runs, with what its resume check needs (`plan`), so a
+    caller that dies before the check (glue watch) can have it made later."""
     store = deploy_mod.open_store(home, run_id)
     manifest = store.manifest()  # unknown run -> one line
     with lease.held(store, "recover"):  # one writer: a second recover refuses, naming this one
         return _recover(home, store, manifest, console, force, from_scratch, same_vm, verify_steps, tolerance,
-                        wait_timeout, keep_failed)
+                        wait_timeout, keep_failed, on_started)
 
 
 def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Console, force: bool,
              from_scratch: bool, same_vm: bool, verify_steps: int, tolerance: float,
-             wait_timeout: float, keep_failed: bool) -> dict[str, Any]:
+             wait_timeout: float, keep_failed: bool,
+             on_started: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     run_id = store.run
     timed = Timings()
     with console.status("[bold]detect[/]: classifying the last attempt …"):
@@ -71,6 +76,8 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
     started = phases.start(home, store, lost, failure, hosts, argvs)
     new_n = failure.number + 1
     upto = max((lost.ckpt or 0) + verify_steps, lost.failure_step)
+    if on_started is not None:
+        on_started(plan(failure, lost, started, upto, tolerance, timed))
     with console.status(f"[bold]restore + replay[/]: waiting for attempt {new_n} to pass step {upto} …"):
         new_metrics = phases.replay(store, new_n, upto, wait_timeout)
     verdict = phases.check(store, lost, failure, new_metrics, upto, tolerance)
@@ -109,6 +116,16 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
         raise GlueError(f"bad restart of run {run_id}: {verdict.problem}; the trainer was stopped and the evidence "
                         f"kept (glue incidents --run {run_id})")
     return result
+
+
+def plan(failure: phases.Failure, lost: phases.Lost, started: dict[str, Any], upto: int, tolerance: float,
+         timed: dict[str, float]) -> dict[str, Any]:
+    """What the resume check of a started recovery needs, as JSON (glue.watch keeps it in the bucket)."""
+    return {"failed_attempt": failure.number, "new_attempt": failure.number + 1, "failure_class": str(failure.outcome),
+            "checkpoint_step": lost.ckpt, "failure_step": lost.failure_step, "upto": upto,
+            "world_size": lost.group.world_size, "finished_before": lost.finished_before, "tolerance": tolerance,
+            "started_at": started["started_at"],
+            "seconds": {"detect": secs_between(failure.last_alive, failure.detected_at), **timed}}
 
 
 def print_table(console: Console, result: dict[str, Any]) -> None:

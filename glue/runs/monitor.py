@@ -85,12 +85,12 @@ class NodeState:
 
 
 def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str, Any],
-                uses_mount: bool = False) -> NodeState:
+                uses_mount: bool = False, unreachable: frozenset[str] = frozenset()) -> NodeState:
     k = int(nd.get("node", 0))
     st = NodeState(node=k, vm=str(nd.get("vm")), gone=backend.read_vm(str(nd.get("vm_id"))) is None,
                    exit=store.get_json(exit_key(n, k)))
     host = host_for(home, nd)
-    if st.gone or host is None:
+    if st.gone or host is None or str(nd.get("vm_id")) in unreachable:
         st.reachable = False
         return st
     st.reachable = ssh.reachable(home, host)
@@ -160,14 +160,17 @@ def combine(ev: Evidence, states: list[NodeState], errors: list[dict[str, Any]],
     return pick.node if pick is not None else None
 
 
-def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[str, Any]) -> tuple[Evidence, Any]:
-    """Evidence about an attempt on all of its nodes, combined so the group is judged as one run."""
+def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[str, Any],
+           unreachable: frozenset[str] = frozenset()) -> tuple[Evidence, Any]:
+    """Evidence about an attempt on all of its nodes, combined so the group is judged as one run.
+    unreachable: ids of VMs already known not to answer SSH (glue watch's probe): not tried again."""
     n = int(attempt["attempt"])
     backend = get_backend(str(attempt.get("backend", "local")), home)
     ev = Evidence(stall_timeout_s=float(manifest["config"].get("monitor", {}).get("stall_timeout_seconds", 60)))
     # Any run may use the mount (its own code reading data or writing logs there), so its state is evidence
     # for every run; it only decides the class when the trainer is stuck or its error is about /mnt/s3.
-    states = [_node_state(home, store, n, backend, nd, uses_mount=True) for nd in nodes_of(attempt)]
+    states = [_node_state(home, store, n, backend, nd, uses_mount=True, unreachable=unreachable)
+              for nd in nodes_of(attempt)]
     errors = [e for e in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.error"))) if e]
     beats = store.heartbeats(n)
     notices = [d for d in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.notice."))) if d]
@@ -209,21 +212,23 @@ def capture_stacks(home: Path, host: Host, pid: int) -> str:
     return res.stdout.strip() or res.stderr.strip()
 
 
-def check(home: Path, store: RunStore, record_incident: bool = True) -> Report:
+def check(home: Path, store: RunStore, record_incident: bool = True,
+          unreachable: frozenset[str] = frozenset()) -> Report:
     """Classify the latest attempt; on a new failure, write the incident and update the attempt.
-    One SSH connection per node serves the whole poll (reachability, process state, stacks)."""
+    One SSH connection per node serves the whole poll (reachability, process state, stacks).
+    unreachable: ids of VMs the caller found not answering SSH just now (not tried again)."""
     with ssh.session():
-        return _check(home, store, record_incident)
+        return _check(home, store, record_incident, unreachable)
 
 
-def _check(home: Path, store: RunStore, record_incident: bool) -> Report:
+def _check(home: Path, store: RunStore, record_incident: bool, unreachable: frozenset[str]) -> Report:
     manifest = store.manifest()
     state.refresh_credentials(home)  # a watched run must not lose the bucket when credentials expire
     attempts = store.attempts()
     if not attempts:
         raise GlueError(f"run {store.run!r} has no attempts")
     attempt = store.attempt(attempts[-1])
-    ev, beat = gather(home, store, attempt, manifest)
+    ev, beat = gather(home, store, attempt, manifest, unreachable)
     verdict = classify(ev)
     if attempt.get("failure_class"):
         # Classified before (e.g. a bad restart flagged by the verifier): that verdict stands.

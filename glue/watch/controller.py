@@ -1,11 +1,14 @@
 """The watcher: poll runs, classify their latest attempt, act by the decision table (glue.watch.policy).
 
 One poll of one run:
-  fast path   single-node attempt, its VM there, a fresh heartbeat (younger than
-              monitor.lost_after_seconds), step younger than the stall timeout, no exit record
-              -> running, without SSH or reading logs
-  otherwise   the monitor's full check (it refreshes expiring credentials and pushes them to the
-              VMs, classifies, records the incident of a new failure)
+  fast path   single-node attempt, its VM there, a heartbeat on time, step younger than the stall
+              timeout, no exit record -> running, without SSH or reading logs. A late heartbeat starts
+              an SSH probe in the background (glue.watch.probe); while it has not been answered the
+              run counts as running, and the watcher polls again when its window closes, so a VM the
+              backend still reports but that does not answer is lost by monitor.lost_after_seconds
+              after its last heartbeat
+  otherwise   the monitor's full check (told which VM the probe found silent; it refreshes expiring
+              credentials and pushes them to the VMs, classifies, records the incident of a new failure)
   then        policy.decide: recover (through `glue recover`'s verified path, under the run's
               lease, counted in the bucket before it starts), wait out the backoff, or stop with an
               incident and a notification.
@@ -27,7 +30,9 @@ from rich.console import Console
 from glue.cloud import get_backend
 from glue.cluster import state as cluster_state
 from glue.errors import GlueError
+from glue.recovery import phases
 from glue.recovery import recover as recover_mod
+from glue.recovery.resume_check import check_all_ranks, merged_metrics
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import lease, monitor
@@ -35,6 +40,7 @@ from glue.runs.classify import Outcome
 from glue.runs.store import RunStore, parse_iso, run_ids, utc_iso
 from glue.train.layout import exit_key
 from glue.watch import notify, policy
+from glue.watch import probe as probe_mod
 from glue.watch.state import WatchState
 
 
@@ -57,6 +63,17 @@ def _age_s(ts: str | None) -> float | None:
     return None if not ts else time.time() - parse_iso(ts).timestamp()
 
 
+@dataclass(frozen=True)
+class Quick:
+    """The fast path's answer: running (with the heartbeat's step), or look closer (the full check),
+    telling it the VMs the probe found silent."""
+
+    running: bool
+    step: int | None = None
+    note: str = ""
+    unreachable: frozenset[str] = frozenset()
+
+
 class Watcher:
     def __init__(self, home: Path, runs: tuple[str, ...], console: Console, keep_failed: bool = False,
                  tolerance: float = 0.0,
@@ -65,6 +82,11 @@ class Watcher:
         self.keep_failed, self.tolerance, self.pause = keep_failed, tolerance, pause
         self._stores: dict[str, RunStore] = {}
         self._configs: dict[str, tuple[runconfig.RunConfig, float | None]] = {}
+        self._probes: dict[str, probe_mod.Probe] = {}
+        self.wake_at: float | None = None  # epoch seconds: poll again no later than this (a probe's window)
+
+    def _wake(self, at: float) -> None:
+        self.wake_at = at if self.wake_at is None else min(self.wake_at, at)
 
     def validate(self) -> None:
         """Refuse, in one line, runs asked for by name that the bucket does not have."""
@@ -74,6 +96,7 @@ class Watcher:
     # -- the poll -------------------------------------------------------------------------------
     def poll(self) -> list[Row]:
         rows: list[Row] = []
+        self.wake_at = None
         try:
             cluster_state.refresh_credentials(self.home)  # with nothing else polling, credentials still follow
             names = list(self.runs) or self._all_runs()
@@ -117,16 +140,27 @@ class Watcher:
         if st.done or st.stopped:
             row.state, row.note = ("completed", "") if st.done else ("stopped", st.stopped or "")
             return row
+        pending = ""
+        if st.resume_plan is not None and not lease.current(store):
+            pending = self._verify_interrupted(store, rc, started, st) or ""
+            st = WatchState.load(store) or st
+            row.used, row.last = dict(st.used), _describe(st.last)
+            if st.stopped:
+                row.state, row.note = "stopped", st.stopped
+                return row
         quick = self._fast_running(store, rc, latest)
-        if quick is not None:
-            row.state, row.step, row.outcome = "running", quick, "running"
+        if quick.running:
+            row.state, row.step, row.outcome, row.note = "running", quick.step, "running", quick.note or pending
             return row
-        report = monitor.check(self.home, store)
+        self._probes.pop(run, None)
+        report = monitor.check(self.home, store, unreachable=quick.unreachable)
         outcome, n = report.verdict.outcome, int(report.attempt["attempt"])
         row.outcome, row.step, row.attempt = str(outcome), (report.heartbeat or {}).get("step"), n
         decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started,
                                  _retry(st, n))
         row.state, row.note = decision.action if decision.action != "none" else "running", decision.reason
+        if decision.action == "none" and pending:
+            row.note = pending
         if decision.action == "done":
             st.done, st.handled_attempt = True, n
             st.note("completed", attempt=n)
@@ -160,35 +194,135 @@ class Watcher:
             st.save(store)
         elif (st.last or {}).get("action") == "recovering" and st.handled_attempt is not None \
                 and latest > st.handled_attempt and not lease.current(store):
-            # A watcher died mid-recovery after the new attempt started: it runs, but nobody checked its
-            # resume. Say so (the budget was spent); the check cannot be re-run once it trains on.
+            # A watcher died mid-recovery after the new attempt started. With the recovery's plan (saved
+            # once the attempt started) the resume is checked as `glue recover` would have, once the new
+            # attempt has run far enough; without it (died in between) it runs unverified.
+            plan = st.resume_plan if (st.resume_plan or {}).get("new_attempt") == latest else None
+            st.resume_plan = plan
             st.note("recovery_interrupted", attempt=st.handled_attempt, new_attempt=latest,
-                    why="the watcher stopped mid-recovery; the new attempt's resume was not verified")
+                    why="the watcher stopped mid-recovery; " + (
+                        f"the resume is checked once attempt {latest} passes step {plan['upto']}" if plan else
+                        "the new attempt's resume cannot be verified (no plan recorded)"))
             st.save(store)
             self.console.print(f"[yellow]{store.run}: the recovery of attempt {st.handled_attempt} was interrupted "
-                               f"(its watcher stopped); attempt {latest} runs unverified[/]")
+                               f"(its watcher stopped); attempt {latest} "
+                               + ("is checked as it runs[/]" if plan else "runs unverified[/]"))
         return st
 
-    def _fast_running(self, store: RunStore, rc: runconfig.RunConfig, latest: int) -> int | None:
-        """The heartbeat's step when the run plainly runs (no SSH, no log reads); None = look closer."""
+    def _verify_interrupted(self, store: RunStore, rc: runconfig.RunConfig, started: float | None,
+                            st: WatchState) -> str | None:
+        """The resume check of a recovery whose watcher died after the new attempt started (the same
+        check as `glue recover`'s, glue.recovery.resume_check), once the attempt passed the plan's step.
+        A failed check is a bad restart: the attempt is stopped, an incident recorded, the run stopped
+        and `bad_restart` notified. Returns what it waits for, or None."""
+        plan = dict(st.resume_plan or {})
+        new, upto = int(plan["new_attempt"]), int(plan["upto"])
+        steps = store.metrics().get(new, {})
+        exit_rec = store.get_json(exit_key(new, 0))
+        ready = (steps and max(steps) >= upto) or (exit_rec is not None and exit_rec.get("exit_code") == 0)
+        if not ready:
+            failed = store.attempt(new).get("failure_class") or exit_rec is not None or store.attempts()[-1] != new
+            if not failed:
+                return f"checking attempt {new}'s resume at step {upto} (now {max(steps, default=0)})"
+        try:
+            with lease.held(store, "watch"):
+                now_st = WatchState.load(store) or st
+                if now_st.resume_plan != st.resume_plan:
+                    return None  # another watcher made the check
+                now_st.resume_plan = None
+                if not ready:  # it failed before the check could be made: handled as any failure
+                    now_st.note("recovery_unverified", attempt=new,
+                                why=f"attempt {new} ended before step {upto}, where its resume would be checked")
+                    now_st.save(store)
+                    return None
+                self._record_resume_check(store, rc, started, now_st, plan, steps)
+                return None
+        except GlueError as exc:
+            if "is being changed by" in str(exc):
+                return f"another controller acts on it: {exc}"
+            raise
+
+    def _record_resume_check(self, store: RunStore, rc: runconfig.RunConfig, started: float | None, st: WatchState,
+                             plan: dict[str, Any], steps: dict[int, dict[str, Any]]) -> None:
+        failed, new = int(plan["failed_attempt"]), int(plan["new_attempt"])
+        ckpt, failure_step = plan.get("checkpoint_step"), int(plan["failure_step"])
+        old = merged_metrics(store, failed + 1)
+        verdict = check_all_ranks(store, old, steps, failed, new, int(plan.get("world_size") or 1), ckpt,
+                                  min(int(plan["upto"]), failure_step), float(plan.get("tolerance") or 0.0),
+                                  bool(plan.get("finished_before")))
+        first_t = steps[min(steps)]["t"] if steps else None
+        reach_t = steps.get(failure_step, {}).get("t")
+        result = {
+            "run": store.run, "failed_attempt": failed, "new_attempt": new, "failure_class": plan.get("failure_class"),
+            "checkpoint_step": ckpt, "failure_step": failure_step,
+            "seconds": {**dict(plan.get("seconds") or {}), "restore": phases.secs_between(plan.get("started_at"),
+                                                                                           first_t),
+                        "replay": phases.secs_between(first_t, reach_t) if reach_t else None},
+            "work_lost": {"steps": failure_step - (ckpt or 0),
+                          "seconds": phases.secs_between(old.get(ckpt or 0, {}).get("t"),
+                                                         old.get(failure_step, {}).get("t")) if ckpt else None},
+            "verified": verdict.ok, "first_resumed_step": verdict.first_step, "compared_steps": verdict.compared,
+            "problem": verdict.problem, "tolerance": plan.get("tolerance"), "recorded_at": utc_iso(),
+            "kept_vm": None, "interrupted": True,
+        }
+        phases.record(store, result)
+        summary = {k: result.get(k) for k in ("failed_attempt", "new_attempt", "checkpoint_step", "failure_step",
+                                               "first_resumed_step", "verified", "interrupted")}
+        outcome = Outcome(str(plan.get("failure_class") or "vm_lost"))
+        if verdict.ok:
+            st.note("recovered", outcome=str(outcome), **summary)
+            st.save(store)
+            self.console.print(f"[green]{store.run}[/]: the interrupted recovery's resume checked out on attempt {new}")
+            self._event(rc, st, "recovered", failed, outcome, recovery=summary)
+            st.save(store)
+            return
+        phases.flag_bad_restart(self.home, store, store.manifest(), new, verdict)
+        st.note("resume_check_failed", **summary, problem=verdict.problem)
+        decision = policy.decide(Outcome.BAD_RESTART, rc.recovery, st.used, time.time(), st.next_try_at, started)
+        self._stop(store, rc, st, new, Outcome.BAD_RESTART, decision, str(verdict.problem),
+                   store.attempt(new).get("incident"))
+
+    def _fast_running(self, store: RunStore, rc: runconfig.RunConfig, latest: int) -> Quick:
+        """Running when the run plainly runs (no SSH, no log reads); otherwise look closer."""
+        closer = Quick(False)
         rec = store.attempt(latest)
         if len(rec.get("nodes") or []) > 1 or rec.get("failure_class") or rec.get("outcome"):
-            return None
+            return closer
         beat = store.get_json("heartbeat.json")
-        if not beat or beat.get("attempt") != latest:
-            return None
-        fresh = _age_s(beat.get("updated_at"))
+        if not beat or beat.get("attempt") != latest or not beat.get("updated_at"):
+            return closer
+        beat_at = parse_iso(str(beat["updated_at"])).timestamp()
+        now = time.time()
         moving = _age_s(beat.get("step_at") or beat.get("started_at"))
-        if fresh is None or fresh > rc.monitor.lost_after_seconds or moving is None \
-                or moving > rc.monitor.stall_timeout_seconds or beat.get("held"):
-            return None
+        if moving is None or moving > rc.monitor.stall_timeout_seconds or beat.get("held"):
+            return closer
         if store.get_json(exit_key(latest, 0)) is not None:
-            return None
+            return closer
         backend = get_backend(str(rec.get("backend", "local")), self.home)
         if backend.read_vm(str(rec.get("vm_id"))) is None:
-            return None
+            return closer
         step = beat.get("step")
-        return int(step) if isinstance(step, int) else 0
+        running = Quick(True, int(step) if isinstance(step, int) else 0)
+        probe_from, decide_at = probe_mod.window(rc.monitor.heartbeat_seconds, rc.monitor.lost_after_seconds)
+        if now - beat_at <= probe_from:  # on time
+            self._probes.pop(store.run, None)
+            self._wake(beat_at + probe_from)
+            return running
+        host = monitor.host_for(self.home, monitor.nodes_of(rec)[0])
+        if host is None:  # not in the inventory: the full check says what became of it
+            return closer
+        probe = self._probes.get(store.run)
+        if probe is None or probe.beat_at != beat_at or probe.host.id != host.id:
+            # A heartbeat found late only now (the watcher was busy) still gets a whole window.
+            deadline = max(beat_at + decide_at, now + decide_at - probe_from)
+            probe = self._probes[store.run] = probe_mod.Probe(self.home, host, beat_at, deadline)
+        verdict = probe.verdict(now)
+        if verdict == "answered":  # the VM is there: the full check tells running from stall, killed, ...
+            return closer
+        if verdict == "silent":
+            return Quick(False, unreachable=frozenset({host.id}))
+        self._wake(probe.deadline)
+        return Quick(True, running.step, f"heartbeat {now - beat_at:.1f}s old; probing {host.name} over SSH")
 
     # -- acting ---------------------------------------------------------------------------------
     def _event(self, rc: runconfig.RunConfig, st: WatchState, kind: str, attempt: int, outcome: Outcome | str,
@@ -259,10 +393,16 @@ class Watcher:
         st.save(store)  # counted before it starts: a watcher killed mid-recovery has spent it
         self.console.print(f"[bold]{store.run}[/]: attempt {n} {outcome}: {decision.reason}")
         keep = self.keep_failed or rc.recovery.keep_failed
+
+        def on_started(plan: dict[str, Any]) -> None:  # a watcher that dies from here on leaves the check to the next
+            st.resume_plan = plan
+            st.save(store)
+
         try:
             result = recover_mod.recover(self.home, store.run, self.console, tolerance=self.tolerance,
-                                         keep_failed=keep)
+                                         keep_failed=keep, on_started=on_started)
         except GlueError as exc:
+            st.resume_plan = None
             st.failed_in_row += 1
             wait = policy.backoff(rc.recovery, st.failed_in_row)
             st.next_try_at = time.time() + wait
@@ -272,7 +412,7 @@ class Watcher:
             self._event(rc, st, "recovery_failed", n, outcome, error=str(exc), backoff_s=wait)
             st.save(store)
             return f"recovery failed: {exc}"
-        st.failed_in_row, st.next_try_at = 0, 0.0
+        st.failed_in_row, st.next_try_at, st.resume_plan = 0, 0.0, None
         summary = {k: result.get(k) for k in ("failed_attempt", "new_attempt", "checkpoint_step", "failure_step",
                                                "first_resumed_step", "verified")}
         summary["kept_vm"] = result.get("kept_vm")
@@ -284,8 +424,12 @@ class Watcher:
 
 
 def _retry(st: WatchState, n: int) -> int:
-    """Failed recoveries of attempt n's failure so far (0: not tried yet, a new failure)."""
-    return st.failed_in_row if st.handled_attempt == n else 0
+    """Failed recoveries of attempt n's failure so far (0: not tried yet, a new failure). A recovery of it
+    whose watcher died before the new attempt started counts as one: it spent the budget already."""
+    if st.handled_attempt != n:
+        return 0
+    interrupted = (st.last or {}).get("action") == "recovering"
+    return max(st.failed_in_row, 1) if interrupted else st.failed_in_row
 
 
 def _describe(entry: dict[str, Any] | None) -> str:

@@ -25,6 +25,9 @@ class WatchState:
     stopped: str | None = None        # why the watcher stopped acting on this run (None = watching)
     done: bool = False                # completed: no more polls
     adopted_attempt: int | None = None  # the latest attempt when a watcher first saw the run
+    # A recovery's new attempt runs and its resume is not checked yet (glue.recovery.recover.plan): kept
+    # while the recovery runs, so a watcher that finds it interrupted makes the check itself.
+    resume_plan: dict[str, Any] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod

@@ -136,32 +136,38 @@ _FREEZE = ("all='{pids}'; for p in $all; do for c in $(pgrep -P $p); do "
            "all=\"$all $c $(pgrep -P $c | tr '\\n' ' ')\"; done; done; kill -STOP $all 2>/dev/null; true")
 
 
-def keepable(home: Path, failure: Failure, keep_failed: bool) -> lifecycle.KeptVM | None:
-    """The failed VM to keep for debugging: asked for, a class where the VM itself still works, a
-    single-node attempt, and the VM still there. None = replace it as usual."""
-    nodes = monitor.nodes_of(failure.attempt)
-    if not keep_failed or failure.outcome not in KEEPABLE or len(nodes) != 1:
-        return None
-    host = monitor.host_for(home, nodes[0])
-    cfg = state.ClusterConfig.load(home)
-    if host is None or get_backend(cfg.backend, home).read_vm(host.id) is None:
-        return None
-    return lifecycle.KeptVM(name=host.name, id=host.id, ssh_host=host.ssh_host, ssh_port=host.ssh_port,
-                            ssh_user=host.ssh_user, host_key=host.host_key, run=str(failure.attempt.get("run")),
-                            attempt=failure.number, failure_class=str(failure.outcome), kept_at=utc_iso())
+def keepable(home: Path, failure: Failure, keep_failed: bool) -> list[lifecycle.KeptVM]:
+    """The failed VMs to keep for debugging: asked for, a class where the VMs themselves still work, and
+    every VM of the attempt that is still there (a group keeps all its live nodes, frozen together: its
+    ranks' stacks and state belong together). [] = replace them as usual."""
+    if not keep_failed or failure.outcome not in KEEPABLE:
+        return []
+    backend = get_backend(state.ClusterConfig.load(home).backend, home)
+    kept: list[lifecycle.KeptVM] = []
+    for nd in monitor.nodes_of(failure.attempt):
+        host = monitor.host_for(home, nd)
+        if host is None or backend.read_vm(host.id) is None:
+            continue
+        kept.append(lifecycle.KeptVM(name=host.name, id=host.id, ssh_host=host.ssh_host, ssh_port=host.ssh_port,
+                                     ssh_user=host.ssh_user, host_key=host.host_key,
+                                     run=str(failure.attempt.get("run")), attempt=failure.number,
+                                     failure_class=str(failure.outcome), kept_at=utc_iso()))
+    return kept
 
 
-def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any], freeze: lifecycle.KeptVM | None = None) -> None:
+def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any],
+                 freeze: list[lifecycle.KeptVM] | None = None) -> None:
     """Stop what is left of an attempt on every node still reachable: a stalled or half-dead trainer
     (or a surviving rank waiting in the rendezvous) must not write on. On a VM kept for debugging the
     processes are frozen (SIGSTOP) instead of killed."""
     backend = get_backend(state.ClusterConfig.load(home).backend, home)
+    frozen = {k.id for k in freeze or []}
     for nd in monitor.nodes_of(attempt):
         host = monitor.host_for(home, nd)
         if host is None or not ssh.reachable(home, host):
             continue
         try:
-            if freeze is not None and host.id == freeze.id:
+            if host.id in frozen:
                 pids = [str(p) for k, p in remote.process_state(home, host, store.run, int(attempt["attempt"]))
                         ["pids"].items() if k.endswith("_pid") and isinstance(p, int)]
                 if pids:
@@ -175,20 +181,21 @@ def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any], freeze: l
 
 
 def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm: bool,
-              keep: lifecycle.KeptVM | None = None) -> tuple[list[Host], list[str]]:
+              keep: list[lifecycle.KeptVM] | None = None) -> tuple[list[Host], list[str]]:
     """Terraform brings the group's VMs back: a lost VM is drift (re-created by the apply); the live VM
     of a single-node run is replaced too unless --same-vm; a group keeps its live VMs. A VM to `keep`
     leaves Terraform's state alive and a new one takes its name. Returns the hosts in node order and
     the names of the new VMs."""
+    keep = keep or []
     cfg = state.ClusterConfig.load(home)
     backend = get_backend(cfg.backend, home)
     tf = Terraform(home, cfg.backend, console)
     replace = [vm_address(str(nd["vm"])) for nd in nodes
-               if len(nodes) == 1 and not same_vm and keep is None and backend.read_vm(str(nd["vm_id"])) is not None]
+               if len(nodes) == 1 and not same_vm and not keep and backend.read_vm(str(nd["vm_id"])) is not None]
     with tf.locked():
-        if keep is not None:
-            tf.state_rm(vm_address(keep.name))  # the kept VM lives on outside the state
-            lifecycle.keep(home, keep)
+        for vm in keep:
+            tf.state_rm(vm_address(vm.name))  # the kept VM lives on outside the state
+            lifecycle.keep(home, vm)
         tf.apply(state.tf_vars(home, cfg), replace=replace)
     inventory.write(home, tf.outputs())
     hosts = [state.host(home, str(nd["vm"])) for nd in nodes]

@@ -107,7 +107,7 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
         "work_lost": {"steps": failure_step - (ckpt or 0), "seconds": lost_s},
         "verified": verdict.ok, "first_resumed_step": verdict.first_step, "compared_steps": verdict.compared,
         "problem": verdict.problem, "tolerance": tolerance, "recorded_at": utc_iso(),
-        "kept_vm": keep.as_dict() if keep is not None else None,
+        "kept_vm": keep[0].as_dict() if keep else None, "kept_vms": [k.as_dict() for k in keep],
     }
     phases.record(store, result)
     print_table(console, result)

@@ -415,7 +415,7 @@ class Watcher:
         st.failed_in_row, st.next_try_at, st.resume_plan = 0, 0.0, None
         summary = {k: result.get(k) for k in ("failed_attempt", "new_attempt", "checkpoint_step", "failure_step",
                                                "first_resumed_step", "verified")}
-        summary["kept_vm"] = result.get("kept_vm")
+        summary["kept_vm"], summary["kept_vms"] = result.get("kept_vm"), result.get("kept_vms")
         st.note("recovered", outcome=str(outcome), **summary)
         st.save(store)
         self._event(rc, st, "recovered", n, outcome, recovery=summary)

@@ -67,14 +67,22 @@ def _systemctl(*args: str) -> list[str]:
     return ["systemctl", *([] if os.geteuid() == 0 else ["--user"]), *args]
 
 
+# The transient unit's service properties (systemd.service(5)): restarted when the watcher dies.
+UNIT_PROPERTIES = ("Restart=on-failure", "RestartSec=5")
+
+
+def systemd_run_argv(home: Path, args: list[str]) -> list[str]:
+    """`systemd-run` of the watcher as a transient service (a user unit when not root)."""
+    return ["systemd-run", *([] if os.geteuid() == 0 else ["--user"]), f"--unit={_unit(home)}",
+            *(f"--property={p}" for p in UNIT_PROPERTIES), f"--setenv=GPUKIT_HOME={home}",
+            sys.executable, "-m", "glue.cli", "watch", *args]
+
+
 def start(home: Path, args: list[str]) -> str:
     """Start the detached watcher with `glue watch` arguments `args`; returns how to follow it."""
     if systemd_here():
         unit = _unit(home)
-        cmd = ["systemd-run", *([] if os.geteuid() == 0 else ["--user"]), f"--unit={unit}",
-               "--property=Restart=on-failure", "--property=RestartSec=5", f"--setenv=GPUKIT_HOME={home}",
-               sys.executable, "-m", "glue.cli", "watch", *args]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        proc = subprocess.run(systemd_run_argv(home, args), capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise GlueError(f"systemd-run failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}")
         return f"systemd unit {unit} (journalctl {'' if os.geteuid() == 0 else '--user '}-u {unit} -f)"

@@ -16,6 +16,7 @@ import pytest
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local.machine_backend import MachineBackend
 from glue.infra.ssh_keys import public_key
+from tests.integration.test_runs import run_config, status, wait_for
 from tests.kit import Kit, vm_ssh
 
 pytestmark = pytest.mark.integration
@@ -84,8 +85,9 @@ def test_killed_machine_reads_as_gone_and_its_disk_with_it(kit: Kit, machines) -
     assert not (backend.vms_dir / vm.id).exists()
 
 
-def test_glue_up_mounts_through_the_unit_and_replaces_a_killed_machine_with_an_empty_disk(kit: Kit) -> None:
-    env = {**kit.env, "GPUKIT_LOCAL_VMS": "machine"}
+def test_glue_up_mounts_through_the_unit_and_replaces_a_killed_machine_with_an_empty_disk(kit: Kit,
+                                                                                           tmp_path: Path) -> None:
+    env = {**kit.env, "GPUKIT_LOCAL_VMS": "machine", "GPUKIT_VM_MEMORY_GB": "2", "GPUKIT_VM_CPUS": "1"}
     kit.glue("up", "--vms", "1", env=env, timeout=600)
     on_vm = "systemctl is-active gpukit-mount.service; findmnt -n -o FSTYPE /mnt/s3; cat /proc/1/comm"
     out = kit.glue("ssh", "gpukit-1", "sh", "-c", on_vm, env=env).stdout.split()
@@ -95,6 +97,19 @@ def test_glue_up_mounts_through_the_unit_and_replaces_a_killed_machine_with_an_e
     backend = MachineBackend(kit.home)
     (old_id,) = backend.owned_vm_ids()
     state = json.loads((backend.vms_dir / old_id / "state.json").read_text())
+    # The VM's size is its cgroup's limits; the VM sees its own memory limit.
+    limits = {Path(p).parts[4]: Path(p) for p in state["cgroups"]}  # /sys/fs/cgroup/<controller>/gpukit/<id>
+    if "memory" in limits:  # cgroup v1 (as here)
+        assert (limits["memory"] / "memory.limit_in_bytes").read_text().strip() == str(2 * 2**30)
+        assert (limits["cpu"] / "cpu.cfs_quota_us").read_text().strip() == "100000"
+        seen = kit.glue("ssh", "gpukit-1", "cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes", env=env).stdout
+        assert seen.strip() == str(2 * 2**30)
+    # `deploy --memory-limit-mb` works inside the machine: the trainer's own cgroup, an overrun is an OOM kill.
+    cfg = run_config(tmp_path, config={"steps": 5, "d_model": 512, "n_layer": 4, "batch_size": 64, "seq_len": 64})
+    kit.glue("deploy", "--run", "oom-machine", "--config", str(cfg), "--memory-limit-mb", "350", env=env)
+    mkit = Kit(home=kit.home, env=env)
+    wait_for(mkit, "oom-machine", lambda s: s["state"] != "running", timeout=180)
+    assert status(mkit, "oom-machine")["state"] == "oom_host"
     os.kill(int(state["init_pid"]), signal.SIGKILL)  # the VM dies out of band: drift for terraform
 
     kit.glue("up", env=env, timeout=600)

@@ -28,10 +28,12 @@ TOOLS = {"systemd-nspawn": "systemd-container", "unshare": "util-linux"}
 # The environment nspawn starts in: nothing of the controller's (no keys, no kit paths, no tokens).
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
 _HOSTKEY = re.compile(r"gpukit-hostkey: (ssh-ed25519 [A-Za-z0-9+/=]+)")
-# Mounts the overlay inside the fresh mount namespace, then becomes nspawn ($1..$4: paths).
+# Joins the VM's cgroups ($5), mounts the overlay inside the fresh mount namespace ($1..$4: paths),
+# then becomes nspawn (which roots the machine's cgroup namespace there).
 # nspawn's propagation directory must be on tmpfs; the host's /run may not be.
 _LAUNCH = (
-    'set -e; img=$1 up=$2 work=$3 root=$4; shift 4; '
+    'set -e; img=$1 up=$2 work=$3 root=$4 cgroups=$5; shift 5; '
+    'for cg in $cgroups; do echo $$ > "$cg/cgroup.procs"; done; '
     'mkdir -p /run/systemd/nspawn; mount -t tmpfs -o mode=0755 tmpfs /run/systemd/nspawn; '
     'mount -t overlay overlay -o "lowerdir=$img,upperdir=$up,workdir=$work" "$root"; '
     'exec systemd-nspawn "$@"'
@@ -95,7 +97,7 @@ def ssh_banner(port: int) -> bool:
         return False
 
 
-def boot(name: str, rootfs: Path, vm_dir: Path, port: int) -> Machine:
+def boot(name: str, rootfs: Path, vm_dir: Path, port: int, cgroups: list[Path] | None = None) -> Machine:
     """Start the machine and return once sshd answers; the caller tears down on failure."""
     disk = vm_dir / "disk"
     upper, work, root = disk / "upper", disk / "work", vm_dir / "root"
@@ -114,7 +116,7 @@ def boot(name: str, rootfs: Path, vm_dir: Path, port: int) -> Machine:
     with open(console, "ab") as log:
         proc = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", _LAUNCH, "sh",
-             str(rootfs), str(upper), str(work), str(root), *nspawn_args],
+             str(rootfs), str(upper), str(work), str(root), " ".join(map(str, cgroups or [])), *nspawn_args],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd="/", env=ENV,
         )
     deadline = time.monotonic() + BOOT_TIMEOUT

@@ -13,4 +13,6 @@ module "cluster" {
   gpu_count      = 0
   disk_gb        = 10
   ssh_public_key = var.ssh_public_key
+  cpu            = var.cpu
+  memory_gb      = var.memory_gb
 }

@@ -26,3 +26,15 @@ variable "ssh_public_key" {
   description = "Public key authorised for root on every VM (glue passes its own key from .gpukit/ssh/)."
   type        = string
 }
+
+variable "cpu" {
+  description = "vCPUs per VM (a CPU quota on the VM's cgroup; image machines only); null: unlimited."
+  type        = number
+  default     = null
+}
+
+variable "memory_gb" {
+  description = "Memory per VM in GB (the VM's memory cgroup limit; image machines only); null: unlimited."
+  type        = number
+  default     = null
+}

@@ -83,6 +83,9 @@ class Watcher:
         self._stores: dict[str, RunStore] = {}
         self._configs: dict[str, tuple[runconfig.RunConfig, float | None]] = {}
         self._probes: dict[str, probe_mod.Probe] = {}
+        # Seconds a poll of a run took to classify a lost VM without SSH (the probe's verdict, or the
+        # backend's): the probe's verdict comes at least that much (x1.25) before lost_after_seconds.
+        self._lost_check_s = 0.0
         self.wake_at: float | None = None  # epoch seconds: poll again no later than this (a probe's window)
 
     def _wake(self, at: float) -> None:
@@ -127,6 +130,7 @@ class Watcher:
         return self._configs[store.run]
 
     def watch_run(self, run: str) -> Row:
+        t0 = time.monotonic()
         store = self._store(run)
         rc, started = self._config(store)
         attempts = store.attempts()
@@ -155,6 +159,9 @@ class Watcher:
         self._probes.pop(run, None)
         report = monitor.check(self.home, store, unreachable=quick.unreachable)
         outcome, n = report.verdict.outcome, int(report.attempt["attempt"])
+        if outcome is Outcome.VM_LOST and (quick.unreachable or report.evidence.vm_status == "gone"):
+            took = time.monotonic() - t0
+            self._lost_check_s = took if took > self._lost_check_s else (took + self._lost_check_s) / 2
         row.outcome, row.step, row.attempt = str(outcome), (report.heartbeat or {}).get("step"), n
         decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started,
                                  _retry(st, n))
@@ -303,7 +310,8 @@ class Watcher:
             return closer
         step = beat.get("step")
         running = Quick(True, int(step) if isinstance(step, int) else 0)
-        probe_from, decide_at = probe_mod.window(rc.monitor.heartbeat_seconds, rc.monitor.lost_after_seconds)
+        probe_from, decide_at = probe_mod.window(rc.monitor.heartbeat_seconds, rc.monitor.lost_after_seconds,
+                                                 1.25 * self._lost_check_s)
         if now - beat_at <= probe_from:  # on time
             self._probes.pop(store.run, None)
             self._wake(beat_at + probe_from)

@@ -10,7 +10,8 @@ The timeline of one heartbeat (t = its `updated_at`, h = heartbeat_seconds, L = 
                          until it answers or t+decide_at passes
   answered               the VM is there: the monitor's full check decides (running, stall, killed, ...)
   t+decide_at, silent    SSH did not answer for the whole window: the full check classifies the VM lost
-                         without trying SSH again (decide_at leaves DECIDE_MARGIN_S for it before t+L)
+                         without trying SSH again (decide_at leaves a margin for it before t+L: 1.5 s, or
+                         more when the watcher measured its checks slower)
 
 A trainer that is slow but alive keeps its heartbeat (a thread of its own), so no probe starts; a
 late heartbeat on a VM that answers SSH is never called lost here.
@@ -29,17 +30,19 @@ from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
 
-DECIDE_MARGIN_S = 0.75  # the full check (bucket reads, the incident) after the probe's window closes
-LATE_SLACK_S = 0.5      # a heartbeat this much past its period is late (its upload takes a moment)
+DECIDE_MARGIN_S = 1.5   # at least this for the full check (bucket reads, the incident) after the window closes
+LATE_SLACK_S = 0.25     # a heartbeat this much past its period is late (its upload takes a moment)
+MIN_WINDOW_S = 1.0      # the probe's window is never shorter (nor longer than half the time left)
 RETRY_S = 0.25          # between tries of a probe whose connection was refused or broke
 
 
-def window(heartbeat_s: float, lost_after_s: float) -> tuple[float, float]:
+def window(heartbeat_s: float, lost_after_s: float, margin_s: float = DECIDE_MARGIN_S) -> tuple[float, float]:
     """(probe_from, decide_at): seconds after a heartbeat's `updated_at` when a probe starts, and when a
-    probe that has not been answered makes the VM lost. Both before lost_after_s."""
+    probe that has not been answered makes the VM lost; `margin_s` before lost_after_s is left for the
+    full check (the watcher passes more when it measured its checks slower). Both before lost_after_s."""
     probe_from = min(heartbeat_s + LATE_SLACK_S, (heartbeat_s + lost_after_s) / 2)
-    decide_at = max(lost_after_s - DECIDE_MARGIN_S, (probe_from + lost_after_s) / 2)
-    return probe_from, decide_at
+    least = probe_from + min(MIN_WINDOW_S, (lost_after_s - probe_from) / 2)
+    return probe_from, max(lost_after_s - max(margin_s, DECIDE_MARGIN_S), least)
 
 
 @dataclass

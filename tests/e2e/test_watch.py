@@ -185,3 +185,89 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
         if os.environ.get("GPUKIT_TEST_VERBOSE"):
             print(logs)
 
+
+
+def _vm_pids(backend: LocalBackend, vm_id: str) -> list[int]:
+    """PID 1 of a local VM's namespace and every process under it."""
+    init = int(json.loads((backend.vms_dir / vm_id / "state.json").read_text())["init_pid"])
+    pids, todo = [], [init]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+    return pids
+
+
+def _signal_vm(backend: LocalBackend, vm_id: str, sig: signal.Signals) -> None:
+    for _ in range(3):  # again: a process may have forked while the others were being stopped
+        for pid in _vm_pids(backend, vm_id):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def _gap(later: str, earlier: str) -> float:
+    from glue.runs.store import parse_iso
+
+    return (parse_iso(later) - parse_iso(earlier)).total_seconds()
+
+
+@pytest.mark.timeout(600)
+def test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall(cluster_kit: Kit,
+                                                                                   tmp_path: Path) -> None:
+    """A VM the backend still reports running but that answers nothing (every process SIGSTOPped: sshd,
+    the trainer, its heartbeat) is vm_lost within monitor.lost_after_seconds (5) of its last heartbeat,
+    and recovered; a trainer stopped on a VM that answers SSH is a stall, not a lost VM."""
+    kit = cluster_kit
+    backend = LocalBackend(kit.home)
+    cfg = run_config(tmp_path, "frozen.yaml", config={"steps": 3000, "step_sleep": 0.1},
+                     monitor={"lost_after_seconds": 5}, recovery={"max_failures": 0})
+    kit.glue("deploy", "--run", "w-frozen", "--config", str(cfg), "--vm", "gpukit-1")
+    store = _store(kit, "w-frozen")
+    watchers = Watchers(kit, tmp_path, ["w-frozen"])
+    watchers.start()
+    frozen: str | None = None
+    try:
+        _until("w-frozen step 25", lambda: _step(store, 1) >= 25, 120)
+        frozen = str(store.attempt(1)["vm_id"])
+        _signal_vm(backend, frozen, signal.SIGSTOP)
+        rec = _until("attempt 1 classified", lambda: (r := store.attempt(1)).get("failure_class") and r, 60)
+        beat = store.get_json("heartbeat.json")  # attempt 1's last: its trainer is frozen, attempt 2 not started
+        assert beat["attempt"] == 1
+        assert backend.read_vm(frozen) is not None  # the backend still reports it
+        incident = store.get_json(rec["incident"])
+        lag = _gap(incident["detected_at"], beat["updated_at"])
+        assert rec["failure_class"] == "vm_lost" and "SSH does not answer" in rec["reason"], rec
+        assert lag <= 5.0, f"detected {lag:.2f}s after the last heartbeat"
+        first = _until("recovery 1", lambda: store.get_json("recoveries/1.json"), 300)
+        assert first["failure_class"] == "vm_lost" and first["verified"], first
+        assert backend.read_vm(frozen) is None  # the frozen VM was replaced
+        frozen = None
+
+        # The trainer stopped, the VM answering: stall (the failure budget is 0: stopped, not recovered).
+        rec2 = store.attempt(2)
+        _until("attempt 2 steps", lambda: _step(store, 2) >= first["checkpoint_step"] + 5, 120)
+        kit.glue("ssh", "gpukit-1", "--", "kill", "-STOP", str(rec2["trainer_pid"]))
+        stopped = _until("w-frozen stopped", lambda: (store.get_json("watch/state.json") or {}).get("stopped"), 120)
+        rec2 = store.attempt(2)
+        beat2 = store.get_json("heartbeat.json")
+        stall_lag = _gap(store.get_json(rec2["incident"])["detected_at"], beat2["updated_at"])
+        assert rec2["failure_class"] == "stall" and "state T" in rec2["reason"], rec2
+        assert "failures budget is used up (0/0)" in stopped and store.attempts() == [1, 2]
+        print(f"frozen VM: vm_lost {lag:.2f}s after its last heartbeat (recovery detect "
+              f"{first['seconds']['detect']}s from the last step); stopped trainer: stall after {stall_lag:.2f}s")
+    finally:
+        logs = watchers.logs() if watchers.procs else ""
+        watchers.stop_all()
+        if frozen is not None and backend.read_vm(frozen) is not None:
+            _signal_vm(backend, frozen, signal.SIGCONT)  # the session's cluster goes on with it
+        last = store.attempt(store.attempts()[-1])
+        kit.glue("ssh", "gpukit-1", "--", "kill", "-9", str(last.get("supervisor_pid")), str(last.get("trainer_pid")),
+                 check=False)
+        if os.environ.get("GPUKIT_TEST_VERBOSE"):
+            print(logs)

@@ -17,13 +17,16 @@ from glue.watch.probe import Probe, window
 @pytest.mark.parametrize(("heartbeat", "lost_after"), [(1, 5), (2, 5), (2, 3), (0.5, 1), (60, 600)])
 def test_the_window_opens_after_a_late_heartbeat_and_closes_before_lost_after(heartbeat: float,
                                                                                 lost_after: float) -> None:
-    probe_from, decide_at = window(heartbeat, lost_after)
-    assert heartbeat < probe_from < decide_at < lost_after
-    assert decide_at - probe_from >= min(1.0, (lost_after - heartbeat) / 4)  # time to answer
+    for margin in (0.1, 1.5, 3.0, 100.0):
+        probe_from, decide_at = window(heartbeat, lost_after, margin)
+        assert heartbeat < probe_from < decide_at < lost_after
+        assert decide_at - probe_from >= min(1.0, (lost_after - heartbeat) / 4)  # time to answer
 
 
 def test_window_of_the_defaults() -> None:
-    assert window(2, 5) == (2.5, 4.25)  # a 1.75 s window, the verdict 0.75 s before lost_after
+    assert window(2, 5) == (2.25, 3.5)  # a 1.25 s window, the verdict 1.5 s before lost_after
+    assert window(1, 5) == (1.25, 3.5)
+    assert window(2, 5, margin_s=2.5) == (2.25, 3.25)  # a slow bucket: the window shrinks, never below 1 s
 
 
 @pytest.fixture

@@ -102,7 +102,9 @@ def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str,
             # The supervisor writes its exit record as its last act: read again now that it is gone,
             # or an attempt that ended between the first read and the process check looks killed.
             st.exit = store.get_json(exit_key(n, k))
-        if st.exit is not None and procs["supervisor"] in ("gone", "Z"):
+        if st.exit is not None:
+            # The supervisor writes it once the trainer has exited: the attempt ended on this node, even
+            # while the supervisor itself is still finishing (a lingering interpreter exit is not a stall).
             st.alive = False
         if uses_mount:
             mount, detail = guard.mount_state(home, host)

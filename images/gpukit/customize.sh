@@ -6,6 +6,10 @@ rm -f /etc/ssh/ssh_host_*
 systemctl enable gpukit-firstboot.service
 # Docker starts only where container_runtime enables it.
 systemctl disable docker.service docker.socket containerd.service
+# Periodic jobs a short-lived VM does not need (and that cost seconds at boot under emulation): no
+# apt archive is reachable from a VM without network, ext4 scrubbing of an ephemeral disk.
+systemctl mask e2scrub_reap.service e2scrub_all.timer apt-daily.timer apt-daily-upgrade.timer \
+  dpkg-db-backup.timer man-db.timer fstrim.timer
 # A machine id per VM: systemd makes one on first boot when this file is empty.
 : > /etc/machine-id
 rm -f /var/lib/dbus/machine-id

@@ -8,7 +8,7 @@ from pathlib import Path
 from glue.cloud.base import Backend
 from glue.errors import GlueError
 
-BACKENDS = ("local", "lyceum")
+BACKENDS = ("local", "lyceum", "qemu")
 # Which local VMs: "machine" boots the baked image (systemd-nspawn); "overlay" overlays the host root.
 LOCAL_VMS_ENV = "GPUKIT_LOCAL_VMS"
 
@@ -37,4 +37,8 @@ def get_backend(name: str, home: Path) -> Backend:
         from glue.cloud.lyceum.backend import LyceumBackend
 
         return LyceumBackend(home)
+    if name == "qemu":
+        from glue.cloud.qemu.backend import QemuBackend
+
+        return QemuBackend(home)
     raise GlueError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")

@@ -1,0 +1,1 @@
+"""Backend `qemu`: full VMs with their own kernel, booted from the baked gpukit image under qemu (TCG)."""

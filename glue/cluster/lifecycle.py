@@ -14,7 +14,7 @@ from glue.cloud import get_backend, local_vms
 from glue.cluster import down_guard
 from glue.cluster.state import ClusterConfig, bucket_info, hosts, tf_vars
 from glue.errors import GlueError
-from glue.images import build, recipe
+from glue.images import build, disk, recipe
 from glue.infra import inventory, preflight, ssh
 from glue.infra.terraform import Terraform
 from glue.storage import bucket as bucket_store
@@ -23,8 +23,8 @@ from glue.storage import bucket as bucket_store
 def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True) -> list[inventory.Host]:
     """terraform apply, then inventory + known_hosts, then the Ansible playbook (when configure)."""
     preflight.check(cfg.backend)
-    if cfg.backend == "local" and local_vms() == "machine":
-        bake_image(home, console)
+    if (cfg.backend == "local" and local_vms() == "machine") or cfg.backend == "qemu":
+        bake_image(home, console, boot_disk=cfg.backend == "qemu")
     tf = Terraform(home, cfg.backend, console)
     with tf.locked():
         tf.apply(tf_vars(home, cfg))
@@ -37,12 +37,16 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True)
     return written
 
 
-def bake_image(home: Path, console: Console) -> None:
-    """Local VMs boot the gpukit image: bake it here, with progress, rather than silently inside
-    terraform's first create (cached: a no-op while the recipe is unchanged)."""
+def bake_image(home: Path, console: Console, boot_disk: bool = False) -> None:
+    """Local and qemu VMs boot the gpukit image: bake it here, with progress, rather than silently inside
+    terraform's first create (cached: a no-op while the recipe is unchanged); qemu VMs also need its
+    boot disk (cached next to it)."""
     rec = recipe.load("gpukit")
     with console.status(f"image {rec.name}: checking the cache") as status:
         image, baked = build.build(rec, home, lambda what: status.update(f"image {rec.name}: {what}"))
+        if boot_disk:
+            status.update(f"image {rec.name}: boot disk")
+            disk.boot_disk(image)
     if baked:
         console.print(f"image {image.name} {image.hash[:16]} baked: {image.size_bytes / 1e6:.0f} MB "
                       f"in {image.build_seconds:.0f} s")

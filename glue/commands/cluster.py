@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from glue.cloud import BACKENDS
 from glue.cluster import lifecycle, state
 from glue.commands import doctor
 from glue.infra import ssh
@@ -20,9 +21,10 @@ err = Console(stderr=True)
 
 @click.command()
 @click.option("--vms", type=int, default=None, help="Number of VMs (default: as last time, else 2).")
-@click.option("--backend", type=click.Choice(["local", "lyceum"]), default=None,
+@click.option("--backend", type=click.Choice(list(BACKENDS)), default=None,
               help="Where VMs run (default: local). Local VMs overlay this machine's root; with "
-                   "GPUKIT_LOCAL_VMS=machine (opt-in) they boot the baked image (`glue image build`).")
+                   "GPUKIT_LOCAL_VMS=machine (opt-in) they boot the baked image (`glue image build`); "
+                   "qemu VMs boot that image with their own kernel.")
 @click.option("--name-prefix", default=None, help="VM name prefix (default: gpukit).")
 @click.option("--no-configure", is_flag=True, help="Only create the VMs; skip the Ansible playbook.")
 def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configure: bool) -> None:

@@ -128,6 +128,12 @@ def run_checks(h: Path, backend: str) -> list[Check]:
         checks += account.checks
         if account.bucket is not None and account.credentials is not None:
             checks.append(bucket_probe(account.bucket, account.credentials))
+    elif backend == "qemu":
+        try:
+            preflight.check("qemu")
+            checks.append(Check("qemu VMs", True, "qemu, qemu-img, socat and mke2fs are installed"))
+        except GlueError as exc:
+            checks.append(Check("qemu VMs", False, str(exc), "see the message"))
     else:
         try:
             preflight.check_local_backend()

@@ -40,3 +40,7 @@ def check(backend: str) -> None:
     check_terraform()
     if backend == "local":
         check_local_backend()
+    if backend == "qemu":
+        from glue.cloud.qemu import vm
+
+        vm.check_tools()

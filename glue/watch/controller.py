@@ -325,8 +325,14 @@ class Watcher:
             deadline = max(beat_at + decide_at, now + decide_at - probe_from)
             probe = self._probes[store.run] = probe_mod.Probe(self.home, host, beat_at, deadline)
         verdict = probe.verdict(now)
-        if verdict == "answered":  # the VM is there: the full check tells running from stall, killed, ...
-            return closer
+        if verdict == "answered":
+            # The VM is there. Once the heartbeat is older than lost_after the full check tells running from
+            # stall, killed, ...; until then it runs (a full check on every late beat would, on a loaded
+            # controller, hold up the polls of the other runs).
+            if now - beat_at > rc.monitor.lost_after_seconds:
+                return closer
+            self._wake(beat_at + rc.monitor.lost_after_seconds)
+            return Quick(True, running.step, f"heartbeat {now - beat_at:.1f}s old; {host.name} answers SSH")
         if verdict == "silent":
             return Quick(False, unreachable=frozenset({host.id}))
         self._wake(probe.deadline)

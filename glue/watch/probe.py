@@ -8,7 +8,8 @@ The timeline of one heartbeat (t = its `updated_at`, h = heartbeat_seconds, L = 
   t .. t+probe_from      on time: running, no SSH
   t+probe_from ..        late: a probe in the background tries SSH (connect, `true`) again and again
                          until it answers or t+decide_at passes
-  answered               the VM is there: the monitor's full check decides (running, stall, killed, ...)
+  answered               the VM is there: running until t+L, then the monitor's full check decides
+                         (running, stall, killed, ...), as for any heartbeat older than L
   t+decide_at, silent    SSH did not answer for the whole window: the full check classifies the VM lost
                          without trying SSH again (decide_at leaves a margin for it before t+L: 1.5 s, or
                          more when the watcher measured its checks slower)

@@ -222,7 +222,8 @@ def test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall(
                                                                                    tmp_path: Path) -> None:
     """A VM the backend still reports running but that answers nothing (every process SIGSTOPped: sshd,
     the trainer, its heartbeat) is vm_lost within monitor.lost_after_seconds (5) of its last heartbeat,
-    and recovered; a trainer stopped on a VM that answers SSH is a stall, not a lost VM."""
+    and recovered (its watcher SIGKILLed mid-recovery: the next one verifies the resume); a trainer
+    stopped on a VM that answers SSH is a stall, not a lost VM."""
     kit = cluster_kit
     backend = LocalBackend(kit.home)
     cfg = run_config(tmp_path, "frozen.yaml", config={"steps": 3000, "step_sleep": 0.1},
@@ -244,8 +245,17 @@ def test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall(
         lag = _gap(incident["detected_at"], beat["updated_at"])
         assert rec["failure_class"] == "vm_lost" and "SSH does not answer" in rec["reason"], rec
         assert lag <= 5.0, f"detected {lag:.2f}s after the last heartbeat"
+        # The watcher is SIGKILLed mid-recovery, once the new attempt runs (its resume plan is saved): the
+        # next watcher checks that resume as `glue recover` would have.
+        _until("attempt 2 started", lambda: (store.get_json("watch/state.json") or {}).get("resume_plan"), 300)
+        watchers.procs[0][0].send_signal(signal.SIGKILL)
+        watchers.procs[0][0].wait()  # reaped, as its supervisor (systemd, the daemon) would: a zombie holds the lease
+        watchers.start()
         first = _until("recovery 1", lambda: store.get_json("recoveries/1.json"), 300)
-        assert first["failure_class"] == "vm_lost" and first["verified"], first
+        assert first["failure_class"] == "vm_lost" and first["verified"] and first["interrupted"], first
+        actions = [h["action"] for h in store.get_json("watch/state.json")["history"]]
+        seen = [a for a in actions if a in ("recovering", "recovery_interrupted", "recovered")]
+        assert seen == ["recovering", "recovery_interrupted", "recovered"], actions
         assert backend.read_vm(frozen) is None  # the frozen VM was replaced
         frozen = None
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import click
 
 from glue.errors import GlueError
+
+# paramiko's transport thread logs a broken connection with a traceback through logging's last-resort
+# handler; glue reports the failure itself, in one line ("X does not answer SSH; ...").
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class GlueGroup(click.Group):

@@ -115,6 +115,7 @@ def test_glue_up_mounts_through_the_unit_and_replaces_a_killed_machine_with_an_e
     kit.glue("up", env=env, timeout=600)
     (new_id,) = backend.owned_vm_ids()
     assert new_id != old_id
+    assert state["cgroups"] and not any(Path(p).exists() for p in state["cgroups"])  # gone with the VM
     out = kit.glue("ssh", "gpukit-1", "sh", "-c", "test -e /root/on-the-old-disk && echo old-disk || echo empty-disk; "
                    "systemctl is-active gpukit-mount.service", env=env).stdout.split()
     assert out == ["empty-disk", "active"], out

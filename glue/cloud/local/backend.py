@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from glue.cloud.base import VMRecord, VMSpec
+from glue.cloud.local import vm_cgroup
 from glue.cloud.local.bucket import HOST, LocalBucket, free_port, pid_alive
 from glue.cloud.local.nspawn import ssh_banner
 from glue.errors import GlueError
@@ -233,6 +234,9 @@ class LocalBackend:
         while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.02)
         shutil.rmtree(vm_dir, ignore_errors=True)
+        # An image machine's own cgroups (whichever kind of local VM the caller thinks it is).
+        cgroups = state.get("cgroups")
+        vm_cgroup.remove([str(c) for c in cgroups] if isinstance(cgroups, list) else [])
         if vm_dir.exists():
             raise GlueError(f"could not remove {vm_dir}; a process may still hold it (check `fuser -vm {vm_dir}`)")
 

@@ -63,11 +63,6 @@ class MachineBackend(LocalBackend):
         (vm_dir / "state.json").write_text(json.dumps(state))
         return self._record(state, "running")
 
-    def _teardown(self, vm_dir: Path) -> None:
-        cgroups = (self._state(vm_dir) or {}).get("cgroups") or []
-        super()._teardown(vm_dir)
-        vm_cgroup.remove([str(p) for p in cgroups] if isinstance(cgroups, list) else [])
-
 
 def limits_of(spec: VMSpec) -> vm_cgroup.Limits:
     """The VM's size where the spec asks for one (`cpu`, `memory_gb`); else unlimited."""

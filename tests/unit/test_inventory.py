@@ -61,7 +61,7 @@ def test_terraform_module_emits_the_contract_inventory_reads() -> None:
     assert all(k == attr for k, attr in vm_keys + bucket_keys)
     assert [k for k, _ in vm_keys] == list(inventory.VM_FIELDS)
     assert [k for k, _ in bucket_keys] == list(inventory.BUCKET_FIELDS)
-    for env in ("local", "lyceum"):
+    for env in ("local", "qemu", "lyceum"):
         outputs = (TERRAFORM / "envs" / env / "outputs.tf").read_text()
         assert re.findall(r"value\s*=\s*(\S+)", outputs) == ["module.cluster.vms", "module.cluster.bucket"], env
 

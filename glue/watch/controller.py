@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,31 +32,15 @@ from glue.cluster import state as cluster_state
 from glue.errors import GlueError
 from glue.recovery import phases
 from glue.recovery import recover as recover_mod
-from glue.recovery.resume_check import check_all_ranks, merged_metrics
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import lease, monitor
 from glue.runs.classify import Outcome
 from glue.runs.store import RunStore, parse_iso, run_ids, utc_iso
 from glue.train.layout import exit_key
-from glue.watch import notify, policy
+from glue.watch import interrupted, notify, policy
 from glue.watch import probe as probe_mod
-from glue.watch.state import WatchState
-
-
-@dataclass
-class Row:
-    """One run's line in the watcher's table (and in `glue watch --status --json`)."""
-
-    run: str
-    state: str
-    attempt: int | None = None
-    step: int | None = None
-    outcome: str = ""
-    used: dict[str, int] = field(default_factory=dict)
-    caps: dict[str, int] = field(default_factory=dict)
-    last: str = ""
-    note: str = ""
+from glue.watch.state import Row, WatchState, describe, record_budget_incident
 
 
 def _age_s(ts: str | None) -> float | None:
@@ -140,7 +124,7 @@ class Watcher:
         st = self._adopt(store, latest)
         row = Row(run=run, state="watching", attempt=latest, used=dict(st.used),
                   caps={"preemptions": rc.recovery.max_preemptions, "failures": rc.recovery.max_failures},
-                  last=_describe(st.last))
+                  last=describe(st.last))
         if st.done or st.stopped:
             row.state, row.note = ("completed", "") if st.done else ("stopped", st.stopped or "")
             return row
@@ -148,7 +132,7 @@ class Watcher:
         if st.resume_plan is not None and not lease.current(store):
             pending = self._verify_interrupted(store, rc, started, st) or ""
             st = WatchState.load(store) or st
-            row.used, row.last = dict(st.used), _describe(st.last)
+            row.used, row.last = dict(st.used), describe(st.last)
             if st.stopped:
                 row.state, row.note = "stopped", st.stopped
                 return row
@@ -164,7 +148,7 @@ class Watcher:
             self._lost_check_s = took if took > self._lost_check_s else (took + self._lost_check_s) / 2
         row.outcome, row.step, row.attempt = str(outcome), (report.heartbeat or {}).get("step"), n
         decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started,
-                                 _retry(st, n))
+                                 st.failed_tries(n))
         row.state, row.note = decision.action if decision.action != "none" else "running", decision.reason
         if decision.action == "none" and pending:
             row.note = pending
@@ -179,7 +163,7 @@ class Watcher:
         elif decision.action == "recover":
             row.note = self._recover(store, rc, started, n, outcome)
             fresh = WatchState.load(store) or st
-            row.used, row.last = dict(fresh.used), _describe(fresh.last)
+            row.used, row.last = dict(fresh.used), describe(fresh.last)
         return row
 
     def _adopt(self, store: RunStore, latest: int) -> WatchState:
@@ -224,13 +208,9 @@ class Watcher:
         and `bad_restart` notified. Returns what it waits for, or None."""
         plan = dict(st.resume_plan or {})
         new, upto = int(plan["new_attempt"]), int(plan["upto"])
-        steps = store.metrics().get(new, {})
-        exit_rec = store.get_json(exit_key(new, 0))
-        ready = (steps and max(steps) >= upto) or (exit_rec is not None and exit_rec.get("exit_code") == 0)
-        if not ready:
-            failed = store.attempt(new).get("failure_class") or exit_rec is not None or store.attempts()[-1] != new
-            if not failed:
-                return f"checking attempt {new}'s resume at step {upto} (now {max(steps, default=0)})"
+        ready, waiting, steps = interrupted.readiness(store, plan)
+        if waiting:
+            return waiting
         try:
             with lease.held(store, "watch"):
                 now_st = WatchState.load(store) or st
@@ -252,27 +232,7 @@ class Watcher:
     def _record_resume_check(self, store: RunStore, rc: runconfig.RunConfig, started: float | None, st: WatchState,
                              plan: dict[str, Any], steps: dict[int, dict[str, Any]]) -> None:
         failed, new = int(plan["failed_attempt"]), int(plan["new_attempt"])
-        ckpt, failure_step = plan.get("checkpoint_step"), int(plan["failure_step"])
-        old = merged_metrics(store, failed + 1)
-        verdict = check_all_ranks(store, old, steps, failed, new, int(plan.get("world_size") or 1), ckpt,
-                                  min(int(plan["upto"]), failure_step), float(plan.get("tolerance") or 0.0),
-                                  bool(plan.get("finished_before")))
-        first_t = steps[min(steps)]["t"] if steps else None
-        reach_t = steps.get(failure_step, {}).get("t")
-        result = {
-            "run": store.run, "failed_attempt": failed, "new_attempt": new, "failure_class": plan.get("failure_class"),
-            "checkpoint_step": ckpt, "failure_step": failure_step,
-            "seconds": {**dict(plan.get("seconds") or {}), "restore": phases.secs_between(plan.get("started_at"),
-                                                                                           first_t),
-                        "replay": phases.secs_between(first_t, reach_t) if reach_t else None},
-            "work_lost": {"steps": failure_step - (ckpt or 0),
-                          "seconds": phases.secs_between(old.get(ckpt or 0, {}).get("t"),
-                                                         old.get(failure_step, {}).get("t")) if ckpt else None},
-            "verified": verdict.ok, "first_resumed_step": verdict.first_step, "compared_steps": verdict.compared,
-            "problem": verdict.problem, "tolerance": plan.get("tolerance"), "recorded_at": utc_iso(),
-            "kept_vm": None, "interrupted": True,
-        }
-        phases.record(store, result)
+        verdict, result = interrupted.check(store, plan, steps)
         summary = {k: result.get(k) for k in ("failed_attempt", "new_attempt", "checkpoint_step", "failure_step",
                                                "first_resumed_step", "verified", "interrupted")}
         outcome = Outcome(str(plan.get("failure_class") or "vm_lost"))
@@ -371,7 +331,7 @@ class Watcher:
               decision: policy.Decision, reason: str, incident: str | None) -> None:
         st.stopped, st.handled_attempt = decision.reason, n
         if decision.event == "budget_exhausted":
-            incident = _budget_incident(store, st, n, outcome, decision, reason)
+            incident = record_budget_incident(store, st, n, outcome, decision, reason)
         st.note("stopped", attempt=n, outcome=str(outcome), reason=decision.reason, incident=incident)
         st.save(store)
         self.console.print(f"[red]{store.run}: stopped[/] ({decision.reason})")
@@ -396,7 +356,7 @@ class Watcher:
         st = WatchState.load(store) or WatchState(store.run)
         if store.attempts()[-1] != n or st.stopped or st.done:
             return "already handled"
-        retry = _retry(st, n)
+        retry = st.failed_tries(n)
         decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started, retry)
         if decision.action != "recover" or decision.budget is None:
             return decision.reason
@@ -435,37 +395,3 @@ class Watcher:
         self._event(rc, st, "recovered", n, outcome, recovery=summary)
         st.save(store)
         return f"recovered onto attempt {result['new_attempt']} (verified)"
-
-
-def _retry(st: WatchState, n: int) -> int:
-    """Failed recoveries of attempt n's failure so far (0: not tried yet, a new failure). A recovery of it
-    whose watcher died before the new attempt started counts as one: it spent the budget already."""
-    if st.handled_attempt != n:
-        return 0
-    interrupted = (st.last or {}).get("action") == "recovering"
-    return max(st.failed_in_row, 1) if interrupted else st.failed_in_row
-
-
-def _describe(entry: dict[str, Any] | None) -> str:
-    if not entry:
-        return ""
-    bits = [str(entry.get("action"))]
-    for key in ("attempt", "outcome", "new_attempt", "event"):
-        if entry.get(key) is not None:
-            bits.append(f"{key}={entry[key]}")
-    return " ".join(bits) + f" at {str(entry.get('at', ''))[11:19]}"
-
-
-def _budget_incident(store: RunStore, st: WatchState, n: int, outcome: Outcome, decision: policy.Decision,
-                     reason: str) -> str:
-    now = utc_iso()
-    key = f"incidents/{now.replace(':', '').replace('-', '')}-budget_exhausted.json"
-    store.put_json(key, {
-        "run": store.run, "attempt": n, "class": "budget_exhausted", "reason": decision.reason,
-        "policy": "stopped: no more automatic recoveries; recover by hand (`glue recover`) once the cause is "
-                  "understood, or raise the budget",
-        "detected_at": now, "failure_class": str(outcome), "failure_reason": reason, "budget": decision.budget,
-        "used": dict(st.used), "history": st.history[-10:],
-    })
-    return key
-

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from glue.runs.classify import Outcome
 from glue.runs.store import RunStore, utc_iso
+from glue.watch.policy import Decision
 
 KEY = "watch/state.json"
 HISTORY = 50  # actions kept in the state (events also go to the notification hooks)
@@ -49,3 +51,52 @@ class WatchState:
     @property
     def last(self) -> dict[str, Any] | None:
         return self.history[-1] if self.history else None
+
+    def failed_tries(self, n: int) -> int:
+        """Failed recoveries of attempt n's failure so far (0: not tried yet, a new failure). A recovery of
+        it whose watcher died before the new attempt started counts as one: it spent the budget already."""
+        if self.handled_attempt != n:
+            return 0
+        interrupted = (self.last or {}).get("action") == "recovering"
+        return max(self.failed_in_row, 1) if interrupted else self.failed_in_row
+
+
+@dataclass
+class Row:
+    """One run's line in the watcher's table (and in `glue watch --status --json`)."""
+
+    run: str
+    state: str
+    attempt: int | None = None
+    step: int | None = None
+    outcome: str = ""
+    used: dict[str, int] = field(default_factory=dict)
+    caps: dict[str, int] = field(default_factory=dict)
+    last: str = ""
+    note: str = ""
+
+
+def describe(entry: dict[str, Any] | None) -> str:
+    """A history entry as one short line (the watcher's table)."""
+    if not entry:
+        return ""
+    bits = [str(entry.get("action"))]
+    for key in ("attempt", "outcome", "new_attempt", "event"):
+        if entry.get(key) is not None:
+            bits.append(f"{key}={entry[key]}")
+    return " ".join(bits) + f" at {str(entry.get('at', ''))[11:19]}"
+
+
+def record_budget_incident(store: RunStore, st: WatchState, n: int, outcome: Outcome, decision: Decision,
+                           reason: str) -> str:
+    """The `budget_exhausted` incident of attempt n; returns its key."""
+    now = utc_iso()
+    key = f"incidents/{now.replace(':', '').replace('-', '')}-budget_exhausted.json"
+    store.put_json(key, {
+        "run": store.run, "attempt": n, "class": "budget_exhausted", "reason": decision.reason,
+        "policy": "stopped: no more automatic recoveries; recover by hand (`glue recover`) once the cause is "
+                  "understood, or raise the budget",
+        "detected_at": now, "failure_class": str(outcome), "failure_reason": reason, "budget": decision.budget,
+        "used": dict(st.used), "history": st.history[-10:],
+    })
+    return key

@@ -1,0 +1,53 @@
+"""A recovery whose watcher died after the new attempt started: when its resume can be checked, and
+the recovery record that check makes (the same check and record shape as `glue recover`'s)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from glue.recovery import phases
+from glue.recovery.resume_check import ResumeCheck, check_all_ranks, merged_metrics
+from glue.runs.store import RunStore, utc_iso
+from glue.train.layout import exit_key
+
+
+def readiness(store: RunStore, plan: dict[str, Any]) -> tuple[bool, str | None, dict[int, dict[str, Any]]]:
+    """(ready, what it still waits for or None, the new attempt's steps). Ready once the new attempt
+    passed the plan's step (or finished); not ready and nothing to wait for once it failed before."""
+    new, upto = int(plan["new_attempt"]), int(plan["upto"])
+    steps = store.metrics().get(new, {})
+    exit_rec = store.get_json(exit_key(new, 0))
+    ready = bool((steps and max(steps) >= upto) or (exit_rec is not None and exit_rec.get("exit_code") == 0))
+    if ready:
+        return True, None, steps
+    failed = store.attempt(new).get("failure_class") or exit_rec is not None or store.attempts()[-1] != new
+    waiting = None if failed else f"checking attempt {new}'s resume at step {upto} (now {max(steps, default=0)})"
+    return False, waiting, steps
+
+
+def check(store: RunStore, plan: dict[str, Any],
+          steps: dict[int, dict[str, Any]]) -> tuple[ResumeCheck, dict[str, Any]]:
+    """Check the resume and record it as recoveries/<k>.json (`interrupted: true`)."""
+    failed, new = int(plan["failed_attempt"]), int(plan["new_attempt"])
+    ckpt, failure_step = plan.get("checkpoint_step"), int(plan["failure_step"])
+    old = merged_metrics(store, failed + 1)
+    verdict = check_all_ranks(store, old, steps, failed, new, int(plan.get("world_size") or 1), ckpt,
+                              min(int(plan["upto"]), failure_step), float(plan.get("tolerance") or 0.0),
+                              bool(plan.get("finished_before")))
+    first_t = steps[min(steps)]["t"] if steps else None
+    reach_t = steps.get(failure_step, {}).get("t")
+    result = {
+        "run": store.run, "failed_attempt": failed, "new_attempt": new, "failure_class": plan.get("failure_class"),
+        "checkpoint_step": ckpt, "failure_step": failure_step,
+        "seconds": {**dict(plan.get("seconds") or {}), "restore": phases.secs_between(plan.get("started_at"),
+                                                                                       first_t),
+                    "replay": phases.secs_between(first_t, reach_t) if reach_t else None},
+        "work_lost": {"steps": failure_step - (ckpt or 0),
+                      "seconds": phases.secs_between(old.get(ckpt or 0, {}).get("t"),
+                                                     old.get(failure_step, {}).get("t")) if ckpt else None},
+        "verified": verdict.ok, "first_resumed_step": verdict.first_step, "compared_steps": verdict.compared,
+        "problem": verdict.problem, "tolerance": plan.get("tolerance"), "recorded_at": utc_iso(),
+        "kept_vm": None, "interrupted": True,
+    }
+    phases.record(store, result)
+    return verdict, result

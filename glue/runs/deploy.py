@@ -59,8 +59,9 @@ def check_command(home: Path, host: Host, rc: runconfig.RunConfig) -> list[str]:
         assert rc.image is not None
         res = ssh.run(home, host, f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(rc.image)}", timeout=60)
         if res.exit_code != 0:
-            raise GlueError(f"image {rc.image} is not on {host.name} (docker image inspect failed); build it from "
-                            "images/trainer/Dockerfile or push it and pull on the VM")
+            raise GlueError(f"image {rc.image} is not on {host.name} (docker image inspect failed); set the trainer "
+                            f"role's trainer_image: {rc.image} (trainer_image_source: pull, or build: offline from the "
+                            "VM's own root filesystem, images/trainer/Dockerfile.offline) and run `glue up`")
         return list(rc.command)
     argv = list(rc.command)
     if argv[0] in ("python", "python3"):
@@ -220,13 +221,26 @@ def _record_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, host
     return record
 
 
-def docker_argv(run: str, attempt: int, image: str, argv: list[str], env_file: str) -> list[str]:
+# True when the VM has an NVIDIA GPU the container can be given: the driver answers, or its device exists.
+GPU_PROBE = "nvidia-smi -L >/dev/null 2>&1 || test -e /dev/nvidia0"
+
+
+def docker_gpus(home: Path, host: Host) -> bool:
+    """Whether `docker run` gets `--gpus all` on this VM: probed on the VM, not taken from the inventory (a
+    GPU-less VM, e.g. qemu, has no NVIDIA runtime and docker refuses the flag there)."""
+    return ssh.run(home, host, GPU_PROBE, timeout=30).exit_code == 0
+
+
+def docker_argv(run: str, attempt: int, image: str, argv: list[str], env_file: str, gpus: bool = True) -> list[str]:
     """`docker run` of the trainer (runtime: docker): the bucket mount, the credentials file (read-only,
     refreshed in place by the controller) and the termination notice directory are the VM's own, so a
     notice file the backend writes on the VM is seen in the container (docker creates the directory
-    when it is missing)."""
+    when it is missing). The VM's network (`--network host`): the bucket endpoint the run is given may be
+    the VM's loopback (the qemu backend's forwarder on 127.0.0.1), which a container of its own network
+    namespace would not reach. `--gpus all` only where the VM has GPUs (`docker_gpus`)."""
     notice_dir = DEFAULT_NOTICE_FILE.rpartition("/")[0]
-    return ["docker", "run", "--rm", "--name", f"gpukit-{run}-{attempt}", "--gpus", "all",
+    return ["docker", "run", "--rm", "--name", f"gpukit-{run}-{attempt}", *(["--gpus", "all"] if gpus else []),
+            "--network", "host",
             "-v", "/mnt/s3:/mnt/s3", "-v", f"{remote.CREDENTIALS_PATH}:{remote.CREDENTIALS_PATH}:ro",
             "-v", f"{notice_dir}:{notice_dir}:ro", "--env-file", env_file,
             "--env", f"{NOTICE_FILE_ENV}={DEFAULT_NOTICE_FILE}", image, *argv]
@@ -279,7 +293,9 @@ def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.
         node_env = {**(group_mod.node_env(rdzv, k) if rdzv is not None else {}), **env,
                     "GPUKIT_NODE": str(k), "GPUKIT_VM": host.name}
         if rc.runtime == "docker":
-            argv = docker_argv(store.run, attempt, str(rc.image), argv, f"{sdir}/attempt-{attempt}.env")
+            gpus = docker_gpus(home, host)
+            record["nodes"][k]["docker_gpus"] = gpus
+            argv = docker_argv(store.run, attempt, str(rc.image), argv, f"{sdir}/attempt-{attempt}.env", gpus=gpus)
             ssh.put_file(home, host, f"{sdir}/attempt-{attempt}.env",
                          "".join(f"{k}={v}\n" for k, v in node_env.items()).encode())
         spec = {"run": store.run, "attempt": attempt, "node": k, "command": argv, "env": node_env,

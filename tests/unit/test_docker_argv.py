@@ -1,0 +1,53 @@
+"""runtime: docker: `docker run` gets `--gpus all` only where the VM has GPUs, always the VM's network (the
+bucket endpoint may be the VM's loopback forwarder), and the GPU probe decides from the VM itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glue.infra.inventory import Host
+from glue.runs import deploy
+from glue.runs.deploy import GPU_PROBE, docker_argv, docker_gpus
+
+
+def _opts(argv: list[str], image: str) -> list[str]:
+    return argv[:argv.index(image)]
+
+
+@pytest.mark.parametrize("gpus", [True, False])
+def test_docker_argv_gpu_flags_follow_the_vm(gpus: bool) -> None:
+    argv = docker_argv("r1", 2, "gpukit-trainer:offline", ["python", "-m", "glue.examples.tiny_gpt"],
+                       "/run/gpukit-runs/r1/attempt-2.env", gpus=gpus)
+    opts = _opts(argv, "gpukit-trainer:offline")
+    assert argv[len(opts) + 1:] == ["python", "-m", "glue.examples.tiny_gpt"]
+    assert ("--gpus" in opts) is gpus
+    if gpus:
+        assert opts[opts.index("--gpus") + 1] == "all"
+    assert opts[opts.index("--network") + 1] == "host"
+    assert opts[:3] == ["docker", "run", "--rm"] and "/mnt/s3:/mnt/s3" in opts
+
+
+def test_docker_argv_defaults_to_gpus() -> None:
+    assert "--gpus" in docker_argv("r", 1, "img", ["python"], "/e.env")
+
+
+class _Res:
+    def __init__(self, code: int) -> None:
+        self.exit_code, self.stdout, self.stderr = code, "", ""
+
+
+@pytest.mark.parametrize(("code", "expected"), [(0, True), (1, False)])
+def test_docker_gpus_probes_the_vm(monkeypatch: pytest.MonkeyPatch, code: int, expected: bool) -> None:
+    seen: list[str] = []
+
+    def run(home: Path, host: Host, command: str, timeout: float = 0, **_: Any) -> _Res:
+        seen.append(command)
+        return _Res(code)
+
+    monkeypatch.setattr(deploy.ssh, "run", run)
+    host = Host("gpukit-1", "id", "127.0.0.1", 2222, "root", "key", "none", 0, "qemu")
+    assert docker_gpus(Path("/nowhere"), host) is expected
+    assert seen == [GPU_PROBE] and "nvidia-smi -L" in GPU_PROBE and "/dev/nvidia0" in GPU_PROBE

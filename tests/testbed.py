@@ -30,7 +30,7 @@ class LocalTestbed:
 
     def __post_init__(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
-        # The local backend's VMs, of the kind the suite runs on (GPUKIT_LOCAL_VMS).
+        # The local backend (VMs booted from the baked image).
         backend = get_backend("local", self.home)
         assert isinstance(backend, LocalBackend)
         self.backend = backend

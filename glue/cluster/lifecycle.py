@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from glue.cloud import get_backend, local_vms
+from glue.cloud import get_backend
 from glue.cluster import down_guard
 from glue.cluster.state import ClusterConfig, bucket_info, hosts, tf_vars
 from glue.errors import GlueError
@@ -23,11 +23,12 @@ from glue.storage import bucket as bucket_store
 def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True) -> list[inventory.Host]:
     """terraform apply, then inventory + known_hosts, then the Ansible playbook (when configure)."""
     preflight.check(cfg.backend)
-    if (cfg.backend == "local" and local_vms() == "machine") or cfg.backend == "qemu":
+    variables = tf_vars(home, cfg)  # bad input (e.g. GPUKIT_VM_MEMORY_GB) fails before a bake
+    if cfg.backend in ("local", "qemu"):
         bake_image(home, console, boot_disk=cfg.backend == "qemu")
     tf = Terraform(home, cfg.backend, console)
     with tf.locked():
-        tf.apply(tf_vars(home, cfg))
+        tf.apply(variables)
         cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
         outputs = tf.outputs()
         remove_orphans(home, cfg.backend, outputs, console, spare={k.id for k in kept(home)})

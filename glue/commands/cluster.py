@@ -22,9 +22,8 @@ err = Console(stderr=True)
 @click.command()
 @click.option("--vms", type=int, default=None, help="Number of VMs (default: as last time, else 2).")
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default=None,
-              help="Where VMs run (default: local). Local VMs overlay this machine's root; with "
-                   "GPUKIT_LOCAL_VMS=machine (opt-in) they boot the baked image (`glue image build`); "
-                   "qemu VMs boot that image with their own kernel.")
+              help="Where VMs run (default: local). Local VMs boot the baked image (`glue image build`) "
+                   "as systemd-nspawn machines; qemu VMs boot it with their own kernel.")
 @click.option("--name-prefix", default=None, help="VM name prefix (default: gpukit).")
 @click.option("--no-configure", is_flag=True, help="Only create the VMs; skip the Ansible playbook.")
 def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configure: bool) -> None:

@@ -120,6 +120,12 @@ def _venv(recipe: Recipe, rootfs: Path, log: Path) -> None:
     _run(["chroot", str(rootfs), f"{venv}/bin/pip", "install", "--quiet", "--no-index", "--no-compile",
           "--disable-pip-version-check", "--find-links", "/tmp/gpukit-wheels", *recipe.venv_requirements],
          log, "installing the venv")
+    # Bytecode once, here, on all cores (pip compiles serially): a VM that has to compile it on its
+    # first `import torch` spends ~10 s (minutes under qemu's emulation) writing it to its own disk.
+    # Some packages ship files that are not Python 3 (templates, test data): compileall reports them
+    # (kept in the log) and exits 1, as pip's own compile step would silently skip them.
+    _run(["chroot", str(rootfs), "/bin/sh", "-c", f"{venv}/bin/python -m compileall -q -j 0 {venv} || true"],
+         log, "compiling the venv's bytecode")
     shutil.rmtree(wheels)
 
 

@@ -17,6 +17,9 @@ from glue.errors import GlueError
 from glue.paths import PROJECT_ROOT, tool
 
 IMAGES_DIR = PROJECT_ROOT / "images"
+# What glue.images.build does to a recipe, beyond the recipe itself: a change here bakes every image
+# again (2: the venv's bytecode is compiled in the image).
+BAKE_VERSION = 2
 # Debian package names (policy §5.6.1), optionally with =version.
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$")
 
@@ -48,7 +51,7 @@ class Recipe:
         return found
 
     def content_hash(self) -> str:
-        h = hashlib.sha256()
+        h = hashlib.sha256(f"bake {BAKE_VERSION}\0".encode())
         for path in sorted(p for p in self.directory.rglob("*") if p.is_file()):
             rel = path.relative_to(self.directory).as_posix()
             h.update(f"{rel}\0{path.stat().st_mode & 0o777:o}\0".encode())

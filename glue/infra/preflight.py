@@ -8,27 +8,22 @@ from pathlib import Path
 
 from glue.errors import GlueError
 
-SSHD = Path("/usr/sbin/sshd")
+FUSE = Path("/dev/fuse")
 
 
 def check_local_backend() -> None:
-    if not SSHD.exists():
-        raise GlueError("sshd is missing (Debian package openssh-server); run `make bootstrap` or "
-                        "`apt-get install openssh-server`")
-    if shutil.which("fusermount3") is None or not Path("/dev/fuse").exists():
-        raise GlueError("FUSE is missing (Debian package fuse3 and /dev/fuse); run `make bootstrap` or "
-                        "`apt-get install fuse3`")
-    if shutil.which("unshare") is None:
-        raise GlueError("unshare is missing (Debian package util-linux); run `apt-get install util-linux`")
-    probe = subprocess.run(
-        ["unshare", "--mount", "--uts", "--pid", "--fork", "true"],
-        capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
-    )
+    """The local VMs are systemd-nspawn machines in their own mount namespace, with /dev/fuse bound in."""
+    from glue.cloud.local import nspawn
+
+    nspawn.check_tools()
+    if not FUSE.exists():
+        raise GlueError("/dev/fuse is missing (the VMs mount the bucket with FUSE); run `make bootstrap` or "
+                        "`apt-get install fuse3`, and load the fuse module (`modprobe fuse`)")
+    probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True, text=True, check=False,
+                           stdin=subprocess.DEVNULL)
     if probe.returncode != 0:
-        raise GlueError(
-            "cannot create mount/UTS/PID namespaces here (the local backend's VMs need them); "
-            "run as root (e.g. `sudo make up`) or enable unprivileged user namespaces"
-        )
+        raise GlueError("cannot create a mount namespace here (the local backend's VMs need one); "
+                        "run as root (e.g. `sudo make up`)")
 
 
 def check_terraform() -> None:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
-from glue.cloud import local_vms
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
@@ -20,10 +18,8 @@ REAL_VM_VENV = "/opt/gpukit/venv"
 
 
 def venv(host: Host) -> str:
-    """The trainer runtime's venv: overlay local VMs see (and reuse) the controller's venv; VMs booted
-    from the gpukit image have it baked at the real VMs' path."""
-    overlay = host.backend == "local" and local_vms() == "overlay"
-    return str(Path(sys.executable).parent.parent) if overlay else REAL_VM_VENV
+    """The trainer runtime's venv: baked into the gpukit image, installed by the trainer role elsewhere."""
+    return REAL_VM_VENV
 
 
 def state_dir(run: str) -> str:

@@ -196,7 +196,7 @@ def test_bad_input_fails_at_the_mount_step_without_half_mount(bed: LocalTestbed,
     elif case == "mount_point_not_empty":
         assert sh(bed, "gpukit-1", "mkdir -p /mnt/s3 && echo lost > /mnt/s3/ckpt.pt").exit_code == 0
         cause = "mount point busy"
-    else:  # fuse_missing: the fuse3 userland is not installed (hidden in the VM's own overlay)
+    else:  # fuse_missing: the fuse3 userland is not installed (hidden on the VM's own disk)
         r = sh(bed, "gpukit-1", "for f in /usr/bin/fusermount3 /usr/bin/fusermount /bin/fusermount3 /bin/fusermount;"
                                 " do [ -e $f ] && mv $f $f.hidden; done; command -v fusermount3 fusermount; true")
         assert r.stdout.strip() == "", r.stdout

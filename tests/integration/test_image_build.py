@@ -43,3 +43,6 @@ def test_shipped_image_is_cached_and_listed() -> None:
                                        text=True, check=True).stdout)
     current = [img for img in listed if img["current"]]
     assert len(current) == 1 and current[0]["name"] == "gpukit" and current[0]["size_bytes"] > 100e6
+    # The venv's bytecode is baked: no VM compiles torch on its first import.
+    site = Path(current[0]["path"]) / "rootfs/opt/gpukit/venv/lib"
+    assert next(site.glob("python3*/site-packages/torch/__pycache__/__init__.cpython-*.pyc"), None), site

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import paramiko
 import pytest
 
 from glue.cloud.base import VMRecord, VMSpec
-from glue.cloud.local.machine_backend import MachineBackend
+from glue.cloud.local.backend import LocalBackend
 from glue.infra.ssh_keys import public_key
 from tests.integration.test_runs import run_config, status, wait_for
 from tests.kit import Kit, vm_ssh
@@ -27,7 +28,7 @@ MARKER_ENV = "GPUKIT_TEST_CONTROLLER_MARKER"
 @pytest.fixture
 def machines(kit: Kit, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(MARKER_ENV, "controller-secret-marker")
-    backend = MachineBackend(kit.home)
+    backend = LocalBackend(kit.home)
     public = public_key(kit.home)
     created: list[str] = []
 
@@ -87,14 +88,15 @@ def test_killed_machine_reads_as_gone_and_its_disk_with_it(kit: Kit, machines) -
 
 def test_glue_up_mounts_through_the_unit_and_replaces_a_killed_machine_with_an_empty_disk(kit: Kit,
                                                                                            tmp_path: Path) -> None:
-    env = {**kit.env, "GPUKIT_LOCAL_VMS": "machine", "GPUKIT_VM_MEMORY_GB": "2", "GPUKIT_VM_CPUS": "1"}
+    env = {**kit.env, "GPUKIT_VM_MEMORY_GB": "2", "GPUKIT_VM_CPUS": "1"}
     kit.glue("up", "--vms", "1", env=env, timeout=600)
-    on_vm = "systemctl is-active gpukit-mount.service; findmnt -n -o FSTYPE /mnt/s3; cat /proc/1/comm"
+    on_vm = ("systemctl is-active gpukit-mount.service mnt-s3.mount; findmnt -n -o FSTYPE /mnt/s3; "
+             "cat /proc/1/comm; systemctl is-system-running")
     out = kit.glue("ssh", "gpukit-1", "sh", "-c", on_vm, env=env).stdout.split()
-    assert out == ["active", "fuse.rclone", "systemd"], out
+    assert out == ["active", "active", "fuse.rclone", "systemd", "running"], out
     kit.glue("ssh", "gpukit-1", "sh", "-c", "echo lost > /root/on-the-old-disk", env=env)
 
-    backend = MachineBackend(kit.home)
+    backend = LocalBackend(kit.home)
     (old_id,) = backend.owned_vm_ids()
     state = json.loads((backend.vms_dir / old_id / "state.json").read_text())
     # The VM's size is its cgroup's limits; the VM sees its own memory limit.
@@ -119,3 +121,27 @@ def test_glue_up_mounts_through_the_unit_and_replaces_a_killed_machine_with_an_e
     out = kit.glue("ssh", "gpukit-1", "sh", "-c", "test -e /root/on-the-old-disk && echo old-disk || echo empty-disk; "
                    "systemctl is-active gpukit-mount.service", env=env).stdout.split()
     assert out == ["empty-disk", "active"], out
+
+
+def test_a_taken_ssh_port_fails_the_boot_in_one_line_and_leaves_nothing(kit: Kit, machines,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process took the VM's port between the pick and the boot: one line naming the port, and
+    the half-booted VM (its disk, its cgroups, its processes) is gone."""
+    from glue.cloud.local import backend as backend_mod
+    from glue.cloud.local import nspawn
+    from glue.errors import GlueError
+
+    backend, create = machines
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    port = squatter.getsockname()[1]
+    monkeypatch.setattr(backend_mod, "free_port", lambda: port)
+    monkeypatch.setattr(nspawn, "BOOT_TIMEOUT", 15.0)
+    try:
+        with pytest.raises(GlueError, match=f"127.0.0.1:{port}.*port taken"):
+            create("p-1")
+    finally:
+        squatter.close()
+    assert backend.owned_vm_ids() == []
+    assert not list(Path("/sys/fs/cgroup").glob("*/gpukit/p-1-*")), "the failed VM's cgroups are left"

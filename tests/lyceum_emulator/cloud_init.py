@@ -5,9 +5,9 @@ key still authenticates root, but every command only answers 'Please login as th
 rather than the user "root".' and exits 142).
 
 It works through the VM itself, over SSH as root with a key of the emulator's own (authorised next to
-the user's at boot and removed here), so it does not depend on how the local VM is built (an overlay
-of this host's root, or a booted image). The image must contain: sshd, useradd/usermod, and sudo —
-a VM without sudo gets it from apt-get, and when that fails the VM errors with the reason.
+the user's at boot and removed here), so it does not depend on how the local VM is built. The image
+must contain: sshd, useradd/usermod, and sudo — a VM without sudo gets it from apt-get, and when that
+fails the VM errors with the reason.
 """
 
 from __future__ import annotations

@@ -99,3 +99,15 @@ def test_image_list_json_and_help(tmp_path: Path) -> None:
                          capture_output=True, text=True)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == ["Error: no image recipe 'nope' (known: gpukit)"]
+
+
+def test_a_bad_vm_size_fails_glue_up_in_one_line_before_any_bake(tmp_path: Path) -> None:
+    env = {**os.environ, "GPUKIT_HOME": str(tmp_path / "home"), "GPUKIT_IMAGES": str(tmp_path / "images"),
+           "GPUKIT_VM_MEMORY_GB": "lots"}
+    out = subprocess.run([sys.executable, "-m", "glue.cli", "up", "--vms", "1"], env=env, capture_output=True,
+                         text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == \
+        "Error: GPUKIT_VM_MEMORY_GB='lots': use a whole number from 1 to 4096, or unset it for no limit"
+    assert not (tmp_path / "images").exists() or not any((tmp_path / "images").iterdir())  # nothing baked
+    assert not list((tmp_path / "home").glob("terraform/*/terraform.tfstate"))  # nothing created

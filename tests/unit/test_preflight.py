@@ -2,18 +2,20 @@ from pathlib import Path
 
 import pytest
 
+from glue.cloud.local import nspawn
 from glue.errors import GlueError
 from glue.infra import preflight
 
 
-def test_missing_sshd_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(preflight, "SSHD", Path("/nonexistent/sshd"))
-    with pytest.raises(GlueError, match="openssh-server"):
+def test_missing_nspawn_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_which = nspawn.shutil.which
+    monkeypatch.setattr(nspawn.shutil, "which",
+                        lambda n, path=None: None if n == "systemd-nspawn" else real_which(n, path=path))
+    with pytest.raises(GlueError, match="systemd-container"):
         preflight.check_local_backend()
 
 
-def test_missing_fuse_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_which = preflight.shutil.which
-    monkeypatch.setattr(preflight.shutil, "which", lambda n: None if n == "fusermount3" else real_which(n))
+def test_missing_fuse_device_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(preflight, "FUSE", Path("/nonexistent/fuse"))
     with pytest.raises(GlueError, match="fuse3"):
         preflight.check_local_backend()

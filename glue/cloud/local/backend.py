@@ -1,9 +1,11 @@
-"""The local backend: VMs as namespaced process trees on this machine, the bucket as rclone serve s3.
+"""The local backend: VMs that boot the baked gpukit image on this machine, the bucket as rclone serve s3.
 
-A VM = `unshare --mount --uts --pid --fork` running glue.cloud.local.vm_init as its PID 1 (overlay of
-the host root, private /root, tmpfs /run and /tmp, sshd on 127.0.0.1:<port>). Delete = SIGKILL that
-PID 1 (the kernel then kills every process in the namespace, FUSE daemons included; the mount
-namespace and its mounts go with them), then remove the disk directory.
+A VM = a `systemd-nspawn --boot` machine (glue.cloud.local.nspawn) with systemd as PID 1, on an
+overlay whose lower layer is the cached image and whose upper layer is the VM's disk directory; its
+own cgroup (glue.cloud.local.vm_cgroup) holds its memory/CPU limits. Nothing of the host is visible
+inside but /dev/fuse, and its environment holds nothing of the controller's. Delete = SIGKILL the
+machine's PID 1 and nspawn (the private mount namespace and its mounts go with them), then remove
+the disk directory and the cgroup.
 """
 
 from __future__ import annotations
@@ -13,23 +15,24 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from glue.cloud.base import VMRecord, VMSpec
-from glue.cloud.local import vm_cgroup
+from glue.cloud.local import nspawn, vm_cgroup
 from glue.cloud.local.bucket import HOST, LocalBucket, free_port, pid_alive
-from glue.cloud.local.nspawn import ssh_banner
 from glue.errors import GlueError
-from glue.paths import write_secret
+from glue.images import build, recipe
+from glue.images.cache import Image
 from glue.records import BucketCredentials, BucketInfo
 from glue.train.notice import DEFAULT_NOTICE_FILE
 
-BOOT_TIMEOUT = 20.0
+IMAGE = "gpukit"
+# The VM's size: a CPU quota and a memory limit on its cgroup (unset: unlimited). Terraform variables
+# `cpu` / `memory_gb`, as on the clouds; a change replaces the VMs.
+SIZE_ENV = {"cpu": ("GPUKIT_VM_CPUS", 256), "memory_gb": ("GPUKIT_VM_MEMORY_GB", 4096)}
 NOTICE_DIR, _, NOTICE_NAME = DEFAULT_NOTICE_FILE.rpartition("/")
 _spawn_lock = threading.Lock()  # terraform creates VMs in parallel: one port pick + spawn at a time
 
@@ -49,38 +52,10 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _keygen(path: Path) -> str:
-    """A fresh ed25519 host key pair; returns the public key line."""
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", str(path)],
-        check=True,
-        stdin=subprocess.DEVNULL,
-    )
-    pub = Path(f"{path}.pub").read_text().split()
-    return f"{pub[0]} {pub[1]}"
-
-
-# Paths a local VM does not share with the host: its own /root, tmpfs /tmp and /run, /dev/shm.
-_MASKED = tuple(Path(p) for p in ("/root", "/tmp", "/run", "/dev/shm"))
-
-
-def _readonly_binds() -> list[str]:
-    """Host trees the VM sees live and read-only: the project and its venv (always: the overlay's
-    lower layer must not change under a mounted overlay, and the code does change while VMs run),
-    and the interpreter the venv links to when the VM would not see it (pyenv lives under /root)."""
-    base = Path(os.path.realpath(sys.base_prefix))
-    wanted = [Path(__file__).resolve().parents[2], Path(sys.prefix)]
-    if any(base.is_relative_to(m) for m in _MASKED):
-        wanted.append(base)
-    out: list[str] = []
-    for path in wanted:
-        if not any(path.is_relative_to(o) for o in out):
-            out.append(str(path))
-    return out
-
-
 class LocalBackend:
-    """Backend `local`: needs root (namespaces), openssh-server and fuse3."""
+    """Backend `local`: needs root (namespaces, cgroups), systemd-container, /dev/fuse and (to bake) mmdebstrap.
+
+    VMs boot the `gpukit` image (`glue image build`; baked on first use)."""
 
     name = "local"
     credentials_expire = False
@@ -91,8 +66,19 @@ class LocalBackend:
         self.bucket_server = LocalBucket(home)
 
     def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
-        return {"vm_count": vm_count, "name_prefix": name_prefix, "gpu_type": "none",
-                "ssh_public_key": ssh_public_key}
+        tfv: dict[str, Any] = {"vm_count": vm_count, "name_prefix": name_prefix, "gpu_type": "none",
+                               "ssh_public_key": ssh_public_key}
+        for var, (env, most) in SIZE_ENV.items():
+            raw = os.environ.get(env, "").strip()
+            if not raw:
+                continue
+            if not raw.isdigit() or not 1 <= int(raw) <= most:
+                raise GlueError(f"{env}={raw!r}: use a whole number from 1 to {most}, or unset it for no limit")
+            tfv[var] = int(raw)
+        return tfv
+
+    def image(self) -> Image:
+        return build.build(recipe.load(IMAGE), self.home)[0]
 
     # -- VMs ---------------------------------------------------------------------------------
     def _vm_dir(self, vm_id: str) -> Path:
@@ -103,9 +89,7 @@ class LocalBackend:
     def create_vm(self, spec: VMSpec) -> VMRecord:
         if spec.gpu_type != "none" or spec.gpu_count:
             raise GlueError("the local backend has no GPUs: set gpu_type = \"none\" and gpu_count = 0")
-        for binary in ("/usr/sbin/sshd", shutil.which("unshare") or "/usr/bin/unshare"):
-            if not Path(binary).exists():
-                raise GlueError(f"{binary} is missing; run `make bootstrap` (installs openssh-server, util-linux)")
+        nspawn.check_tools()
         vm_id = f"{spec.name}-{secrets.token_hex(4)}"
         vm_dir = self._vm_dir(vm_id)
         vm_dir.mkdir(parents=True)
@@ -116,50 +100,22 @@ class LocalBackend:
             raise
 
     def _boot(self, vm_id: str, vm_dir: Path, spec: VMSpec) -> VMRecord:
-        key_path = vm_dir / "ssh_host_ed25519_key"
-        host_key = _keygen(key_path)
-        with _spawn_lock:
+        image = self.image()
+        # The VM's own cgroup (its memory/CPU limits; the root of its cgroup namespace), recorded before
+        # the boot so a failed boot's teardown removes it too.
+        cgroups = vm_cgroup.create(vm_id, limits_of(spec))
+        (vm_dir / "state.json").write_text(json.dumps({"id": vm_id, "cgroups": [str(p) for p in cgroups]}))
+        with _spawn_lock:  # one port pick + boot at a time: terraform creates VMs in parallel
             port = free_port()
-            write_secret(
-                vm_dir / "config.json",
-                json.dumps(
-                    {
-                        "name": spec.name,
-                        "port": port,
-                        "authorized_key": spec.ssh_public_key,
-                        "host_key_private_hex": key_path.read_bytes().hex(),
-                        "readonly_binds": _readonly_binds(),
-                    }
-                ),
-            )
-            key_path.unlink()
-            log = open(vm_dir / "init.log", "ab")
-            proc = subprocess.Popen(
-                ["unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child",
-                 sys.executable, "-m", "glue.cloud.local.vm_init", str(vm_dir)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                cwd="/", env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
-            )
-            log.close()
-            init_pid = None
-            deadline = time.monotonic() + BOOT_TIMEOUT
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    tail = (vm_dir / "init.log").read_text(errors="replace").strip().splitlines()[-3:]
-                    hint = " ".join(tail) or f"unshare exited {proc.returncode}"
-                    if "Operation not permitted" in hint:
-                        hint += " (creating namespaces needs root or CAP_SYS_ADMIN; run as root)"
-                    raise GlueError(f"local VM {spec.name} failed to boot: {hint}")
-                init_pid = init_pid or next(iter(_children(proc.pid)), None)
-                if init_pid and ssh_banner(port):
-                    break
-                time.sleep(0.05)
-            else:
-                raise GlueError(
-                    f"local VM {spec.name}: sshd did not answer on {HOST}:{port} within {BOOT_TIMEOUT:.0f}s"
-                )
-        state = {"id": vm_id, "name": spec.name, "port": port, "host_key": host_key,
-                 "unshare_pid": proc.pid, "init_pid": init_pid, "init_start": _start_time(init_pid or 0)}
+            nspawn.write_seed(vm_dir / "seed", spec.name, port, spec.ssh_public_key)
+            machine = nspawn.boot(spec.name, image.rootfs, vm_dir, port, cgroups)
+        vm_cgroup.delegate(machine.init_pid)
+        # `unshare_pid` is the nspawn process, `init_pid` the machine's PID 1 (its start time guards
+        # against a reused PID).
+        state = {"id": vm_id, "name": spec.name, "port": port, "host_key": machine.host_key,
+                 "unshare_pid": machine.nspawn_pid, "init_pid": machine.init_pid,
+                 "init_start": _start_time(machine.init_pid), "image": f"{image.name}-{image.hash[:16]}",
+                 "cgroups": [str(p) for p in cgroups]}
         (vm_dir / "state.json").write_text(json.dumps(state))
         return self._record(state, "running")
 
@@ -234,7 +190,7 @@ class LocalBackend:
         while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.02)
         shutil.rmtree(vm_dir, ignore_errors=True)
-        # An image machine's own cgroups (whichever kind of local VM the caller thinks it is).
+        # The VM's own cgroups.
         cgroups = state.get("cgroups")
         vm_cgroup.remove([str(c) for c in cgroups] if isinstance(cgroups, list) else [])
         if vm_dir.exists():
@@ -246,3 +202,9 @@ class LocalBackend:
 
     def bucket_credentials(self) -> BucketCredentials:
         return self.bucket_server.credentials()
+
+
+def limits_of(spec: VMSpec) -> vm_cgroup.Limits:
+    """The VM's size where the spec asks for one (`cpu`, `memory_gb`); else unlimited."""
+    return vm_cgroup.Limits(memory_mb=int(getattr(spec, "memory_gb", 0) or 0) * 1024,
+                            cpus=int(getattr(spec, "cpu", 0) or 0))

@@ -11,8 +11,11 @@ nspawn shares the host's network namespace: sshd listens on 127.0.0.1:<port> onl
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -119,6 +122,14 @@ def boot(name: str, rootfs: Path, vm_dir: Path, port: int, cgroups: list[Path] |
              str(rootfs), str(upper), str(work), str(root), " ".join(map(str, cgroups or [])), *nspawn_args],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd="/", env=ENV,
         )
+    try:
+        return _wait_booted(name, proc, console, port)
+    except BaseException:
+        _kill(proc)  # a machine that did not come up must not keep running (nor hold its cgroups)
+        raise
+
+
+def _wait_booted(name: str, proc: subprocess.Popen[bytes], console: Path, port: int) -> Machine:
     deadline = time.monotonic() + BOOT_TIMEOUT
     init_pid: int | None = None
     host_key: str | None = None
@@ -136,3 +147,14 @@ def boot(name: str, rootfs: Path, vm_dir: Path, port: int, cgroups: list[Path] |
     what = "no host key on its console (first boot failed)" if host_key is None else \
         f"sshd did not answer on {HOST}:{port} (port taken by another process?)"
     raise GlueError(f"local VM {name}: {what} within {BOOT_TIMEOUT:.0f}s; console: {console}")
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the machine's PID 1 (its whole PID namespace dies with it), then nspawn."""
+    init_pid = container_init(proc.pid) if proc.poll() is None else None
+    for pid in (init_pid, proc.pid):
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)

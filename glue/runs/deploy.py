@@ -318,12 +318,17 @@ def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.
     return record
 
 
+# The supervisor's Python start: a second on a real VM; on an emulated one (qemu without KVM) under load
+# its imports alone took 40 s.
+SUPERVISOR_START_S = 180
+
+
 def _wait_started(home: Path, host: Host, run: str, attempt: int) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + SUPERVISOR_START_S
     while time.monotonic() < deadline:
         state = remote.process_state(home, host, run, attempt)
         if state["pids"]:
             return dict(state["pids"])
         time.sleep(0.2)
-    raise GlueError(f"{host.name}: the trainer's supervisor did not start within 30s "
+    raise GlueError(f"{host.name}: the trainer's supervisor did not start within {SUPERVISOR_START_S}s "
                     f"(see {remote.state_dir(run)}/supervisor-{attempt}.log on the VM)")

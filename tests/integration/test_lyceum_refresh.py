@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from .conftest import Kit
 
 pytestmark = pytest.mark.integration
 TTL = 20.0  # long enough that a slow machine does not see the first credentials near expiry (margin TTL/4)
-RCLONE = str(Path(sys.executable).parent / "rclone")
+RCLONE = "rclone"  # the VM's own (the emulator's VMs boot the gpukit image: /usr/local/bin/rclone)
 
 
 @pytest.fixture

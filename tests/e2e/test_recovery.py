@@ -186,10 +186,17 @@ def test_two_recovers_of_one_run_start_exactly_one_attempt(cluster_kit: Kit, tmp
             fast.glue("ssh", vm, "--", "pkill", "-9", "-f", "glue.train.supervise", check=False)
 
 
+# Under systemd the gpukit-mount unit would clean up and restart a killed rclone 5 s later; for a mount
+# that dies for good (as once its restarts are spent) a runtime drop-in turns both off first.
+_FOR_GOOD = ("if [ \"$(cat /proc/1/comm)\" = systemd ]; then d=/run/systemd/system/gpukit-mount.service.d; "
+             "mkdir -p $d && printf '[Service]\\nRestart=no\\nExecStopPost=\\n' > $d/dies-for-good.conf && "
+             "systemctl daemon-reload; fi; ")
+
+
 def _kill_mount(kit: Kit, vm: str) -> None:
     """SIGKILL the mount's supervisor (none under systemd) and rclone: the FUSE mount stays, dead."""
-    kit.glue("ssh", vm, "--", "sh", "-c", "pkill -9 -f '[g]pukit-mount supervise'; pkill -9 -f '[r]clone mount'; "
-             "sleep 1", check=False)
+    kit.glue("ssh", vm, "--", "sh", "-c", _FOR_GOOD + "pkill -9 -f '[g]pukit-mount supervise'; "
+             "pkill -9 -f '[r]clone mount'; sleep 1", check=False)
 
 
 def fast_keys(kit: Kit, prefix: str) -> list[str]:

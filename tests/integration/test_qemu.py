@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,14 +47,6 @@ REBOOT_PLAY = """\
       vars:
         nvidia_driver_reboot_timeout: 600
 """
-
-
-@pytest.fixture
-def qemu_kit(kit: Kit) -> Iterator[Kit]:
-    yield kit
-    backend = QemuBackend(kit.home)
-    for vm_id in backend.owned_vm_ids():
-        backend.delete_vm(vm_id)
 
 
 def _on_vm(kit: Kit, script: str) -> list[str]:

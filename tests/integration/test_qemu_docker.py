@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,38 +21,13 @@ import pytest
 from glue.cloud.qemu.backend import QemuBackend
 from glue.infra import ansible_run
 from glue.infra.ansible_run import ANSIBLE_DIR
+from tests.integration.test_qemu import REBOOT_PLAY, _on_vm
 from tests.kit import Kit
 
 # Not in `make test`: under emulation on a 2-core host the offline trainer image build alone (the VM's
 # root filesystem docker-imported) took ~28 min, and the recovery repeats it on the new VM. `make test-all`
 # runs it. The quick qemu checks (boot, roles, reboot, replace) are tests/integration/test_qemu.py.
 pytestmark = [pytest.mark.integration, pytest.mark.stress]
-
-REBOOT_PLAY = """\
-- name: Reboot through the nvidia_driver role's reboot (as after a driver change)
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Reboot
-      ansible.builtin.include_role:
-        name: nvidia_driver
-        tasks_from: reboot.yml
-      vars:
-        nvidia_driver_reboot_timeout: 600
-"""
-
-
-@pytest.fixture
-def qemu_kit(kit: Kit) -> Iterator[Kit]:
-    yield kit
-    backend = QemuBackend(kit.home)
-    for vm_id in backend.owned_vm_ids():
-        backend.delete_vm(vm_id)
-
-
-def _on_vm(kit: Kit, script: str) -> list[str]:
-    return kit.glue("ssh", "gpukit-1", "sh", "-c", script, timeout=180).stdout.split()
-
 
 RUN = "qemu-docker"
 # The trainer role in image mode, built offline: what a user puts in <home>/ansible/group_vars/all.yml

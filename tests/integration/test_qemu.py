@@ -53,6 +53,20 @@ def _on_vm(kit: Kit, script: str) -> list[str]:
     return kit.glue("ssh", "gpukit-1", "sh", "-c", script, timeout=180).stdout.split()
 
 
+def reboot_and_check_mount(kit: Kit, tmp_path: Path, boot_id: str) -> None:
+    """The nvidia_driver role's reboot; the VM comes back (a new boot id) with /mnt/s3 mounted by its unit.
+    Leaves a file on the VM's disk for the replacement's empty-disk check."""
+    (tmp_path / "reboot.yml").write_text(REBOOT_PLAY)
+    if not (tmp_path / "group_vars").exists():
+        (tmp_path / "group_vars").symlink_to(ANSIBLE_DIR / "group_vars")  # the pinned host keys
+    rebooted = ansible_run.run_playbook(str(tmp_path / "reboot.yml"), kit.home, progress=False)
+    assert rebooted.ok, rebooted
+    after = _on_vm(kit, "systemctl is-system-running --wait >/dev/null; "
+                        "systemctl is-active gpukit-mount.service; findmnt -n -o FSTYPE /mnt/s3; "
+                        "cat /proc/sys/kernel/random/boot_id; echo lost > /root/on-the-old-disk")
+    assert after[:2] == ["active", "fuse.rclone"] and after[2] != boot_id, after
+
+
 @pytest.mark.timeout(1800)  # ~3 min on an idle 2-core host; emulation slows down many times on a busy one
 def test_qemu_vm_up_mount_docker_reboot_kill_replace_down(qemu_kit: Kit, tmp_path: Path) -> None:
     kit = qemu_kit
@@ -73,13 +87,7 @@ def test_qemu_vm_up_mount_docker_reboot_kill_replace_down(qemu_kit: Kit, tmp_pat
     again = ansible_run.run_playbook(str(tmp_path / "converge.yml"), kit.home, progress=False)
     assert again.ok and again.changed == {"gpukit-1": 0}, again
 
-    (tmp_path / "reboot.yml").write_text(REBOOT_PLAY)
-    rebooted = ansible_run.run_playbook(str(tmp_path / "reboot.yml"), kit.home, progress=False)
-    assert rebooted.ok, rebooted
-    after = _on_vm(kit, "systemctl is-system-running --wait >/dev/null; "
-                        "systemctl is-active gpukit-mount.service; findmnt -n -o FSTYPE /mnt/s3; "
-                        "cat /proc/sys/kernel/random/boot_id; echo lost > /root/on-the-old-disk")
-    assert after[:2] == ["active", "fuse.rclone"] and after[2] != boot_id, after
+    reboot_and_check_mount(kit, tmp_path, boot_id)
 
     pid = backend.qemu_pid(vm_id)
     assert pid is not None

@@ -20,8 +20,7 @@ import pytest
 
 from glue.cloud.qemu.backend import QemuBackend
 from glue.infra import ansible_run
-from glue.infra.ansible_run import ANSIBLE_DIR
-from tests.integration.test_qemu import REBOOT_PLAY, _on_vm
+from tests.integration.test_qemu import _on_vm, reboot_and_check_mount
 from tests.kit import Kit
 
 # Not in `make test`: under emulation on a 2-core host the offline trainer image build alone (the VM's
@@ -85,14 +84,7 @@ def test_qemu_vm_docker_run_reboot_lost_vm_recovered_down(qemu_kit: Kit, tmp_pat
     assert again.ok and again.changed == {"gpukit-1": 0}, again
     t = lap("site.yml again (changed=0)", t)
 
-    (tmp_path / "reboot.yml").write_text(REBOOT_PLAY)
-    (tmp_path / "group_vars").symlink_to(ANSIBLE_DIR / "group_vars")  # the pinned host keys, as for site.yml
-    rebooted = ansible_run.run_playbook(str(tmp_path / "reboot.yml"), kit.home, progress=False)
-    assert rebooted.ok, rebooted
-    after = _on_vm(kit, "systemctl is-system-running --wait >/dev/null; "
-                        "systemctl is-active gpukit-mount.service; findmnt -n -o FSTYPE /mnt/s3; "
-                        "cat /proc/sys/kernel/random/boot_id; echo lost > /root/on-the-old-disk")
-    assert after[:2] == ["active", "fuse.rclone"] and after[2] != boot_id, after
+    reboot_and_check_mount(kit, tmp_path, boot_id)
     t = lap("reboot until /mnt/s3 is mounted again", t)
 
     # runtime: docker, no GPU on the VM: no --gpus, the VM's network (the bucket forwarder on its loopback).

@@ -14,6 +14,7 @@ what Ansible needs, so API keys in the caller's environment do not land on disk.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -29,6 +30,7 @@ import yaml
 from glue.errors import GlueError
 from glue.infra.ansible_progress import Progress, live
 from glue.infra.inventory import inventory_path
+from glue.infra.source_hash import prune_wheel_dirs, source_hash
 from glue.paths import PROJECT_ROOT, venv_bin
 
 ANSIBLE_DIR = PROJECT_ROOT / "ansible"
@@ -134,7 +136,19 @@ def runner_env(home: Path) -> dict[str, str]:
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_DEPRECATION_WARNINGS": "0",
         "GPUKIT_HOME": str(home),
+        **_strategy_env(),
     }
+
+
+def _strategy_env() -> dict[str, str]:
+    """Mitogen's strategy: one persistent Python interpreter per VM instead of a fresh AnsiballZ
+    process per task (measured here: 10 tasks on one VM 10 s -> 4.7 s; site.yml on 2 fresh VMs
+    20.9 s -> 14.9 s). Its plugin path lives in our venv, so it is set here, not in ansible.cfg."""
+    spec = importlib.util.find_spec("ansible_mitogen")
+    if spec is None or spec.origin is None:
+        raise GlueError("mitogen is not installed in gpukit's venv; run `make bootstrap` to fix it")
+    plugins = Path(spec.origin).parent / "plugins" / "strategy"
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
 def _filtered_env(env: Mapping[str, Any]) -> dict[str, str]:
@@ -218,4 +232,6 @@ def _result(tracker: Progress, runner: Any, seconds: float) -> PlaybookResult:
 
 def converge(home: Path, limit: list[str] | None = None, progress: bool = True) -> PlaybookResult:
     """Run site.yml: driver, container runtime, the bucket at /mnt/s3, the trainer runtime."""
-    return run_playbook(SITE, home, limit=limit, progress=progress)
+    digest = source_hash()
+    prune_wheel_dirs(home / "ansible" / "dist", keep=digest)
+    return run_playbook(SITE, home, limit=limit, progress=progress, extravars={"gpukit_source_hash": digest})

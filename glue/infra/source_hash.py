@@ -1,0 +1,36 @@
+"""A hash of the code that goes into the gpukit wheel (glue/ and pyproject.toml).
+
+The trainer role builds the wheel into <home>/ansible/dist/<hash>/ once per hash, so a converge
+whose code did not change reuses it instead of running `pip wheel` (2 s) on every `glue up` and
+every recovery.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from glue.paths import PROJECT_ROOT
+
+WHEEL_DIRS_KEPT = 5  # other checkouts sharing the kit home keep theirs
+
+
+def source_hash(root: Path = PROJECT_ROOT) -> str:
+    """16 hex digits over every file under glue/ (bytecode excluded) and pyproject.toml."""
+    digest = hashlib.sha256()
+    files = [root / "pyproject.toml", *(root / "glue").rglob("*")]
+    for path in sorted(p for p in files if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
+def prune_wheel_dirs(dist: Path, keep: str) -> None:
+    """Remove all but the newest WHEEL_DIRS_KEPT per-hash wheel directories (never `keep`)."""
+    if not dist.is_dir():
+        return
+    dirs = sorted((d for d in dist.iterdir() if d.is_dir() and d.name != keep),
+                  key=lambda d: d.stat().st_mtime, reverse=True)
+    for old in dirs[WHEEL_DIRS_KEPT - 1:]:
+        shutil.rmtree(old, ignore_errors=True)

@@ -46,6 +46,7 @@ def _cleanup(bed: LocalTestbed) -> None:
 def sshd_floor_seconds(tmp: Path, rounds: int) -> float:
     """An sshd started on this host (its own host key, loopback port) until it answers: the floor."""
     times = []
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir (made by its service)
     for i in range(rounds):
         key = tmp / f"floor-key-{i}"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
@@ -55,6 +56,8 @@ def sshd_floor_seconds(tmp: Path, rounds: int) -> float:
                                  "-o", f"ListenAddress=127.0.0.1:{port}"], stdin=subprocess.DEVNULL)
         try:
             while not ssh_banner(port):
+                if proc.poll() is not None:
+                    raise SystemExit(f"sshd exited {proc.returncode} before answering (see its stderr above)")
                 time.sleep(0.005)
             times.append(time.monotonic() - t)
         finally:

@@ -17,6 +17,7 @@ import boto3
 import pytest
 
 from glue.infra import ansible, ansible_run, inventory, ssh
+from glue.infra.source_hash import source_hash
 from glue.paths import venv_bin
 from tests.testbed import LocalTestbed
 
@@ -118,9 +119,13 @@ def test_fresh_vms_converge_roundtrip_idempotent_and_replaced_vm_has_no_mount(be
     r = sh(bed, "gpukit-1", f"mkdir -p /mnt/s3/tests && printf %s '{payload}' > /mnt/s3/{key} && echo ok")
     assert r.exit_code == 0 and r.stdout.strip() == "ok", r.stderr
 
+    # The wheel was built once for this source tree; the second converge reuses it (no `pip wheel`).
+    (wheel,) = (bed.home / "ansible" / "dist" / source_hash()).glob("gpukit-*.whl")
+    built = wheel.stat().st_mtime_ns
     second = ansible.converge(bed.home, progress=False)
     assert second.ok, second.failed
     assert second.changed == {"gpukit-1": 0, "gpukit-2": 0}
+    assert wheel.stat().st_mtime_ns == built
     recap = check_mode_recap(bed)  # --check on a converged VM: nothing would change, nothing fails
     assert {h: (c["changed"], c["failed"], c["unreachable"]) for h, c in recap.items()} == {
         "gpukit-1": (0, 0, 0), "gpukit-2": (0, 0, 0)}

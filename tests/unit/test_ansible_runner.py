@@ -103,6 +103,16 @@ def test_control_sockets_stay_under_home_unless_too_long(tmp_path: Path) -> None
     assert cp == ansible_run.control_path_dir(long_home)
 
 
+def test_playbooks_run_with_mitogen_and_its_absence_is_one_clear_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = ansible_run.runner_env(tmp_path)
+    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+    monkeypatch.setattr(ansible_run.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(GlueError, match=r"mitogen is not installed.*make bootstrap"):
+        ansible_run.runner_env(tmp_path)
+
+
 def test_failure_message() -> None:
     fm = ansible_progress.failure_message
     assert fm({"msg": "non-zero return code", "stderr": "a\nb: cause\n"}) == "b: cause"

@@ -143,7 +143,14 @@ def runner_env(home: Path) -> dict[str, str]:
 def _strategy_env() -> dict[str, str]:
     """Mitogen's strategy: one persistent Python interpreter per VM instead of a fresh AnsiballZ
     process per task (measured here: 10 tasks on one VM 10 s -> 4.7 s; site.yml on 2 fresh VMs
-    20.9 s -> 14.9 s). Its plugin path lives in our venv, so it is set here, not in ansible.cfg."""
+    20.9 s -> 14.9 s). Its plugin path lives in our venv, so it is set here, not in ansible.cfg.
+    GPUKIT_ANSIBLE_STRATEGY=linear runs Ansible's own strategy instead (a module Mitogen mishandles;
+    bench/converge.py's baseline)."""
+    choice = os.environ.get("GPUKIT_ANSIBLE_STRATEGY", "mitogen")
+    if choice == "linear":
+        return {"ANSIBLE_STRATEGY": "linear"}
+    if choice != "mitogen":
+        raise GlueError(f"GPUKIT_ANSIBLE_STRATEGY={choice!r}: use mitogen (the default) or linear")
     spec = importlib.util.find_spec("ansible_mitogen")
     if spec is None or spec.origin is None:
         raise GlueError("mitogen is not installed in gpukit's venv; run `make bootstrap` to fix it")

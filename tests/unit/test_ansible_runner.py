@@ -108,6 +108,13 @@ def test_playbooks_run_with_mitogen_and_its_absence_is_one_clear_line(
     env = ansible_run.runner_env(tmp_path)
     assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
     assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+    monkeypatch.setenv("GPUKIT_ANSIBLE_STRATEGY", "linear")  # the escape hatch: Ansible's own strategy
+    env = ansible_run.runner_env(tmp_path)
+    assert env["ANSIBLE_STRATEGY"] == "linear" and "ANSIBLE_STRATEGY_PLUGINS" not in env
+    monkeypatch.setenv("GPUKIT_ANSIBLE_STRATEGY", "fast")
+    with pytest.raises(GlueError, match="GPUKIT_ANSIBLE_STRATEGY='fast': use mitogen"):
+        ansible_run.runner_env(tmp_path)
+    monkeypatch.delenv("GPUKIT_ANSIBLE_STRATEGY")
     monkeypatch.setattr(ansible_run.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(GlueError, match=r"mitogen is not installed.*make bootstrap"):
         ansible_run.runner_env(tmp_path)

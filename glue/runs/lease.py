@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -90,13 +91,24 @@ def _stale(doc: dict[str, Any]) -> bool:
     if parse_iso(doc["expires_at"]) < datetime.now(UTC):
         return True
     if doc.get("host") == socket.gethostname() and isinstance(doc.get("pid"), int):
-        try:
-            os.kill(doc["pid"], 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
+        return not pid_alive(doc["pid"])
     return False
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` of this machine still runs. A zombie (killed, its parent has not reaped
+    it yet) does not: it holds nothing and will never release what it held."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no procfs: kill(0) is all we can tell
+    return state != "Z"
 
 
 def current(store: RunStore) -> dict[str, Any] | None:

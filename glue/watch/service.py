@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from glue.errors import GlueError
+from glue.runs.lease import pid_alive
 
 STOP_TIMEOUT_S = 30.0
 
@@ -45,14 +46,6 @@ def systemd_here() -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _pid(home: Path) -> int | None:
@@ -60,7 +53,7 @@ def _pid(home: Path) -> int | None:
         pid = int((watch_dir(home) / "watch.pid").read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if _alive(pid) else None
+    return pid if pid_alive(pid) else None
 
 
 def _systemctl(*args: str) -> list[str]:
@@ -131,9 +124,9 @@ def stop(home: Path) -> str:
         raise GlueError(f"no detached watcher runs for {home}")
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while _alive(pid) and time.monotonic() < deadline:
+    while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _alive(pid):
+    if pid_alive(pid):
         raise GlueError(f"the watcher (pid {pid}) did not stop within {STOP_TIMEOUT_S:.0f}s")
     (watch_dir(home) / "watch.pid").unlink(missing_ok=True)
     return f"stopped pid {pid}"

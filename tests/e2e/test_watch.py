@@ -138,7 +138,7 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
 
         # Both watchers are SIGKILLed; a new one carries on from the state in the bucket.
         for proc in (w1, w2):
-            proc.send_signal(signal.SIGKILL)
+            proc.send_signal(signal.SIGKILL)  # not reaped yet: a zombie must not hold a run's lease
         watchers.start()
         for n, name in ((2, "recovery 2"), (3, "recovery 3")):  # two unannounced losses
             at = {2: first["checkpoint_step"] + 40, 3: first["checkpoint_step"] + 80}[n]
@@ -249,7 +249,7 @@ def test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall(
         # next watcher checks that resume as `glue recover` would have.
         _until("attempt 2 started", lambda: (store.get_json("watch/state.json") or {}).get("resume_plan"), 300)
         watchers.procs[0][0].send_signal(signal.SIGKILL)
-        watchers.procs[0][0].wait()  # reaped, as its supervisor (systemd, the daemon) would: a zombie holds the lease
+        watchers.procs[0][0].wait()  # reaped, as its supervisor (systemd, the daemon) would
         watchers.start()
         first = _until("recovery 1", lambda: store.get_json("recoveries/1.json"), 300)
         assert first["failure_class"] == "vm_lost" and first["verified"] and first["interrupted"], first

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
+import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,6 +65,28 @@ def test_a_holder_that_died_on_this_machine_frees_the_lease(local_bucket: Any) -
     store.put_json(claim, {**doc, "pid": 2**22 + 12345})  # no such process
     assert lease.current(store) is None
     assert lease.acquire(store, "recover").gen == taken.gen + 1
+
+
+def test_a_holder_killed_but_not_yet_reaped_frees_the_lease(local_bucket: Any) -> None:
+    """A SIGKILLed watcher whose parent has not reaped it (a zombie) holds nothing: the next watcher
+    must be able to act on the run at once, not after the lease's 6 h."""
+    store = _store(local_bucket)
+    holder = subprocess.Popen(["sleep", "600"])
+    try:
+        taken = lease.acquire(store, "watch")
+        claim = f"{lease.PREFIX}{taken.gen:06d}/claim-{taken.token}.json"
+        store.put_json(claim, {**store.get_json(claim), "pid": holder.pid})
+        assert lease.current(store) is not None  # alive: the lease holds
+        holder.kill()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the killed child never became a zombie"
+            time.sleep(0.05)
+        assert lease.current(store) is None
+        assert lease.acquire(store, "watch").gen == taken.gen + 1
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_held_is_reentrant_and_a_refused_new_run_leaves_nothing(local_bucket: Any) -> None:

@@ -29,12 +29,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from glue.errors import GlueError
+from glue.process import pid_alive
 from glue.runs.store import RunStore, parse_iso, utc_iso
 
 PREFIX = "lease/"
@@ -93,22 +93,6 @@ def _stale(doc: dict[str, Any]) -> bool:
     if doc.get("host") == socket.gethostname() and isinstance(doc.get("pid"), int):
         return not pid_alive(doc["pid"])
     return False
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` of this machine still runs. A zombie (killed, its parent has not reaped
-    it yet) does not: it holds nothing and will never release what it held."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True  # no procfs: kill(0) is all we can tell
-    return state != "Z"
 
 
 def current(store: RunStore) -> dict[str, Any] | None:

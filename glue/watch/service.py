@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from glue.errors import GlueError
-from glue.runs.lease import pid_alive
+from glue.process import pid_alive
 
 STOP_TIMEOUT_S = 30.0
 

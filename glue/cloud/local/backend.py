@@ -22,10 +22,11 @@ from typing import Any
 
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local import nspawn, vm_cgroup
-from glue.cloud.local.bucket import HOST, LocalBucket, free_port, pid_alive
+from glue.cloud.local.bucket import HOST, LocalBucket, free_port
 from glue.errors import GlueError
 from glue.images import build, recipe
 from glue.images.cache import Image
+from glue.process import pid_alive
 from glue.records import BucketCredentials, BucketInfo
 from glue.train.notice import DEFAULT_NOTICE_FILE
 

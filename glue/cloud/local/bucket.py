@@ -18,6 +18,7 @@ from pathlib import Path
 
 from glue.errors import GlueError
 from glue.paths import minimal_env, tool, write_secret
+from glue.process import pid_alive
 from glue.records import BucketCredentials, BucketInfo
 
 BUCKET_NAME = "gpukit"
@@ -38,21 +39,6 @@ def port_answers(port: int, timeout: float = 0.3) -> bool:
             return True
     except OSError:
         return False
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); it is gone for our purposes.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 class LocalBucket:

@@ -22,10 +22,11 @@ from typing import Any
 
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local.backend import _start_time
-from glue.cloud.local.bucket import HOST, LocalBucket, free_port, pid_alive
+from glue.cloud.local.bucket import HOST, LocalBucket, free_port
 from glue.cloud.qemu import vm
 from glue.errors import GlueError
 from glue.images import build, disk, recipe
+from glue.process import pid_alive
 from glue.records import BucketCredentials, BucketInfo
 
 IMAGE = "gpukit"

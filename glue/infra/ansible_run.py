@@ -142,8 +142,9 @@ def runner_env(home: Path) -> dict[str, str]:
 
 def _strategy_env() -> dict[str, str]:
     """Mitogen's strategy: one persistent Python interpreter per VM instead of a fresh AnsiballZ
-    process per task (measured here: 10 tasks on one VM 10 s -> 4.7 s; site.yml on 2 fresh VMs
-    20.9 s -> 14.9 s). Its plugin path lives in our venv, so it is set here, not in ansible.cfg.
+    process per task (measured here: 10 tasks on one VM 10 s -> 4.7 s; site.yml on 2 fresh VMs 0.77x
+    of the stock strategy in one bench/converge.py run). Its plugin path lives in our venv, so it is
+    set here, not in ansible.cfg.
     GPUKIT_ANSIBLE_STRATEGY=linear runs Ansible's own strategy instead (a module Mitogen mishandles;
     bench/converge.py's baseline)."""
     choice = os.environ.get("GPUKIT_ANSIBLE_STRATEGY", "mitogen")

@@ -1,4 +1,4 @@
-"""An image recipe (images/<name>/recipe.yaml + customize.sh + files/) and its content hash.
+"""An image recipe (images/<name>/recipe.yaml + customize.sh + files/ + preseed/) and its content hash.
 
 The hash covers every byte that shapes the image: the recipe directory and the kit's rclone binary.
 The same hash means the same recipe, so the cache never rebakes an unchanged image.
@@ -18,8 +18,9 @@ from glue.paths import PROJECT_ROOT, tool
 
 IMAGES_DIR = PROJECT_ROOT / "images"
 # What glue.images.build does to a recipe, beyond the recipe itself: a change here bakes every image
-# again (2: the venv's bytecode is compiled in the image).
-BAKE_VERSION = 2
+# again (2: the venv's bytecode is compiled in the image; 3: preseed/, dpkg under eatmydata, no
+# bytecode for the packages' test suites).
+BAKE_VERSION = 3
 # Debian package names (policy §5.6.1), optionally with =version.
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$")
 
@@ -42,6 +43,11 @@ class Recipe:
     @property
     def files(self) -> Path:
         return self.directory / "files"
+
+    @property
+    def preseed(self) -> Path:
+        """Copied into the empty root before the packages install (what their scripts read)."""
+        return self.directory / "preseed"
 
     def rclone_source(self) -> Path:
         """The controller's rclone, copied into the image."""

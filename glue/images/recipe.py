@@ -19,8 +19,8 @@ from glue.paths import PROJECT_ROOT, tool
 IMAGES_DIR = PROJECT_ROOT / "images"
 # What glue.images.build does to a recipe, beyond the recipe itself: a change here bakes every image
 # again (2: the venv's bytecode is compiled in the image; 3: preseed/, dpkg under eatmydata, no
-# bytecode for the packages' test suites).
-BAKE_VERSION = 3
+# bytecode for the packages' test suites; 4: bytecode for torch/testing/_internal again).
+BAKE_VERSION = 4
 # Debian package names (policy §5.6.1), optionally with =version.
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$")
 

@@ -49,12 +49,17 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 echo "bootstrap: installing Python packages into $VENV (first time: a minute or two)"
-"$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip 2>/dev/null || true
+# pip's output goes to a log, shown only when the install failed (setuptools' editable-install
+# warnings are noise on every first run).
+log="$VENV/bootstrap-pip.log"
+: > "$log"
+"$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip >>"$log" 2>&1 || true
 # torch first and pinned: the local CPU build; an unpinned torch would pull a multi-GB CUDA build.
-"$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
-"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[controller,train,dev]' 2>&1 | grep -v "^WARNING: Location" || true
+"$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 >>"$log" 2>&1 || true
+"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[controller,train,dev]' >>"$log" 2>&1 || true
 if ! { "$VENV/bin/python" -c "import torch, boto3, tf, ansible_runner" && [ -x "$VENV/bin/rclone" ]; }; then
-  echo "bootstrap: the Python packages did not install; see the pip output above" >&2
+  grep -v "^WARNING: Location" "$log" >&2 || true
+  echo "bootstrap: the Python packages did not install; see pip's output above (also in $log)" >&2
   exit 1
 fi
 echo "$want" > "$stamp"

@@ -8,7 +8,8 @@ new VMs with Ansible's stock `linear` strategy (GPUKIT_ANSIBLE_STRATEGY=linear) 
 glue's Mitogen strategy. Prints seconds, the ratio to the targets (issue 13: first <= 10 s, no-op
 <= 3 s for 2 VMs), the ratio to the stock strategy, and the fixed cost measured in the same run: a
 one-task playbook (ping) on the same VMs (starting ansible-playbook through ansible-runner and
-reaching the VMs).
+reaching the VMs). The gpukit wheel is cached per checkout (build/gpukit-wheels/<hash>): built by
+the first converge of this source tree, reused by every later one, as in `glue up`.
 """
 
 from __future__ import annotations

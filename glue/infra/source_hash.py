@@ -1,8 +1,8 @@
 """A hash of the code that goes into the gpukit wheel (glue/ and pyproject.toml).
 
-The trainer role builds the wheel into <home>/ansible/dist/<hash>/ once per hash, so a converge
-whose code did not change reuses it instead of running `pip wheel` (2 s) on every `glue up` and
-every recovery.
+The trainer role builds the wheel into build/gpukit-wheels/<hash>/ of this checkout once per hash, so
+a converge whose code did not change reuses it instead of running `pip wheel` (2-3 s) on every
+`glue up` and every recovery, in every kit home that uses this checkout.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from pathlib import Path
 
 from glue.paths import PROJECT_ROOT
 
-WHEEL_DIRS_KEPT = 5  # other checkouts sharing the kit home keep theirs
+# The wheel is a product of the checkout, not of a cluster: kept beside setuptools' own build/.
+WHEEL_DIR = PROJECT_ROOT / "build" / "gpukit-wheels"
+WHEEL_DIRS_KEPT = 5  # a converge still running on an older tree keeps its wheel
 
 
 def source_hash(root: Path = PROJECT_ROOT) -> str:

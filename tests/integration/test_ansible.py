@@ -17,7 +17,7 @@ import boto3
 import pytest
 
 from glue.infra import ansible, ansible_run, inventory, ssh
-from glue.infra.source_hash import source_hash
+from glue.infra.source_hash import WHEEL_DIR, source_hash
 from glue.paths import venv_bin
 from tests.testbed import LocalTestbed
 
@@ -120,7 +120,7 @@ def test_fresh_vms_converge_roundtrip_idempotent_and_replaced_vm_has_no_mount(be
     assert r.exit_code == 0 and r.stdout.strip() == "ok", r.stderr
 
     # The wheel was built once for this source tree; the second converge reuses it (no `pip wheel`).
-    (wheel,) = (bed.home / "ansible" / "dist" / source_hash()).glob("gpukit-*.whl")
+    (wheel,) = (WHEEL_DIR / source_hash()).glob("gpukit-*.whl")
     built = wheel.stat().st_mtime_ns
     second = ansible.converge(bed.home, progress=False)
     assert second.ok, second.failed

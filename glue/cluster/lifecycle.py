@@ -54,18 +54,22 @@ def bake_image(home: Path, console: Console, boot_disk: bool = False) -> None:
 
 
 def configure_hosts(home: Path, console: Console, limit: list[str] | None = None) -> None:
-    """Run ansible/site.yml on the cluster (or on `limit`)."""
+    """Run ansible/site.yml on `limit`; on the whole cluster, site.yml then verify.yml (whose per-host
+    summary `glue status` shows) in one run."""
     from glue.infra import ansible
 
-    result = ansible.converge(home, limit=limit)
-    if not result.ok:
-        failures = "; ".join(f"{h}: {m}" for h, m in result.failed.items())
+    if limit is not None:
+        result = ansible.converge(home, limit=limit)
+        summary: dict[str, dict[str, object]] = {}
+    else:
+        result, summary = ansible.converge_and_verify(home)
+    failed = {h: m for h, m in result.failed.items() if h not in summary}
+    if failed:
+        failures = "; ".join(f"{h}: {m}" for h, m in failed.items())
         raise GlueError(f"configuring the VMs failed: {failures}")
-    if limit is None:
-        summary = ansible.verify(home, progress=False)  # the per-host summary `glue status` shows
-        bad = [h for h, v in summary.items() if not v.get("ready")]
-        if bad:
-            raise GlueError(f"verify.yml: {', '.join(bad)} not ready; see `glue status`")
+    bad = [h for h, v in summary.items() if not v.get("ready")]
+    if bad:
+        raise GlueError(f"verify.yml: {', '.join(bad)} not ready; see `glue status`")
 
 
 def down(home: Path, console: Console, force: bool = False) -> None:

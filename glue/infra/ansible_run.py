@@ -30,7 +30,7 @@ import yaml
 from glue.errors import GlueError
 from glue.infra.ansible_progress import Progress, live
 from glue.infra.inventory import inventory_path
-from glue.infra.source_hash import prune_wheel_dirs, source_hash
+from glue.infra.source_hash import WHEEL_DIR, prune_wheel_dirs, source_hash
 from glue.paths import PROJECT_ROOT, venv_bin
 
 ANSIBLE_DIR = PROJECT_ROOT / "ansible"
@@ -238,8 +238,15 @@ def _result(tracker: Progress, runner: Any, seconds: float) -> PlaybookResult:
     )
 
 
-def converge(home: Path, limit: list[str] | None = None, progress: bool = True) -> PlaybookResult:
-    """Run site.yml: driver, container runtime, the bucket at /mnt/s3, the trainer runtime."""
+def converge_vars() -> dict[str, str]:
+    """The extra variables of every run of site.yml: which wheel the trainer role installs (and where
+    it is cached; older trees' wheels pruned)."""
     digest = source_hash()
-    prune_wheel_dirs(home / "ansible" / "dist", keep=digest)
-    return run_playbook(SITE, home, limit=limit, progress=progress, extravars={"gpukit_source_hash": digest})
+    prune_wheel_dirs(WHEEL_DIR, keep=digest)
+    return {"gpukit_source_hash": digest, "trainer_wheel_dir": str(WHEEL_DIR)}
+
+
+def converge(home: Path, limit: list[str] | None = None, progress: bool = True,
+             playbook: str = SITE) -> PlaybookResult:
+    """Run site.yml: driver, container runtime, the bucket at /mnt/s3, the trainer runtime."""
+    return run_playbook(playbook, home, limit=limit, progress=progress, extravars=converge_vars())

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from glue.errors import GlueError
-from glue.infra.ansible_run import run_playbook
+from glue.infra.ansible_run import PlaybookResult, converge, run_playbook
 
 VERIFY = "verify.yml"
+UP = "up.yml"
 
 
 def summary_file(home: Path) -> Path:
@@ -27,23 +28,40 @@ def verify(home: Path, limit: list[str] | None = None, progress: bool = True) ->
     A host that could not be checked gets {"ready": False, "error": "..."}.
     """
     result = run_playbook(VERIFY, home, limit=limit, progress=progress)
+    out = _summaries(result, set(result.changed) | set(result.summaries) | set(result.failed))
+    if "*" in result.failed and not out:
+        raise GlueError(f"verify.yml did not run: {result.failed['*']}")
+    _record(home, result.seconds, out)
+    return out
+
+
+def converge_and_verify(home: Path, progress: bool = True) -> tuple[PlaybookResult, dict[str, dict[str, Any]]]:
+    """`glue up`'s configure step: up.yml (site.yml, then verify.yml) in one ansible-playbook run, one
+    start and one connection per VM instead of two. Returns the run and the summaries of the hosts
+    that reached verify.yml (recorded as `verify()` does); a host that failed site.yml has none."""
+    result = converge(home, progress=progress, playbook=UP)
+    out = _summaries(result, set(result.summaries))
+    if out:
+        _record(home, result.seconds, out)
+    return result, out
+
+
+def _summaries(result: PlaybookResult, hosts: set[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for host in sorted(set(result.changed) | set(result.summaries) | set(result.failed)):
-        if host == "*":
-            continue
+    for host in sorted(hosts - {"*"}):
         summary = dict(result.summaries.get(host) or {"ready": False})
         summary["ready"] = bool(summary.get("ready")) and host not in result.failed
         if host in result.failed:
             summary["error"] = result.failed[host]
         out[host] = summary
-    if "*" in result.failed and not out:
-        raise GlueError(f"verify.yml did not run: {result.failed['*']}")
-    record = {"checked_at": datetime.now(UTC).isoformat(timespec="seconds"), "seconds": result.seconds,
-              "hosts": out}
+    return out
+
+
+def _record(home: Path, seconds: float, hosts: dict[str, dict[str, Any]]) -> None:
+    record = {"checked_at": datetime.now(UTC).isoformat(timespec="seconds"), "seconds": seconds, "hosts": hosts}
     path = summary_file(home)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, sort_keys=True))
-    return out
 
 
 def last_verify(home: Path) -> dict[str, Any] | None:

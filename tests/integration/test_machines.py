@@ -90,6 +90,9 @@ def test_glue_up_mounts_through_the_unit_and_replaces_a_killed_machine_with_an_e
                                                                                            tmp_path: Path) -> None:
     env = {**kit.env, "GPUKIT_VM_MEMORY_GB": "2", "GPUKIT_VM_CPUS": "1"}
     kit.glue("up", "--vms", "1", env=env, timeout=600)
+    # The same run of Ansible verified the VM (up.yml): its summary is what `glue status` shows.
+    (vm,) = json.loads(kit.glue("status", "--json", env=env).stdout)["vms"]
+    assert vm["verify"]["ready"] is True and vm["verify"]["mount"]["round_trip"] is True, vm
     on_vm = ("systemctl is-active gpukit-mount.service mnt-s3.mount; findmnt -n -o FSTYPE /mnt/s3; "
              "cat /proc/1/comm; systemctl is-system-running")
     out = kit.glue("ssh", "gpukit-1", "sh", "-c", on_vm, env=env).stdout.split()

@@ -17,7 +17,7 @@ BIN = Path(sys.executable).parent
 ROLES = ("nvidia_driver", "container_runtime", "bucket_mount", "trainer", "group_firewall")
 
 
-@pytest.mark.parametrize("playbook", ["site.yml", "verify.yml"])
+@pytest.mark.parametrize("playbook", ["site.yml", "verify.yml", "up.yml"])
 def test_playbook_syntax(playbook: str, tmp_path: Path) -> None:
     env = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_LOCAL_TEMP": str(tmp_path)}
     proc = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", "localhost,",

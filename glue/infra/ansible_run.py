@@ -248,5 +248,6 @@ def converge_vars() -> dict[str, str]:
 
 def converge(home: Path, limit: list[str] | None = None, progress: bool = True,
              playbook: str = SITE) -> PlaybookResult:
-    """Run site.yml: driver, container runtime, the bucket at /mnt/s3, the trainer runtime."""
+    """Run site.yml (or `playbook`, which imports it): driver, container runtime, the bucket at /mnt/s3,
+    the trainer runtime."""
     return run_playbook(playbook, home, limit=limit, progress=progress, extravars=converge_vars())

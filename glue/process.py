@@ -1,5 +1,5 @@
-"""Whether a process of this machine still runs: the VMs' init, the local bucket server, the holder
-of a run's lease, the watch daemon."""
+"""Whether a process of this machine still runs (the VMs' init, the local bucket server, the holder
+of a run's lease, the watch daemon), and when it started (so a reused PID is not taken for it)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,21 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+    fields = _stat(pid)
+    if not fields:
         return False  # it exited between the two looks
-    return state != "Z"
+    return fields[0] != "Z"
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot), or None when it is gone."""
+    fields = _stat(pid)
+    return fields[19] if len(fields) > 19 else None
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name (which may hold spaces): state, ppid, ..."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []

@@ -26,7 +26,7 @@ from glue.cloud.local.bucket import HOST, LocalBucket, free_port
 from glue.errors import GlueError
 from glue.images import build, recipe
 from glue.images.cache import Image
-from glue.process import pid_alive
+from glue.process import pid_alive, start_time
 from glue.records import BucketCredentials, BucketInfo
 from glue.train.notice import DEFAULT_NOTICE_FILE
 
@@ -36,14 +36,6 @@ IMAGE = "gpukit"
 SIZE_ENV = {"cpu": ("GPUKIT_VM_CPUS", 256), "memory_gb": ("GPUKIT_VM_MEMORY_GB", 4096)}
 NOTICE_DIR, _, NOTICE_NAME = DEFAULT_NOTICE_FILE.rpartition("/")
 _spawn_lock = threading.Lock()  # terraform creates VMs in parallel: one port pick + spawn at a time
-
-
-def _start_time(pid: int) -> str | None:
-    """Process start time (clock ticks since boot), so a reused PID is not mistaken for our VM."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def _children(pid: int) -> list[int]:
@@ -115,7 +107,7 @@ class LocalBackend:
         # against a reused PID).
         state = {"id": vm_id, "name": spec.name, "port": port, "host_key": machine.host_key,
                  "unshare_pid": machine.nspawn_pid, "init_pid": machine.init_pid,
-                 "init_start": _start_time(machine.init_pid), "image": f"{image.name}-{image.hash[:16]}",
+                 "init_start": start_time(machine.init_pid), "image": f"{image.name}-{image.hash[:16]}",
                  "cgroups": [str(p) for p in cgroups]}
         (vm_dir / "state.json").write_text(json.dumps(state))
         return self._record(state, "running")
@@ -136,7 +128,7 @@ class LocalBackend:
 
     def _init_alive(self, state: dict[str, object]) -> bool:
         pid = int(str(state.get("init_pid") or 0))
-        return pid > 0 and pid_alive(pid) and _start_time(pid) == state.get("init_start")
+        return pid > 0 and pid_alive(pid) and start_time(pid) == state.get("init_start")
 
     def read_vm(self, vm_id: str) -> VMRecord | None:
         vm_dir = self._vm_dir(vm_id)

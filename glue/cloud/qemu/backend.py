@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from glue.cloud.base import VMRecord, VMSpec
-from glue.cloud.local.backend import _start_time
 from glue.cloud.local.bucket import HOST, LocalBucket, free_port
 from glue.cloud.qemu import vm
 from glue.errors import GlueError
 from glue.images import build, disk, recipe
-from glue.process import pid_alive
+from glue.process import pid_alive, start_time
 from glue.records import BucketCredentials, BucketInfo
 
 IMAGE = "gpukit"
@@ -88,7 +87,7 @@ class QemuBackend:
         # that only knows LocalBackend still kills it. Written before the boot, so a failed one is torn down.
         state: dict[str, object] = {
             "id": vm_id, "name": spec.name, "port": port, "host_key": "", "unshare_pid": proc.pid,
-            "init_pid": proc.pid, "init_start": _start_time(proc.pid), "bucket_port": bucket_port,
+            "init_pid": proc.pid, "init_start": start_time(proc.pid), "bucket_port": bucket_port,
             "disk": str(boot.disk)}
         (vm_dir / "state.json").write_text(json.dumps(state))
         state["host_key"] = vm.wait_booted(spec.name, proc, console, port, log)
@@ -113,7 +112,7 @@ class QemuBackend:
     @staticmethod
     def _alive(state: dict[str, object]) -> bool:
         pid = int(str(state.get("init_pid") or 0))
-        return pid > 0 and pid_alive(pid) and _start_time(pid) == state.get("init_start")
+        return pid > 0 and pid_alive(pid) and start_time(pid) == state.get("init_start")
 
     def qemu_pid(self, vm_id: str) -> int | None:
         """The VM's qemu process while it runs (tests and drills kill it)."""

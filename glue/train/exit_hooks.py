@@ -58,6 +58,7 @@ class SigtermFlush:
 
     def __init__(self, flush: Callable[[str], None]) -> None:
         self._flush = flush
+        self._pid = os.getpid()
         self._prev: Any = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
@@ -67,7 +68,10 @@ class SigtermFlush:
             signal.signal(signal.SIGTERM, self._prev)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        self._flush("SIGTERM")
+        # A forked child (a DataLoader worker) inherits the handler but not the uploader thread: its
+        # copy of a pending save would never complete, so it only hands the signal on.
+        if os.getpid() == self._pid:
+            self._flush("SIGTERM")
         prev = self._prev
         signal.signal(signal.SIGTERM, prev if prev is not None else signal.SIG_DFL)
         if callable(prev):

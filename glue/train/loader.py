@@ -128,6 +128,16 @@ class ResumableLoader(DataLoader[Any]):
             yield batch
         s._next_epoch()
 
+    def close(self) -> None:
+        """Stop the worker processes now. With persistent_workers they outlive each epoch and are
+        stopped only when the loader is garbage collected; collected inside a reference cycle (a loop
+        in a notebook or a test), torch can no longer signal them and waits 5 s per worker before
+        killing them. Iterating again after close() starts new workers."""
+        it, self._iterator = self._iterator, None
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+
     def state_dict(self) -> dict[str, Any]:
         return {"sampler": self.resumable_sampler.state_dict(), "worker_seed": self.worker_seed}
 

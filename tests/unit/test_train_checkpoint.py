@@ -374,7 +374,7 @@ def test_stateful_dataloader_is_per_rank_and_round_trips(tmp_path: Path) -> None
 
 _CHILD = textwrap.dedent(
     """
-    import sys, time
+    import os, signal, sys, time
     from pathlib import Path
     import torch
     from glue.train import Checkpointer, TrainState
@@ -391,6 +391,24 @@ _CHILD = textwrap.dedent(
     ck.register("train", TrainState())
     ck.save(1)
     print("saved", flush=True)
+    if mode == "fork":
+        # A forked child (a DataLoader worker) inherits the SIGTERM handler, not the uploader thread.
+        child = os.fork()
+        if child == 0:
+            for _ in range(600):
+                time.sleep(0.1)
+            os._exit(0)
+        os.kill(child, signal.SIGTERM)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 10:
+            pid, status = os.waitpid(child, os.WNOHANG)
+            if pid:
+                print("child", os.waitstatus_to_exitcode(status), flush=True)
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(child, signal.SIGKILL)
+            print("child hung", flush=True)
     if mode == "sigterm":
         # Short sleeps, as a training loop keeps running Python: a process-directed SIGTERM can land on
         # one of the checkpointer's threads, and then a single long sleep would hold off the handler.
@@ -422,6 +440,17 @@ def test_pending_save_is_flushed_on_sigterm_and_on_normal_exit(tmp_path: Path) -
         assert proc.returncode == expected, f"{mode}: exit {proc.returncode}\n{err}"
         with _ck(tmp_path / mode) as ck:
             assert ck.latest_valid() == 1, f"{mode}: the in-flight save was lost"
+
+
+@pytest.mark.timeout(60)
+def test_a_forked_child_ends_on_sigterm_without_flushing_the_parents_save(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path), "fork"], capture_output=True, text=True,
+                         env=env, timeout=50)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["saved", f"child {-signal.SIGTERM}"], out.stdout
+    with _ck(tmp_path) as ck:
+        assert ck.latest_valid() == 1  # the parent still flushed its own save at exit
 
 
 def test_sigterm_handler_chains_to_the_previous_one(tmp_path: Path) -> None:

@@ -53,6 +53,7 @@ def _run(target: Path, crash_after: int | None = None) -> dict[str, Any]:
         exec(compile(code, "README.md", "exec"), ns)
     except Crash:
         ns["ckpt"].close()  # what the exit hook does in a real process
+        ns["loader"].close()
     return ns
 
 

@@ -28,7 +28,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -267,17 +267,35 @@ def _where(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc) or "run config"
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The models inside a field's type: X, X | None, tuple[X, ...], dict[str, X]."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def _section(path: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model at `path` in a run config (list indexes and dict keys step into the item's model)."""
+    model: type[BaseModel] | None = RunConfig
+    for part in path:
+        if model is None:
+            return None
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is not None:
+            found = _models_in(field.annotation)
+            model = found[0] if found else None
+    return model
+
+
 def _one_line(exc: ValidationError) -> str:
     """The first problem, naming the key: what is wrong and what is allowed."""
     err = exc.errors()[0]
     loc, kind = tuple(err["loc"]), err["type"]
     if kind == "extra_forbidden":
         parent = loc[:-1]
-        sections: dict[str, type[BaseModel]] = {"input": InputSpec, "outputs": OutputsSpec,
-                                                "checkpoint": CheckpointSpec, "monitor": MonitorSpec}
-        model = sections[str(parent[0])] if parent else RunConfig
-        allowed = ", ".join(model.model_fields)
-        return f"unknown key {str(loc[-1])!r} in {_where(parent)}; allowed: {allowed}"
+        model = _section(parent)
+        allowed = f"; allowed: {', '.join(model.model_fields)}" if model is not None else ""
+        return f"unknown key {str(loc[-1])!r} in {_where(parent)}{allowed}"
     if kind == "missing":
         return f"missing key {str(loc[-1])!r} in {_where(loc[:-1])}"
     msg = str(err["msg"]).removeprefix("Value error, ")

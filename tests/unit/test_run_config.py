@@ -103,3 +103,22 @@ def test_watch_and_evaluation_defaults_and_substitution() -> None:
     assert rc.monitor.lost_after_seconds == 5.0 and rc.notify.events[0] == "recovered" and rc.pricing is None
     assert rc.evaluation is not None and rc.evaluation.dataset is not None
     assert rc.evaluation.dataset.uri == "s3://bkt/eval/r1.bin"
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"recovery": {"retries": 3}}, "unknown key 'retries' in recovery; allowed: max_preemptions,"),
+        ({"notify": {"email": "a@b"}}, "unknown key 'email' in notify; allowed: command, webhook,"),
+        ({"pricing": {"vm_hour": 1, "gpu_hour": 2}}, "unknown key 'gpu_hour' in pricing; allowed: vm_hour, currency"),
+        ({"evaluation": {"metrics": {"loss": {"max": 1, "below": 2}}}},
+         "unknown key 'below' in evaluation.metrics.loss; allowed: min, max"),
+        ({"evaluation": {"dataset": {"uri": "s3://b/e", "sha256": "0" * 64, "size": 1},
+                         "metrics": {"loss": {"max": 1}}}},
+         "unknown key 'size' in evaluation.dataset; allowed: uri, sha256"),
+    ],
+)
+def test_an_unknown_key_in_any_section_is_one_line_with_the_allowed_keys(extra: dict[str, Any], needle: str) -> None:
+    with pytest.raises(GlueError) as err:
+        config.parse({**_base(), **extra}, "r1", "bkt")
+    assert needle in str(err.value) and "\n" not in str(err.value)

@@ -137,7 +137,7 @@ def run_checks(h: Path, backend: str) -> list[Check]:
     else:
         try:
             preflight.check_local_backend()
-            checks.append(Check("local VMs", True, "sshd, FUSE and namespaces are available"))
+            checks.append(Check("local VMs", True, "systemd-nspawn, FUSE and mount namespaces are available"))
         except GlueError as exc:
             checks.append(Check("local VMs", False, str(exc), "see the message"))
     checks.append(ssh_key_check(h))

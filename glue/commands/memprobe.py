@@ -12,6 +12,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from glue.commands.options import POSITIVE_INT
 from glue.errors import GlueError
 from glue.memprobe import probe as probe_mod
 from glue.memprobe import remedies as rem
@@ -38,7 +39,7 @@ err = Console(stderr=True)
               help="Search every integer of the range, or only LO·2^k.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
               help="Where trials run (default: the config's device).")
-@click.option("--memory-limit-mb", type=int, default=None,
+@click.option("--memory-limit-mb", type=POSITIVE_INT, default=None,
               help="Limit per trial: host memory on cpu (cgroup, else RLIMIT_AS), the CUDA allocator on cuda. "
                    "Default: the failed attempt's limit (--run), else 90%% of available memory (cpu) / the GPU.")
 @click.option("--limit-mechanism", type=click.Choice(MECHANISMS), default="auto", show_default=True,

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         TargetError,
     )
     from glue.train.evaluation import EvalSetError, load_eval_set, record_evaluation
+    from glue.train.fence import FencedError
     from glue.train.loader import LoaderRNG, ResumableLoader, WorkerRNG
     from glue.train.retry import RetryPolicy
     from glue.train.sampler import ResumableSampler
@@ -34,6 +35,7 @@ _WHERE = {
     "errors": ("CheckpointError", "CorruptCheckpointError", "NoValidCheckpointError", "ObjectMissingError",
                "SaveFailedError", "StateMismatchError", "StorageError", "TargetError"),
     "evaluation": ("EvalSetError", "load_eval_set", "record_evaluation"),
+    "fence": ("FencedError",),
     "ckpt_format": ("CheckpointStatus", "Commit", "ObjectRef", "Problem", "check_checkpoints"),
     "loader": ("LoaderRNG", "ResumableLoader", "WorkerRNG"),
     "sampler": ("ResumableSampler",),
@@ -66,6 +68,7 @@ __all__ = [
     "Commit",
     "CorruptCheckpointError",
     "EvalSetError",
+    "FencedError",
     "LoaderRNG",
     "NoValidCheckpointError",
     "ObjectMissingError",

@@ -30,3 +30,13 @@ def test_more_failures_cost_more_and_no_price_means_no_cost() -> None:
     rough = project(BudgetInputs(mtbf_s=600.0, vm_hour=3.0, **base))  # type: ignore[arg-type]
     assert rough["cost"] > calm["cost"] and rough["expected_failures"] > calm["expected_failures"]
     assert project(BudgetInputs(mtbf_s=600.0, vm_hour=None, **base))["cost"] is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("backend", "price"), [("local", 0.0), ("qemu", 0.0), ("nowhere", None)])
+def test_each_backends_price_table_as_the_readme_says(backend: str, price: float | None) -> None:
+    from glue.report.cost import price_for
+
+    got = price_for({"environment": {"backend": backend, "gpu_type": "none", "gpu_count": 0}})
+    assert got.vm_hour == price
+    override = price_for({"environment": {"backend": backend}, "config": {"pricing": {"vm_hour": 2.5}}})
+    assert (override.vm_hour, override.currency, override.source) == (2.5, "EUR", "run.yaml pricing")

@@ -64,3 +64,10 @@ def test_rlimit_allocation_failure_is_an_oom_not_a_crash() -> None:
     assert out.status == OOM, (out.error, out.evidence)
     assert out.phase in ("forward", "backward") and "allocate" in (out.error or "")
     assert out.limit and out.limit.startswith("RLIMIT_AS") and out.exit == 3
+
+
+@pytest.mark.parametrize("limit", ["0", "-5"])
+def test_a_memory_limit_below_one_mb_is_refused_not_read_as_no_limit(limit: str) -> None:
+    res = CliRunner().invoke(cli, ["memprobe", "--memory-limit-mb", limit])
+    assert res.exit_code == 2 and "--memory-limit-mb" in res.output and "x>=1" in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)

@@ -41,7 +41,7 @@ err = Console(stderr=True)
               help="Where trials run (default: the config's device).")
 @click.option("--memory-limit-mb", type=POSITIVE_INT, default=None,
               help="Limit per trial: host memory on cpu (cgroup, else RLIMIT_AS), the CUDA allocator on cuda. "
-                   "Default: the failed attempt's limit (--run), else 90%% of available memory (cpu) / the GPU.")
+                   "Default: the failed attempt's limit (--run), else 90% of available memory (cpu) / the GPU.")
 @click.option("--limit-mechanism", type=click.Choice(MECHANISMS), default="auto", show_default=True,
               help="How a cpu trial's limit is applied.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a trainer setting (repeatable).")

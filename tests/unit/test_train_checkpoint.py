@@ -393,11 +393,14 @@ _CHILD = textwrap.dedent(
     print("saved", flush=True)
     if mode == "fork":
         # A forked child (a DataLoader worker) inherits the SIGTERM handler, not the uploader thread.
+        ready_r, ready_w = os.pipe()
         child = os.fork()
         if child == 0:
+            os.write(ready_w, b"r")  # a signal that lands while fork() is still returning in the child is lost
             for _ in range(600):
                 time.sleep(0.1)
             os._exit(0)
+        os.read(ready_r, 1)
         os.kill(child, signal.SIGTERM)
         t0 = time.monotonic()
         while time.monotonic() - t0 < 10:

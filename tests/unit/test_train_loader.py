@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from glue.process import pid_alive
 from glue.train import LoaderRNG, ResumableLoader, ResumableSampler
 
 
@@ -102,14 +103,6 @@ def _worker_pids(loader: ResumableLoader) -> list[int]:
     return [w.pid for w in it._workers]  # type: ignore[attr-defined]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_close_stops_persistent_workers_at_once_and_a_new_pass_starts_new_ones() -> None:
     sampler = ResumableSampler(24, seed=1)
     loader = ResumableLoader(Noisy(), sampler=sampler, batch_size=4, num_workers=2, persistent_workers=True)
@@ -120,7 +113,7 @@ def test_close_stops_persistent_workers_at_once_and_a_new_pass_starts_new_ones()
     t0 = time.monotonic()
     loader.close()
     assert time.monotonic() - t0 < 4, "close() must not wait out torch's 5 s join timeout"
-    assert not any(_alive(p) for p in pids)
+    assert not any(pid_alive(p) for p in pids)
     assert loader._iterator is None
     loader.close()  # a second close is harmless
     rest = list(loader)  # the position survives: the next pass continues after the batch received

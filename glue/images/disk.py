@@ -2,10 +2,13 @@
 
 The disk is an ext4 filesystem holding the image's root filesystem (`mke2fs -d`: no mount, no loop
 device), as a sparse raw file cached next to the image it was made from
-(`<cache>/<name>-<hash16>/disk-<hash16>-<size>g.ext4`): the image directory is keyed by the recipe's
-hash, so the disk is too. It is written under another name and renamed into place only when
-complete, under a lock, so a killed or failed build never leaves a disk that looks finished. VMs
-never write to it: each boots a copy-on-write overlay of it. The kernel and initrd come from the
+(`<cache>/<name>-<hash16>/disk-<hash16>[-docker<seed8>]-<size>g.ext4`): the image directory is keyed
+by the recipe's hash, so the disk is too. An image that bakes Docker also gets the trainer's Docker
+base already imported (glue.images.docker_seed, named by its fingerprint): mke2fs then reads a
+hard-linked copy of the root filesystem with that data root added at /var/lib/docker. The disk is
+written under another name and renamed into place only when complete, under a lock, so a killed or
+failed build never leaves a disk that looks finished. VMs never write to it: each boots a
+copy-on-write overlay of it. The kernel and initrd come from the
 image's /boot (direct kernel boot).
 """
 
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glue.errors import GlueError
+from glue.images import docker_seed
 from glue.images.cache import Image
 
 # Tools and the Debian package each comes from (bootstrap installs them).
@@ -49,7 +53,8 @@ def _newest(boot: Path, prefix: str, image: Image) -> Path:
 
 
 def disk_path(image: Image, size_gb: int = DISK_GB) -> Path:
-    return image.path / f"disk-{image.hash[:16]}-{size_gb}g.ext4"
+    seed = f"-docker{docker_seed.fingerprint()}" if docker_seed.wanted(image) else ""
+    return image.path / f"disk-{image.hash[:16]}{seed}-{size_gb}g.ext4"
 
 
 def boot_disk(image: Image, size_gb: int = DISK_GB) -> BootDisk:
@@ -66,18 +71,37 @@ def boot_disk(image: Image, size_gb: int = DISK_GB) -> BootDisk:
     return BootDisk(disk=final, kernel=kernel, initrd=initrd)
 
 
+def _source_tree(image: Image, work: Path) -> Path:
+    """What mke2fs copies: the image's root filesystem, plus the Docker base where the image bakes Docker."""
+    if not docker_seed.wanted(image):
+        return image.rootfs
+    tree = work / "root"
+    docker_seed.import_base(image, work / "docker")
+    # Hard links: no copy of the image's bytes, and mke2fs only reads them.
+    copy = subprocess.run(["cp", "-al", str(image.rootfs), str(tree)], capture_output=True, text=True,
+                          check=False, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"})
+    if copy.returncode != 0:
+        raise GlueError(f"making the boot disk of image {image.name} failed: {copy.stderr.strip()[-300:]}")
+    shutil.rmtree(tree / "var" / "lib" / "docker", ignore_errors=True)
+    (work / "docker").rename(tree / "var" / "lib" / "docker")
+    return tree
+
+
 def _make(image: Image, final: Path, size_gb: int) -> None:
     partial = final.with_name(f".{final.name}.{os.getpid()}.partial")
-    for stale in image.path.glob(f".{final.name}.*.partial"):  # a killed build's leftover (we hold the lock)
-        stale.unlink(missing_ok=True)
+    work = image.path / f".disk-work.{os.getpid()}.partial"
+    for stale in [*image.path.glob(f".{final.name}.*.partial"), *image.path.glob(".disk-work.*.partial")]:
+        # a killed build's leftover (we hold the lock)
+        shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
     try:
+        source = _source_tree(image, work)
         with open(partial, "wb") as fh:
             fh.truncate(size_gb << 30)  # sparse
         # -i 65536: fewer inodes than the default (the image has ~100k files); itables written now, so the
         # guest kernel does not zero them in the background under emulation.
         proc = subprocess.run(
             ["mke2fs", "-q", "-F", "-t", "ext4", "-L", "gpukit-root", "-i", "65536",
-             "-E", "lazy_itable_init=0,lazy_journal_init=0", "-d", str(image.rootfs), str(partial)],
+             "-E", "lazy_itable_init=0,lazy_journal_init=0", "-d", str(source), str(partial)],
             capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"},
         )
@@ -94,3 +118,4 @@ def _make(image: Image, final: Path, size_gb: int) -> None:
         raise
     finally:
         partial.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)

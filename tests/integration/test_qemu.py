@@ -1,12 +1,15 @@
-"""qemu VMs: the baked gpukit image booted with its own kernel (TCG), made by the real
-`glue up --backend qemu` (terraform, the gpukit provider) and configured by the real roles
-(nvidia_driver's no-GPU path, container_runtime, bucket_mount): /mnt/s3 mounted by its systemd unit
-through the guest's loopback forwarder to the host's bucket, Docker running, a second converge
-changes nothing, the nvidia_driver role's reboot brings the mount back, a killed qemu reads as gone
-and the next `glue up` replaces it with an empty disk; `glue down` removes it.
-
-The trainer role (a pip install and a real `import torch` under emulation) is left to `glue up`
-without --no-configure and bench/qemu.py: it would triple this test's time on a busy host."""
+"""The qemu e2e: a full VM (the baked gpukit image booted with its own kernel under TCG), made by the
+real `glue up --backend qemu` (terraform, the gpukit provider) and configured by the real site.yml, the
+trainer role in image mode: the trainer's Docker base came on the boot disk (imported natively when the
+disk was made), images/trainer/Dockerfile.offline adds the gpukit wheel on the VM, offline. /mnt/s3 is
+mounted by its systemd unit through the guest's loopback forwarder to the host's bucket, Docker runs, a
+second converge changes nothing, the nvidia_driver role's reboot brings the mount back; a `runtime:
+docker` run of tiny_gpt by `glue deploy` writes checkpoints through /mnt/s3, its VM is killed (a qemu
+that is gone reads as gone: drift), `glue recover` brings the run onto a new qemu VM with an empty disk
+(terraform re-creates it, converge with the image build, checkpoint read back from the new VM) and the
+resume is verified exact; the run completes; `glue down` removes the VM. Phase times are printed
+(pytest -s) and kept in the recovery record. ~10 min on an idle 2-core host: everything in the guest
+is emulated."""
 
 from __future__ import annotations
 
@@ -24,17 +27,6 @@ from tests.kit import Kit
 
 pytestmark = pytest.mark.integration
 
-# site.yml's system roles, gathered as site.yml gathers.
-CONVERGE_PLAY = """\
-- name: Configure the qemu VM
-  hosts: all
-  gather_facts: true
-  gather_subset: ["!all", "!min", distribution, platform, service_mgr, local]
-  roles:
-    - nvidia_driver
-    - container_runtime
-    - bucket_mount
-"""
 REBOOT_PLAY = """\
 - name: Reboot through the nvidia_driver role's reboot (as after a driver change)
   hosts: all
@@ -67,40 +59,108 @@ def reboot_and_check_mount(kit: Kit, tmp_path: Path, boot_id: str) -> None:
     assert after[:2] == ["active", "fuse.rclone"] and after[2] != boot_id, after
 
 
-@pytest.mark.timeout(1800)  # ~3 min on an idle 2-core host; emulation slows down many times on a busy one
-def test_qemu_vm_up_mount_docker_reboot_kill_replace_down(qemu_kit: Kit, tmp_path: Path) -> None:
+RUN = "qemu-docker"
+# The trainer role in image mode, built offline: what a user puts in <home>/ansible/group_vars/all.yml
+# (next to the inventory glue writes, so `glue up` and `glue recover` converge with it).
+TRAINER_VARS = "trainer_image: gpukit-trainer:offline\ntrainer_image_source: build\n"
+
+
+def _docker_run_config(tmp_path: Path) -> Path:
+    from tests.integration.test_runs import run_config
+
+    return run_config(tmp_path, image="gpukit-trainer:offline", runtime="docker",
+                      # A step of the reference config took ~1 min under emulation: the smallest model.
+                      config={"steps": 16, "checkpoint_interval": 4, "step_sleep": 0.2, "batch_size": 2,
+                              "seq_len": 16, "d_model": 16, "n_layer": 1, "n_head": 2},
+                      checkpoint={"target": "/mnt/s3/runs/{run}", "interval_steps": 4},
+                      # Under emulation a container's start and `import torch` take minutes, not a stall.
+                      monitor={"heartbeat_seconds": 1, "stall_timeout_seconds": 900})
+
+
+@pytest.mark.timeout(3600)  # ~10 min idle; emulation: every step in the guest is many times slower on a busy host
+def test_qemu_vm_docker_run_reboot_lost_vm_recovered_down(qemu_kit: Kit, tmp_path: Path) -> None:
+    from glue.runs import deploy, monitor
+
     kit = qemu_kit
+    seconds: dict[str, float] = {}
+    t0 = time.monotonic()
+
+    def lap(name: str, since: float) -> float:
+        seconds[name] = round(time.monotonic() - since, 1)
+        print(f"qemu e2e: {name} {seconds[name]} s", flush=True)
+        return time.monotonic()
+
+    group_vars = kit.home / "ansible" / "group_vars"
+    group_vars.mkdir(parents=True)
+    (group_vars / "all.yml").write_text(TRAINER_VARS)
+    t = time.monotonic()
     kit.glue("up", "--backend", "qemu", "--vms", "1", "--no-configure", timeout=900)
+    t = lap("up (boot to SSH)", t)
     backend = QemuBackend(kit.home)
     (vm_id,) = backend.owned_vm_ids()
-    (tmp_path / "converge.yml").write_text(CONVERGE_PLAY)
-    (tmp_path / "group_vars").symlink_to(ANSIBLE_DIR / "group_vars")  # the pinned host keys, as for site.yml
-    first = ansible_run.run_playbook(str(tmp_path / "converge.yml"), kit.home, progress=False)
+    # The trainer's Docker base is on the boot disk before any converge (Docker is not even started yet).
+    (disk_base,) = _on_vm(kit, "sed -n 's/.*\"gpukit-base:vm\":\"\\([^\"]*\\)\".*/\\1/p' "
+                               "/var/lib/docker/image/overlay2/repositories.json")
+    assert disk_base.startswith("sha256:"), disk_base
+    first = ansible_run.run_playbook("site.yml", kit.home, progress=False)
     assert first.ok and first.changed["gpukit-1"] > 0, first
+    t = lap("site.yml, fresh VM (trainer image built offline)", t)
 
     checks = ("systemctl is-active gpukit-mount.service docker.service; findmnt -n -o FSTYPE /mnt/s3; "
-              "cat /proc/1/comm; uname -r | grep -c cloud-amd64; cat /proc/sys/kernel/random/boot_id")
-    active_mount, active_docker, fstype, init, own_kernel, boot_id = _on_vm(kit, checks)
+              "cat /proc/1/comm; uname -r | grep -c cloud-amd64; cat /proc/sys/kernel/random/boot_id; "
+              "docker image inspect --format '{{.Id}}' gpukit-trainer:offline gpukit-base:vm")
+    active_mount, active_docker, fstype, init, own_kernel, boot_id, image_id, base_id = _on_vm(kit, checks)
     assert (active_mount, active_docker, fstype, init, own_kernel) == ("active", "active", "fuse.rclone",
                                                                        "systemd", "1")
+    assert image_id.startswith("sha256:"), image_id
+    assert base_id == disk_base  # the role built on the disk's base: no import under emulation
 
-    again = ansible_run.run_playbook(str(tmp_path / "converge.yml"), kit.home, progress=False)
+    t = time.monotonic()
+    again = ansible_run.run_playbook("site.yml", kit.home, progress=False)
     assert again.ok and again.changed == {"gpukit-1": 0}, again
+    t = lap("site.yml again (changed=0)", t)
 
     reboot_and_check_mount(kit, tmp_path, boot_id)
+    t = lap("reboot until /mnt/s3 is mounted again", t)
+
+    # runtime: docker, no GPU on the VM: no --gpus, the VM's network (the bucket forwarder on its loopback).
+    kit.glue("deploy", "--run", RUN, "--config", str(_docker_run_config(tmp_path)), timeout=900)
+    t_deployed = lap("glue deploy (preflight, start)", t)
+    store = deploy.open_store(kit.home, RUN)
+    manifest = store.manifest()
+    assert manifest["runtime"] == "docker" and manifest["image_digest"] == image_id, manifest
+    assert store.attempt(1)["nodes"][0]["docker_gpus"] is False
+    deadline = time.monotonic() + 1200
+    while monitor.last_valid_checkpoint(store, manifest) is None and time.monotonic() < deadline:
+        time.sleep(1)
+    ckpt = monitor.last_valid_checkpoint(store, manifest)
+    assert ckpt is not None, kit.glue("logs", "--run", RUN, check=False).stdout
+    t = lap("deploy to first checkpoint", t_deployed)
 
     pid = backend.qemu_pid(vm_id)
     assert pid is not None
-    os.kill(pid, signal.SIGKILL)  # the VM dies out of band: drift for terraform
+    os.kill(pid, signal.SIGKILL)  # the VM dies out of band mid-run: drift for terraform
     deadline = time.monotonic() + 10
     while backend.read_vm(vm_id) is not None and time.monotonic() < deadline:
         time.sleep(0.1)
     assert backend.read_vm(vm_id) is None and backend.owned_vm_ids() == []
 
-    kit.glue("up", "--no-configure", timeout=600)
+    t = time.monotonic()
+    kit.glue("recover", "--run", RUN, timeout=3000)
+    lap("glue recover (new VM, converge with the image build, resume verified)", t)
+    rec = store.get_json("recoveries/1.json")
+    assert rec is not None and rec["verified"], rec
+    assert rec["first_resumed_step"] == rec["checkpoint_step"] + 1, rec
+    print(f"qemu e2e: recovery phases {rec['seconds']}", flush=True)
     (new_id,) = backend.owned_vm_ids()
-    assert new_id != vm_id
+    assert new_id != vm_id and rec["new_vm"]["id"] == new_id
     assert _on_vm(kit, "test -e /root/on-the-old-disk && echo old-disk || echo empty-disk") == ["empty-disk"]
+    assert store.attempt(2)["nodes"][0]["docker_gpus"] is False
 
+    deadline = time.monotonic() + 900
+    while store.get_json("attempts/2.exit.json") is None and time.monotonic() < deadline:
+        time.sleep(2)
+    assert (store.get_json("attempts/2.exit.json") or {}).get("exit_code") == 0
     kit.glue("down", timeout=300)
     assert backend.owned_vm_ids() == []
+    lap("whole test", t0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from glue.errors import GlueError
-from glue.images import cache, disk
+from glue.images import cache, disk, docker_seed
 
 
 def _image(tmp_path: Path, kernel: bool = True) -> cache.Image:
@@ -52,3 +52,35 @@ def test_a_failed_build_caches_nothing(tmp_path: Path) -> None:
 def test_an_image_without_a_kernel_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(GlueError, match=r"has no vmlinuz in /boot: .*linux-image-cloud-amd64"):
         disk.boot_disk(_image(tmp_path, kernel=False), size_gb=1)
+
+
+def _docker_image(tmp_path: Path) -> cache.Image:
+    image = _image(tmp_path)
+    (image.rootfs / "usr" / "sbin").mkdir(parents=True)
+    (image.rootfs / "usr" / "sbin" / "dockerd").write_text("#!/bin/sh\nexit 1\n")
+    return image
+
+
+def test_an_image_with_docker_gets_a_disk_named_for_its_docker_base(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = disk.disk_path(_image(tmp_path / "plain"), 1)
+    image = _docker_image(tmp_path / "docker")
+    seeded = disk.disk_path(image, 1)
+    assert plain.name == "disk-0123456789abcdef-1g.ext4"
+    assert seeded.name == f"disk-0123456789abcdef-docker{docker_seed.fingerprint()}-1g.ext4"
+    # The trainer role's exclude list is the base's recipe: changing it names another disk.
+    defaults = tmp_path / "main.yml"
+    defaults.write_text(docker_seed.ROLE_DEFAULTS.read_text().replace(
+        "trainer_base_excludes:\n", "trainer_base_excludes:\n  - /usr/share/info\n"))
+    monkeypatch.setattr(docker_seed, "ROLE_DEFAULTS", defaults)
+    assert disk.disk_path(image, 1) != seeded
+
+
+def test_a_docker_base_that_cannot_be_imported_caches_nothing(tmp_path: Path) -> None:
+    image = _docker_image(tmp_path)  # no OS in it: the throwaway container cannot start
+    with pytest.raises(GlueError, match=r"importing the Docker base gpukit-base:vm for image gpukit failed: "):
+        disk.boot_disk(image, size_gb=1)
+    assert [p.name for p in image.path.iterdir() if "disk-" in p.name] == []
+    assert sorted(p.name for p in image.rootfs.rglob("*")) == ["boot", "dockerd", "etc", "hostname",
+                                                              "initrd.img-6.1.0-1-cloud-amd64", "sbin", "usr",
+                                                              "vmlinuz-6.1.0-1-cloud-amd64"]

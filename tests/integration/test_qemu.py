@@ -8,7 +8,7 @@ docker` run of tiny_gpt by `glue deploy` writes checkpoints through /mnt/s3, its
 that is gone reads as gone: drift), `glue recover` brings the run onto a new qemu VM with an empty disk
 (terraform re-creates it, converge with the image build, checkpoint read back from the new VM) and the
 resume is verified exact; the run completes; `glue down` removes the VM. Phase times are printed
-(pytest -s) and kept in the recovery record. ~10 min on an idle 2-core host: everything in the guest
+(pytest -s) and kept in the recovery record. ~8 min on an idle 2-core host: everything in the guest
 is emulated."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _docker_run_config(tmp_path: Path) -> Path:
                       monitor={"heartbeat_seconds": 1, "stall_timeout_seconds": 900})
 
 
-@pytest.mark.timeout(3600)  # ~10 min idle; emulation: every step in the guest is many times slower on a busy host
+@pytest.mark.timeout(3600)  # ~8 min idle; every step in the guest is many times slower on a busy host
 def test_qemu_vm_docker_run_reboot_lost_vm_recovered_down(qemu_kit: Kit, tmp_path: Path) -> None:
     from glue.runs import deploy, monitor
 

@@ -32,6 +32,7 @@ SEED_VERSION = "1"
 # What a Docker data root needs to know an image: the rest (networks, buildkit, containerd's state) the
 # VM's daemon makes itself at its first start.
 DATA_ROOT_KEPT = ("image", "overlay2")
+IMPORT_TIMEOUT_S = 1800
 
 # nspawn's propagation directory must be on tmpfs (the host's /run may not be): a private mount
 # namespace gets one, and the container cannot outlive it.
@@ -94,9 +95,13 @@ def import_base(image: Image, data_root: Path) -> str:
               "--timezone=off", "--link-journal=no", f"--directory={image.rootfs}",
               f"--bind={data_root}:/var/lib/docker", f"--bind-ro={image.rootfs}:/mnt/base",
               "/bin/bash", "-c", _IMPORT, "bash", tag, *excludes]
-    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", _LAUNCH, "sh", *nspawn],
-                          capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, env=ENV,
-                          timeout=1800)
+    try:
+        proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", _LAUNCH, "sh", *nspawn],
+                              capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, env=ENV,
+                              timeout=IMPORT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # run() has killed nspawn: the container and its mounts are gone
+        raise GlueError(f"importing the Docker base {tag} for image {image.name} took over {IMPORT_TIMEOUT_S} s "
+                        "(~15 s on an idle 2-core host); nothing was cached: retry on a less busy host") from None
     image_id = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     if proc.returncode != 0 or not image_id.startswith("sha256:"):
         # nspawn relays the container's own errors (a failed exec) on stdout

@@ -84,3 +84,12 @@ def test_a_docker_base_that_cannot_be_imported_caches_nothing(tmp_path: Path) ->
     assert sorted(p.name for p in image.rootfs.rglob("*")) == ["boot", "dockerd", "etc", "hostname",
                                                               "initrd.img-6.1.0-1-cloud-amd64", "sbin", "usr",
                                                               "vmlinuz-6.1.0-1-cloud-amd64"]
+
+
+def test_a_docker_base_import_that_overruns_is_one_line_and_caches_nothing(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    image = _docker_image(tmp_path)
+    monkeypatch.setattr(docker_seed, "IMPORT_TIMEOUT_S", 0.001)  # no container starts that fast
+    with pytest.raises(GlueError, match=r"took over 0.001 s .*nothing was cached"):
+        disk.boot_disk(image, size_gb=1)
+    assert [p.name for p in image.path.iterdir() if "disk-" in p.name] == []

@@ -8,8 +8,7 @@ base already imported (glue.images.docker_seed, named by its fingerprint): mke2f
 hard-linked copy of the root filesystem with that data root added at /var/lib/docker. The disk is
 written under another name and renamed into place only when complete, under a lock, so a killed or
 failed build never leaves a disk that looks finished. VMs never write to it: each boots a
-copy-on-write overlay of it. The kernel and initrd come from the
-image's /boot (direct kernel boot).
+copy-on-write overlay of it. The kernel and initrd come from the image's /boot (direct kernel boot).
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def run_checks(h: Path, backend: str) -> list[Check]:
     elif backend == "qemu":
         try:
             preflight.check("qemu")
-            checks.append(Check("qemu VMs", True, "qemu, qemu-img, socat and mke2fs are installed"))
+            checks.append(Check("qemu VMs", True, "qemu, qemu-img, socat, mke2fs and systemd-nspawn are installed"))
         except GlueError as exc:
             checks.append(Check("qemu VMs", False, str(exc), "see the message"))
     else:

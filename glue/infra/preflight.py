@@ -37,5 +37,7 @@ def check(backend: str) -> None:
         check_local_backend()
     if backend == "qemu":
         from glue.cloud.qemu import vm
+        from glue.images import docker_seed
 
         vm.check_tools()
+        docker_seed.check_tools()  # the boot disk's Docker base is imported in a systemd-nspawn container

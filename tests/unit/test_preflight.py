@@ -19,3 +19,13 @@ def test_missing_fuse_device_names_the_package(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(preflight, "FUSE", Path("/nonexistent/fuse"))
     with pytest.raises(GlueError, match="fuse3"):
         preflight.check_local_backend()
+
+
+def test_qemu_needs_nspawn_for_the_boot_disks_docker_base(monkeypatch: pytest.MonkeyPatch) -> None:
+    from glue.images import docker_seed
+
+    real_which = docker_seed.shutil.which
+    monkeypatch.setattr(docker_seed.shutil, "which",
+                        lambda n, path=None: None if n == "systemd-nspawn" else real_which(n, path=path))
+    with pytest.raises(GlueError, match=r"^systemd-nspawn is missing: install the Debian package systemd-container"):
+        preflight.check("qemu")

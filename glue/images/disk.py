@@ -51,8 +51,13 @@ def _newest(boot: Path, prefix: str, image: Image) -> Path:
     return found[-1]
 
 
-def disk_path(image: Image, size_gb: int = DISK_GB) -> Path:
-    seed = f"-docker{docker_seed.fingerprint()}" if docker_seed.wanted(image) else ""
+def _base(image: Image) -> docker_seed.Base | None:
+    return docker_seed.base() if docker_seed.wanted(image) else None
+
+
+def disk_path(image: Image, size_gb: int = DISK_GB, base: docker_seed.Base | None = None) -> Path:
+    base = base or _base(image)
+    seed = f"-docker{base.fingerprint}" if base else ""
     return image.path / f"disk-{image.hash[:16]}{seed}-{size_gb}g.ext4"
 
 
@@ -60,22 +65,23 @@ def boot_disk(image: Image, size_gb: int = DISK_GB) -> BootDisk:
     """The image's boot disk, made now if not cached; its kernel and initrd."""
     kernel = _newest(image.rootfs / "boot", "vmlinuz", image)
     initrd = _newest(image.rootfs / "boot", "initrd.img", image)
-    final = disk_path(image, size_gb)
+    base = _base(image)
+    final = disk_path(image, size_gb, base)
     if not final.is_file():
         check_tools()
         with open(image.path / ".disk.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not final.is_file():
-                _make(image, final, size_gb)
+                _make(image, final, size_gb, base)
     return BootDisk(disk=final, kernel=kernel, initrd=initrd)
 
 
-def _source_tree(image: Image, work: Path) -> Path:
+def _source_tree(image: Image, work: Path, base: docker_seed.Base | None) -> Path:
     """What mke2fs copies: the image's root filesystem, plus the Docker base where the image bakes Docker."""
-    if not docker_seed.wanted(image):
+    if base is None:
         return image.rootfs
     tree = work / "root"
-    docker_seed.import_base(image, work / "docker")
+    docker_seed.import_base(image, work / "docker", base)
     # Hard links: no copy of the image's bytes, and mke2fs only reads them.
     copy = subprocess.run(["cp", "-al", str(image.rootfs), str(tree)], capture_output=True, text=True,
                           check=False, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"})
@@ -86,14 +92,14 @@ def _source_tree(image: Image, work: Path) -> Path:
     return tree
 
 
-def _make(image: Image, final: Path, size_gb: int) -> None:
+def _make(image: Image, final: Path, size_gb: int, base: docker_seed.Base | None) -> None:
     partial = final.with_name(f".{final.name}.{os.getpid()}.partial")
     work = image.path / f".disk-work.{os.getpid()}.partial"
     for stale in [*image.path.glob(f".{final.name}.*.partial"), *image.path.glob(".disk-work.*.partial")]:
         # a killed build's leftover (we hold the lock)
-        shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
+        shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
     try:
-        source = _source_tree(image, work)
+        source = _source_tree(image, work, base)
         with open(partial, "wb") as fh:
             fh.truncate(size_gb << 30)  # sparse
         # -i 65536: fewer inodes than the default (the image has ~100k files); itables written now, so the

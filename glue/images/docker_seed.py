@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -25,7 +26,7 @@ from glue.paths import PROJECT_ROOT
 
 # The trainer role's defaults: the base's tag and what the base leaves out (one list, used by both).
 ROLE_DEFAULTS = PROJECT_ROOT / "ansible" / "roles" / "trainer" / "defaults" / "main.yml"
-TOOLS = {"systemd-nspawn": "systemd-container", "unshare": "util-linux"}
+TOOLS = {"systemd-nspawn": "systemd-container", "unshare": "util-linux", "setpriv": "util-linux"}
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
 # Bump when what the seed puts on a disk changes in a way the role's defaults do not show.
 SEED_VERSION = "1"
@@ -34,8 +35,11 @@ SEED_VERSION = "1"
 DATA_ROOT_KEPT = ("image", "overlay2")
 IMPORT_TIMEOUT_S = 1800
 
-# nspawn's propagation directory must be on tmpfs (the host's /run may not be): a private mount
-# namespace gets one, and the container cannot outlive it.
+# A private mount namespace (nspawn's propagation directory must be on tmpfs; the host's /run may not
+# be) and a PID namespace whose first process is killed when unshare ends (--kill-child), and unshare
+# when glue ends (setpriv --pdeathsig): killing nspawn alone would leave the container's processes
+# running and writing into the work directory; killing the namespace's first process takes them all.
+_UNSHARE = ["unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child", "--mount-proc"]
 _LAUNCH = ('set -e; mkdir -p /run/systemd/nspawn; mount -t tmpfs -o mode=0755 tmpfs /run/systemd/nspawn; '
            'exec systemd-nspawn "$@"')
 # PID 1 of the throwaway container: the image's dockerd on a private socket, no networking of its own,
@@ -68,15 +72,22 @@ def wanted(image: Image) -> bool:
     return (image.rootfs / "usr" / "sbin" / "dockerd").is_file()
 
 
-def _role_defaults() -> tuple[str, list[str]]:
+@dataclass(frozen=True)
+class Base:
+    """What the base is made from, read once: the disk's name and its content come from the same read."""
+    tag: str
+    excludes: tuple[str, ...]
+
+    @property
+    def fingerprint(self) -> str:
+        """A new tag, exclude list or seed makes a new disk."""
+        return hashlib.sha256("\n".join([SEED_VERSION, self.tag, *self.excludes]).encode()).hexdigest()[:8]
+
+
+def base() -> Base:
+    """The trainer role's defaults. An override in group_vars does not reach the disk (see docs/qemu.md)."""
     defaults = yaml.safe_load(ROLE_DEFAULTS.read_text())
-    return str(defaults["trainer_base_image"]), [str(p) for p in defaults["trainer_base_excludes"]]
-
-
-def fingerprint() -> str:
-    """Names what a seeded disk holds besides the image: a new tag, exclude list or seed makes a new disk."""
-    tag, excludes = _role_defaults()
-    return hashlib.sha256("\n".join([SEED_VERSION, tag, *excludes]).encode()).hexdigest()[:8]
+    return Base(str(defaults["trainer_base_image"]), tuple(str(p) for p in defaults["trainer_base_excludes"]))
 
 
 def check_tools() -> None:
@@ -85,18 +96,18 @@ def check_tools() -> None:
             raise GlueError(f"{binary} is missing: install the Debian package {package} (`make bootstrap` does)")
 
 
-def import_base(image: Image, data_root: Path) -> str:
+def import_base(image: Image, data_root: Path, spec: Base) -> str:
     """Import the trainer base into a fresh Docker data root at `data_root` (left with only what a VM's
     daemon needs); returns the base's image id."""
     check_tools()
-    tag, excludes = _role_defaults()
+    tag = spec.tag
     data_root.mkdir(parents=True)
     nspawn = ["--quiet", "--register=no", "--keep-unit", "--volatile=overlay", "--resolv-conf=off",
               "--timezone=off", "--link-journal=no", f"--directory={image.rootfs}",
               f"--bind={data_root}:/var/lib/docker", f"--bind-ro={image.rootfs}:/mnt/base",
-              "/bin/bash", "-c", _IMPORT, "bash", tag, *excludes]
+              "/bin/bash", "-c", _IMPORT, "bash", tag, *spec.excludes]
     try:
-        proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", _LAUNCH, "sh", *nspawn],
+        proc = subprocess.run(["setpriv", "--pdeathsig", "KILL", *_UNSHARE, "sh", "-c", _LAUNCH, "sh", *nspawn],
                               capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, env=ENV,
                               timeout=IMPORT_TIMEOUT_S)
     except subprocess.TimeoutExpired:  # run() has killed nspawn: the container and its mounts are gone

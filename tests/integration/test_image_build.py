@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,20 @@ def test_shipped_image_is_cached_and_listed() -> None:
     # The venv's bytecode is baked: no VM compiles torch on its first import.
     site = Path(current[0]["path"]) / "rootfs/opt/gpukit/venv/lib"
     assert next(site.glob("python3*/site-packages/torch/__pycache__/__init__.cpython-*.pyc"), None), site
+
+
+def test_a_docker_base_import_cut_short_leaves_no_process_behind(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The import (the image's dockerd in a throwaway nspawn container) killed mid-way by its time limit:
+    one line, and the container's processes (dockerd, tar, docker import) are gone with it."""
+    from glue.errors import GlueError
+    from glue.images import build, docker_seed, recipe
+
+    image, _ = build.build(recipe.load("gpukit"), tmp_path)  # the suite's shared cache: baked once
+    monkeypatch.setattr(docker_seed, "IMPORT_TIMEOUT_S", 4)  # ~15 s in full on an idle 2-core host
+    with pytest.raises(GlueError, match=r"importing the Docker base gpukit-base:vm .* took over 4 s"):
+        docker_seed.import_base(image, tmp_path / "docker", docker_seed.base())
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", "gpukit-seed.sock"], capture_output=True, text=True).stdout.split()
+    assert left == [], subprocess.run(["ps", "-o", "pid,args", "-p", ",".join(left)], capture_output=True,
+                                      text=True).stdout

@@ -67,7 +67,7 @@ def test_an_image_with_docker_gets_a_disk_named_for_its_docker_base(tmp_path: Pa
     image = _docker_image(tmp_path / "docker")
     seeded = disk.disk_path(image, 1)
     assert plain.name == "disk-0123456789abcdef-1g.ext4"
-    assert seeded.name == f"disk-0123456789abcdef-docker{docker_seed.fingerprint()}-1g.ext4"
+    assert seeded.name == f"disk-0123456789abcdef-docker{docker_seed.base().fingerprint}-1g.ext4"
     # The trainer role's exclude list is the base's recipe: changing it names another disk.
     defaults = tmp_path / "main.yml"
     defaults.write_text(docker_seed.ROLE_DEFAULTS.read_text().replace(
@@ -93,3 +93,29 @@ def test_a_docker_base_import_that_overruns_is_one_line_and_caches_nothing(tmp_p
     with pytest.raises(GlueError, match=r"took over 0.001 s .*nothing was cached"):
         disk.boot_disk(image, size_gb=1)
     assert [p.name for p in image.path.iterdir() if "disk-" in p.name] == []
+
+
+def test_the_docker_base_lands_on_the_disk_and_the_cached_image_is_untouched(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    image = _docker_image(tmp_path)
+    (image.rootfs / "var" / "lib" / "docker").mkdir(parents=True)
+    (image.rootfs / "var" / "lib" / "docker" / "keep").write_text("the image's own\n")
+
+    def fake_import(img: cache.Image, data_root: Path, base: docker_seed.Base) -> str:
+        (data_root / "image").mkdir(parents=True)
+        (data_root / "image" / "marker").write_text(f"{base.tag}\n")
+        return "sha256:" + "0" * 64
+
+    monkeypatch.setattr(docker_seed, "import_base", fake_import)  # the real one needs a whole OS (test_qemu)
+    boot = disk.boot_disk(image, size_gb=1)
+
+    def on_disk(path: str) -> str:
+        return subprocess.run(["debugfs", "-R", f"cat {path}", str(boot.disk)], capture_output=True,
+                              text=True).stdout
+
+    assert on_disk("/var/lib/docker/image/marker") == "gpukit-base:vm\n"
+    assert on_disk("/var/lib/docker/keep") == "" and on_disk("/etc/hostname") == "image\n"
+    # The hard-linked copy is gone: the image's files are as before, with one link each.
+    assert (image.rootfs / "var" / "lib" / "docker" / "keep").read_text() == "the image's own\n"
+    assert {p.stat().st_nlink for p in image.rootfs.rglob("*") if p.is_file()} == {1}
+    assert [p.name for p in image.path.iterdir() if p.name.startswith(".disk-work")] == []

@@ -8,10 +8,12 @@ GLUE    := $(VENV)/bin/glue
 VMS     ?= 2
 BACKEND ?= local
 PYTEST_ARGS ?=
-# Test workers (pytest-xdist, whole files per worker). 1 (serial) by default: on a 2-core machine two
-# workers starve the timing-sensitive tests (stall detection, multinode) into false failures.
-TEST_WORKERS ?= 1
-XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+# Test workers (pytest-xdist). By default two lanes: the qemu e2e (minutes of emulation, niced) on
+# one worker, the rest of the suite in order on the other; on a 2-core machine two workers sharing
+# the local-VM tests starve the timing-sensitive ones (stall detection, multinode) into false
+# failures. TEST_WORKERS=N (N > 1) spreads whole files over N workers; TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= lanes
+XDIST = $(if $(filter lanes,$(TEST_WORKERS)),-n 2 --lanes,$(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile))
 
 .PHONY: help bootstrap up down demo test test-all lint bench clean
 
@@ -34,7 +36,7 @@ down: bootstrap ## Destroy the cluster's VMs (the bucket and its data are kept)
 demo: bootstrap ## The whole loop on the local backend: up, train, lose a VM, recover, verify, down
 	@$(PY) -m glue.recovery.demo
 
-test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e); TEST_WORKERS=N runs N at once
+test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e); TEST_WORKERS=N: N workers
 	@$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test-all: bootstrap ## The suite including the long `stress` tests (kill -9 storms, the lyceum demo)

@@ -1,9 +1,10 @@
 """Recovery phases on the local backend, in seconds, against a baseline measured in the same run:
 the cold start of the same trainer (deploy -> first step) on a configured VM.
 
-Flow: up (2 VMs) -> deploy tiny_gpt -> destroy its VM at step 30 -> glue recover -> phases from the
-recovery record -> down. Target (issue 6): failure detected -> first resumed step <= 30 s here
-(validate + provision + configure + verify + restore).
+Flow: up (2 VMs) -> deploy tiny_gpt -> destroy its VM at step 50 -> glue recover -> phases from the
+recovery record -> down. Targets: failure detected -> first resumed step (validate + provision +
+configure + verify + restore) <= 30 s (issue 6), <= 10 s on the baked image with configure <= 2 s
+(issue 13; the overlay-of-the-host VM took 14.2 s with configure 9.2 s).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from glue.recovery import recover as recover_mod
 from glue.runs import deploy as deploy_mod
 from glue.runs.store import parse_iso
 from glue.runs.vm_group import GroupSpec
+
+TARGET_TOTAL = 10.0  # issue 13: failure detected -> first resumed step on the baked image
+TARGET_CONFIGURE = 2.0
 
 
 def wait_step(home: Path, run: str, step: int) -> None:
@@ -86,7 +90,9 @@ def main() -> None:
     print(f"{'phase':44} {'seconds':>8}")
     for phase in ("detect", "validate", "provision", "configure", "verify", "restore", "replay"):
         print(f"{phase:44} {s[phase] if s[phase] is not None else float('nan'):8.2f}")
-    print(f"{'failure detected -> first resumed step':44} {to_first:8.2f}   target <= 30 s")
+    print(f"{'configure vs its target (2 s)':44} {s['configure'] / TARGET_CONFIGURE:8.2f}x")
+    print(f"{'failure detected -> first resumed step':44} {to_first:8.2f}   target <= {TARGET_TOTAL:.0f} s "
+          f"(ratio {to_first / TARGET_TOTAL:.2f}; issue 6: <= 30 s)")
     print(f"{'baseline: cold start (trainer start -> step 1)':44} {cold:8.2f}   (deploy total {deploy_total:.1f}s)")
     print(f"{'restore vs cold start (ratio)':44} {s['restore'] / cold:8.2f}x")
     print(f"work lost: {result['work_lost']['steps']} steps ({result['work_lost']['seconds']:.1f}s); "

@@ -8,8 +8,8 @@ GLUE    := $(VENV)/bin/glue
 VMS     ?= 2
 BACKEND ?= local
 PYTEST_ARGS ?=
-# Test workers (pytest-xdist). By default two lanes: the qemu e2e (minutes of emulation, niced) on
-# one worker, the rest of the suite in order on the other; on a 2-core machine two workers sharing
+# Test workers (pytest-xdist). By default two lanes (tests/conftest.py): the qemu e2e (minutes of
+# emulation) and a few long CPU-bound files, reniced, on one worker, the rest in order on the other; on a 2-core machine two workers sharing
 # the local-VM tests starve the timing-sensitive ones (stall detection, multinode) into false
 # failures. TEST_WORKERS=N (N > 1) spreads whole files over N workers; TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= lanes

@@ -46,28 +46,46 @@ def local_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BucketHan
     server.stop()
 
 
-# `make test` runs two lanes on two pytest-xdist workers (-n 2 --lanes): the files here, minutes of
-# emulation each, on one; every other test, in order, on the other. Two workers sharing the
-# local-VM tests would starve the timing-sensitive ones (stall detection, the 2-node group) on a
-# 2-core machine; the qemu lane yields the CPU instead (test_qemu.py renices its worker).
-OWN_LANE = ("tests/integration/test_qemu.py",)
+# `make test` runs two lanes on two pytest-xdist workers (-n 2 --lanes). The side lane: the files
+# here, long and CPU-bound but with no timing to miss, the qemu e2e (minutes of emulation) above all.
+# The serial lane: every other test, in order. Two workers sharing the local-VM tests would starve
+# the timing-sensitive ones (stall detection, the 2-node group) on a 2-core machine, so the side
+# lane's worker is reniced and takes only the CPU the serial lane leaves.
+SIDE_LANE = frozenset({
+    "tests/integration/test_qemu.py",
+    "tests/integration/test_ckpt_kill.py",
+    "tests/integration/test_ckpt_workers.py",
+    "tests/integration/test_memprobe_run.py",
+})
+SIDE_LANE_NICE = 10
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--lanes", action="store_true", default=False,
-                     help="with -n 2: the qemu e2e on one worker, the rest of the suite in order on the other")
+                     help="with -n 2: the side lane (the qemu e2e and a few long CPU-bound files) on one "
+                          "worker, reniced; the rest of the suite in order on the other")
 
 
 class Lanes(LoadScopeScheduling):
-    """xdist's scope scheduling with two scopes: a file of OWN_LANE, or the serial lane."""
+    """xdist's scope scheduling with two scopes: the side lane's files, and the serial lane."""
 
     def _split_scope(self, nodeid: str) -> str:
-        path = nodeid.split("::", 1)[0]
-        return path if path in OWN_LANE else "serial"
+        return "side" if nodeid.split("::", 1)[0] in SIDE_LANE else "serial"
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Lanes | None:
     return Lanes(config, log) if config.getoption("lanes") else None
+
+
+@pytest.fixture(autouse=True)
+def _side_lane_yields_the_cpu(request: pytest.FixtureRequest) -> None:
+    """Renice this worker (and what it starts: torch, qemu) before its first side-lane test; for good:
+    the worker's lane is decided once."""
+    if (request.config.getoption("lanes") and os.environ.get("PYTEST_XDIST_WORKER")
+            and request.node.nodeid.split("::", 1)[0] in SIDE_LANE):
+        now = os.getpriority(os.PRIO_PROCESS, 0)
+        if now < SIDE_LANE_NICE:
+            os.nice(SIDE_LANE_NICE - now)
 
 
 # One registration of the kit fixtures for the whole tree, so integration and e2e share one cluster.

@@ -28,14 +28,6 @@ from tests.kit import Kit
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _second_to_the_serial_lane(request: pytest.FixtureRequest) -> None:
-    """In its own lane of `make test` (tests/conftest.py), this worker and the qemu it starts yield
-    the CPU: emulation takes what the timing-sensitive tests of the serial lane leave. Irreversible
-    for the worker process, whose lane this is."""
-    if request.config.getoption("lanes") and os.environ.get("PYTEST_XDIST_WORKER"):
-        os.nice(10)
-
 REBOOT_PLAY = """\
 - name: Reboot through the nvidia_driver role's reboot (as after a driver change)
   hosts: all

@@ -178,6 +178,23 @@ def test_verify_fails_when_mount_point_is_a_plain_directory(bed: LocalTestbed) -
     assert_no_half_mount(bed, "gpukit-1")
 
 
+def test_a_failed_round_trip_fails_site_yml_after_the_trainer_role_ran_beside_it(bed: LocalTestbed) -> None:
+    """The probe runs in the background while the trainer role installs the runtime; its failure still
+    fails the play, with the probe's own message. A 0 s probe timeout cannot outlast rclone's 1 s
+    write-back: the object written through the mount is not in the bucket yet."""
+    bed.create(1)
+    res = ansible.run_playbook("site.yml", bed.home, extravars={"bucket_mount_probe_timeout": "0"},
+                               progress=False)
+    assert not res.ok
+    message = res.failed["gpukit-1"]
+    assert message.startswith("Wait for the mount's round trip through the S3 API:"), message
+    assert "round trip failed" in message and "did not appear through the S3 API within 0s" in message, message
+    # The trainer role ran while the probe waited: the runtime is in place, the mount is live.
+    r = sh(bed, "gpukit-1", "/opt/gpukit/venv/bin/python -c 'import glue.train' && echo imported; "
+                            "findmnt -n -o FSTYPE /mnt/s3")
+    assert r.stdout.split() == ["imported", "fuse.rclone"], r.stdout + r.stderr
+
+
 @pytest.mark.parametrize(
     "case",
     ["wrong_credentials", "server_down", "mount_point_busy", "mount_point_not_empty", "fuse_missing"],

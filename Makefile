@@ -9,9 +9,10 @@ VMS     ?= 2
 BACKEND ?= local
 PYTEST_ARGS ?=
 # Test workers (pytest-xdist). By default two lanes (tests/conftest.py): the qemu e2e (minutes of
-# emulation) and a few long CPU-bound files, reniced, on one worker, the rest in order on the other; on a 2-core machine two workers sharing
-# the local-VM tests starve the timing-sensitive ones (stall detection, multinode) into false
-# failures. TEST_WORKERS=N (N > 1) spreads whole files over N workers; TEST_WORKERS=0 runs serially.
+# emulation) and a few long CPU-bound files on one worker, reniced; the rest in order on the other.
+# On a 2-core machine two workers sharing the local-VM tests starve the timing-sensitive ones
+# (stall detection, multinode) into false failures. TEST_WORKERS=N (N > 1) spreads whole files over
+# N workers; TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= lanes
 XDIST = $(if $(filter lanes,$(TEST_WORKERS)),-n 2 --lanes,$(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile))
 

@@ -92,4 +92,3 @@ def _side_lane_yields_the_cpu(request: pytest.FixtureRequest) -> None:
 from tests.kit import cluster_kit, kit  # noqa: E402
 
 __all__ = ["BucketHandle", "cluster_kit", "kit", "local_bucket"]
-

@@ -27,7 +27,6 @@ from tests.kit import Kit
 
 pytestmark = pytest.mark.integration
 
-
 REBOOT_PLAY = """\
 - name: Reboot through the nvidia_driver role's reboot (as after a driver change)
   hosts: all

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from glue.commands.options import POSITIVE_INT
@@ -130,21 +131,44 @@ def incidents(run_id: str, as_json: bool) -> None:
         out.print(f"run {run_id}: no incidents")
         return
     for inc in items:
-        out.print(f"[bold]{inc['detected_at']}[/] attempt {inc['attempt']} on {inc['vm']}: "
-                  f"[red]{inc['class']}[/] — {inc['reason']}")
-        out.print(f"  last completed step {inc['last_completed_step']}, "
-                  f"last valid checkpoint {inc['last_valid_checkpoint']}")
-        cause = inc.get("cause")
-        if cause and (len(inc.get("nodes") or []) > 1 or inc.get("consequences")):
-            out.print(f"  cause: {_event(cause)}", markup=False, highlight=False)
-            for later in inc.get("consequences") or []:
-                out.print(f"  then:  {_event(later)}", markup=False, highlight=False)
-        if inc.get("error_excerpt"):
-            out.print("  " + inc["error_excerpt"].replace("\n", "\n  "), markup=False, highlight=False)
-        if inc.get("next_step"):
-            out.print(f"  next: {inc['next_step']}")
-        else:
-            out.print(f"  next: {inc['policy']}")
+        head, *rest = incident_lines(inc)
+        out.print(head, highlight=False)
+        for line in rest:
+            out.print(f"  {line}", markup=False, highlight=False)
+
+
+def incident_lines(inc: dict[str, Any]) -> list[str]:
+    """One incident as lines (the first with markup, values escaped). Three kinds share incidents/: an
+    attempt's failure (monitor), the watcher's budget_exhausted, and the trainer's checkpoint incidents
+    (ckpt_interrupted / ckpt_corrupt, written by glue.train where the checkpoint target is the run's prefix)."""
+    cls = str(inc.get("class", "?"))
+    when = escape(str(inc.get("detected_at") or inc.get("at") or "?"))
+    if cls.startswith("ckpt_"):
+        where = f" (rank {inc['rank']} on {inc['host']})" if inc.get("host") else ""
+        fell = inc.get("fell_back_to")
+        return [f"[bold]{when}[/] checkpoint step {inc.get('step')}{escape(where)}: [red]{escape(cls)}[/] — "
+                f"{escape(str(inc.get('what', '')))}",
+                f"object {inc.get('object')}; "
+                + (f"the restore fell back to step {fell}" if fell is not None
+                   else "no valid checkpoint was left to restore from"),
+                "next: nothing to do if the restore's step is the one you expect; the skipped step's objects "
+                "are kept" + (" under ckpt-invalid/" if cls == "ckpt_corrupt" else "")]
+    vm = f" on {inc['vm']}" if inc.get("vm") else ""
+    lines = [f"[bold]{when}[/] attempt {escape(str(inc.get('attempt', '?')))}{escape(vm)}: [red]{escape(cls)}[/] — "
+             f"{escape(str(inc.get('reason', '')))}"]
+    if "last_completed_step" in inc:
+        lines.append(f"last completed step {inc['last_completed_step']}, "
+                     f"last valid checkpoint {inc.get('last_valid_checkpoint')}")
+    if inc.get("failure_class"):
+        lines.append(f"after {inc['failure_class']}: {inc.get('failure_reason', '')}")
+    cause = inc.get("cause")
+    if cause and (len(inc.get("nodes") or []) > 1 or inc.get("consequences")):
+        lines.append(f"cause: {_event(cause)}")
+        lines.extend(f"then:  {_event(later)}" for later in inc.get("consequences") or [])
+    if inc.get("error_excerpt"):
+        lines.extend(str(inc["error_excerpt"]).splitlines())
+    lines.append(f"next: {inc.get('next_step') or inc.get('policy') or 'glue status --run ' + str(inc.get('run'))}")
+    return lines
 
 
 def _event(e: dict[str, Any]) -> str:

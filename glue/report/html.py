@@ -207,7 +207,7 @@ def build(f: RunFacts) -> str:
             ["per-step losses compared", str(d.get("compared_steps"))],
             ["final tensors compared", str(d.get("compared_tensors"))], ["verdict", ok]])
     gaps, gap_rows = gaps_chart(f)
-    incidents = _table([[escape(str(i.get("detected_at", ""))), escape(str(i.get("attempt", ""))),
+    incidents = _table([[escape(str(i.get("detected_at") or i.get("at") or "")), escape(str(i.get("attempt", ""))),
                          escape(str(i.get("class", ""))), escape(str(i.get("reason") or i.get("what") or ""))[:200]]
                         for i in f.incidents], ["detected", "attempt", "class", "reason"]) if f.incidents else \
         "<p>No incidents.</p>"

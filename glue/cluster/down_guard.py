@@ -19,9 +19,10 @@ from glue.runs.store import RunStore, run_ids
 VFS_META = "/var/cache/gpukit-rclone/vfsMeta"
 
 
-def blockers(home: Path) -> list[str]:
-    """Human-readable reasons not to destroy the cluster now (empty: safe)."""
-    hosts = {h.id: h for h in state.hosts(home)}
+def blockers(home: Path, only: set[str] | None = None) -> list[str]:
+    """Human-readable reasons not to destroy the cluster now (empty: safe); with `only` (VM ids), the
+    reasons not to destroy those VMs."""
+    hosts = {h.id: h for h in state.hosts(home) if only is None or h.id in only}
     if not hosts:
         return []
     cfg = state.ClusterConfig.load(home)
@@ -31,8 +32,9 @@ def blockers(home: Path) -> list[str]:
     for run in run_ids(info, creds):
         store = RunStore(info, creds, run)
         attempts = store.attempts()
-        if not attempts or store.attempt(attempts[-1]).get("vm_id") not in hosts:
-            continue  # not on this cluster (anymore)
+        on = {nd.get("vm_id") for nd in monitor.nodes_of(store.attempt(attempts[-1]))} if attempts else set()
+        if not on & hosts.keys():
+            continue  # not on these VMs (anymore)
         rep = monitor.check(home, store)
         out = rep.verdict.outcome
         if out is Outcome.RUNNING:
@@ -52,12 +54,14 @@ def blockers(home: Path) -> list[str]:
     return found
 
 
-def check(home: Path, force: bool) -> list[str]:
-    """Raise with the list of blockers unless `force` (which skips the checks)."""
+def check(home: Path, force: bool, only: set[str] | None = None, what: str = "destroy the cluster",
+          alternative: str = "") -> list[str]:
+    """Raise with the list of blockers unless `force` (which skips the checks). `only`/`what`: the VMs
+    about to go, and what is about to remove them; `alternative`: another way out, for the message."""
     if force:
         return ["not checking runs or pending uploads"]
-    found = blockers(home)
-    if found and not force:
-        raise GlueError("refusing to destroy the cluster: " + "; ".join(found)
-                        + ". Wait, export the outputs or recover the runs, or pass --force (the bucket is kept)")
+    found = blockers(home, only)
+    if found:
+        raise GlueError(f"refusing to {what}: " + "; ".join(found) + f". Wait, export the outputs or recover the "
+                        f"runs{alternative}, or pass --force (the bucket is kept)")
     return found

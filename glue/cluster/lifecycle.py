@@ -20,10 +20,13 @@ from glue.infra.terraform import Terraform
 from glue.storage import bucket as bucket_store
 
 
-def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True) -> list[inventory.Host]:
+def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True,
+       force: bool = False) -> list[inventory.Host]:
     """terraform apply, then inventory + known_hosts, then the Ansible playbook (when configure)."""
     preflight.check(cfg.backend)
     variables = tf_vars(home, cfg)  # bad input (e.g. GPUKIT_VM_MEMORY_GB) fails before a bake
+    for reason in guard_removals(home, cfg, force):
+        console.print(f"[yellow]--force:[/] {reason}")
     if cfg.backend in ("local", "qemu"):
         bake_image(home, console, boot_disk=cfg.backend == "qemu")
     tf = Terraform(home, cfg.backend, console)
@@ -36,6 +39,24 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True)
     if configure:
         configure_hosts(home, console)
     return written
+
+
+def guard_removals(home: Path, cfg: ClusterConfig, force: bool) -> list[str]:
+    """Before an apply that removes VMs (fewer --vms, another --name-prefix): the down guard on those VMs,
+    so no run loses its VM or its pending uploads to a `glue up`. Another backend while VMs live on the
+    old one is refused outright: they would be left running where no command of this kit home looks."""
+    previous = ClusterConfig.load(home)
+    current = hosts(home)
+    if current and previous.backend != cfg.backend:
+        raise GlueError(f"this cluster has {len(current)} VM(s) on the {previous.backend} backend; `glue down` "
+                        f"first, then `glue up --backend {cfg.backend}`")
+    leaving = [h for h in current if h.name not in cfg.vm_names()]
+    if not leaving:
+        return []
+    names = ", ".join(h.name for h in leaving)
+    return down_guard.check(home, force, only={h.id for h in leaving}, what=f"remove {names}",
+                            alternative=f", keep them (`glue up --vms {previous.vms} --name-prefix "
+                                        f"{previous.name_prefix}`)")
 
 
 def bake_image(home: Path, console: Console, boot_disk: bool = False) -> None:

@@ -34,6 +34,10 @@ class ClusterConfig:
         except (OSError, ValueError, TypeError):
             return cls()
 
+    def vm_names(self) -> list[str]:
+        """The VMs this config asks for (terraform/modules/cluster names them <prefix>-1 ... <prefix>-N)."""
+        return [f"{self.name_prefix}-{i}" for i in range(1, self.vms + 1)]
+
     def save(self, home: Path) -> None:
         (home / "cluster.json").write_text(json.dumps(self.__dict__))
 

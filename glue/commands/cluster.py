@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 
@@ -17,16 +18,29 @@ from glue.infra import ssh
 from glue.paths import home
 
 err = Console(stderr=True)
+MAX_VMS = 16  # terraform/modules/cluster/variables.tf validates vm_count and name_prefix the same way
+_PREFIX = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")
+
+
+def _check_prefix(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not _PREFIX.match(value):
+        raise click.BadParameter(f"{value!r}: 2-32 lowercase letters, digits and dashes, starting with a letter "
+                                 "and not ending with a dash (e.g. team-a)")
+    return value
 
 
 @click.command()
-@click.option("--vms", type=int, default=None, help="Number of VMs (default: as last time, else 2).")
+@click.option("--vms", type=click.IntRange(1, MAX_VMS), default=None,
+              help=f"Number of VMs, 1 to {MAX_VMS} (default: as last time, else 2).")
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default=None,
               help="Where VMs run (default: local). Local VMs boot the baked image (`glue image build`) "
                    "as systemd-nspawn machines; qemu VMs boot it with their own kernel.")
-@click.option("--name-prefix", default=None, help="VM name prefix (default: gpukit).")
+@click.option("--name-prefix", default=None, callback=_check_prefix,
+              help="VM name prefix (default: gpukit): 2-32 lowercase letters, digits and dashes.")
 @click.option("--no-configure", is_flag=True, help="Only create the VMs; skip the Ansible playbook.")
-def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configure: bool) -> None:
+@click.option("--force", is_flag=True, help="Remove VMs (fewer --vms, another --name-prefix) even with runs "
+                                            "unfinished or uploads pending on them.")
+def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configure: bool, force: bool) -> None:
     """Create (or repair) the cluster: terraform apply, pin host keys, run the playbook."""
     h = home()
     cfg = state.ClusterConfig.load(h)
@@ -36,7 +50,7 @@ def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configu
         cfg.backend = backend
     if name_prefix is not None:
         cfg.name_prefix = name_prefix
-    hosts = lifecycle.up(h, cfg, err, configure=not no_configure)
+    hosts = lifecycle.up(h, cfg, err, configure=not no_configure, force=force)
     table = Table(title=f"cluster ({cfg.backend})", box=None)
     for col in ("vm", "ssh", "gpu"):
         table.add_column(col)

@@ -311,7 +311,8 @@ def _one_line(exc: ValidationError) -> str:
 def parse(raw: Any, run_id: str, bucket: str) -> RunConfig:
     """Validate a loaded run.yaml; `{run}` and `{bucket}` in locations are substituted."""
     if not isinstance(raw, dict):
-        raise GlueError(f"run config must be a mapping, got {type(raw).__name__}")
+        raise GlueError("run config must be a mapping of settings (see examples/tiny_gpt.yaml), "
+                        f"got {type(raw).__name__}")
     try:
         rc = RunConfig.model_validate(raw)
     except ValidationError as exc:
@@ -341,10 +342,16 @@ def load(path: Path, run_id: str, bucket: str) -> RunConfig:
         raw = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise GlueError(f"cannot read run config {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise GlueError(f"{path} is not a text file (byte {exc.start} is not UTF-8): give the run config "
+                        "(YAML), e.g. examples/tiny_gpt.yaml") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise GlueError(f"{path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
+    if raw is None:
+        raise GlueError(f"{path} is empty: a run config needs at least `outputs:` and `checkpoint:` "
+                        "(see examples/tiny_gpt.yaml)")
     return parse(raw, run_id, bucket)
 
 

@@ -27,6 +27,7 @@ from glue.paths import PROJECT_ROOT
 from glue.runs import config as runconfig
 from glue.runs import gate, guard, lease, monitor, remote
 from glue.runs import vm_group as group_mod
+from glue.runs.classify import Outcome
 from glue.runs.store import RunStore, utc_iso
 from glue.runs.vm_group import GroupSpec, Rendezvous
 from glue.train.notice import DEFAULT_NOTICE_FILE, NOTICE_FILE_ENV
@@ -47,10 +48,23 @@ def code_version() -> dict[str, Any]:
 
 
 def open_store(home: Path, run_id: str) -> RunStore:
+    runconfig.check_run_id(run_id)  # before any bucket call: a bad id is a usage error, not an S3 one
     cfg = state.ClusterConfig.load(home)
     info = state.bucket_info(home)
     backend = get_backend(cfg.backend, home)
     return RunStore(info, backend.bucket_credentials(), run_id, refresh=backend.bucket_credentials)
+
+
+def refuse_live_or_done(home: Path, store: RunStore) -> None:
+    """--resume starts a new attempt from the last checkpoint: never beside a trainer that still runs (two
+    would write the same checkpoints) or over a completed run (its outputs are final)."""
+    verdict = monitor.check(home, store).verdict
+    if verdict.outcome is Outcome.RUNNING:
+        raise GlueError(f"run {store.run} is still running ({verdict.reason}): a second trainer would write the "
+                        f"same checkpoints. Wait for it to end; if it hangs, `glue recover --run {store.run}` "
+                        "classifies and replaces it")
+    if verdict.outcome is Outcome.COMPLETED:
+        raise GlueError(f"run {store.run} completed; its outputs are final. Deploy a new run id to train again")
 
 
 def check_command(home: Path, host: Host, rc: runconfig.RunConfig) -> list[str]:
@@ -157,7 +171,9 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
         raise GlueError(f"run {run_id!r} already exists in the bucket; pick a new run id, or add --resume to start "
                         "a new attempt that resumes it")
     if resume and not exists:
-        raise GlueError(f"cannot resume run {run_id!r}: it does not exist in the bucket")
+        raise GlueError(f"cannot resume run {run_id!r}: it does not exist in the bucket; deploy it without --resume")
+    if resume:
+        refuse_live_or_done(home, store)
     if not resume:
         scale_gate(store, group.nodes, require_validated, console)
     eval_pin = check_eval_set(store, rc) if not exists else None

@@ -225,3 +225,39 @@ def test_duplicate_run_and_unknown_vm_refused(cluster_kit: Kit, tmp_path: Path) 
     assert run_objects(fast, "other") == []
     assert set(before) <= set(run_objects(fast, "dup"))
     assert os.environ.get("GPUKIT_HOME") != str(kit.home)
+
+
+def test_a_live_run_blocks_resume_and_an_up_that_would_remove_its_vm(cluster_kit: Kit, tmp_path: Path) -> None:
+    kit, fast = cluster_kit, here(cluster_kit)
+    kit.glue("deploy", "--run", "live", "--config", str(run_config(tmp_path, config={"steps": 400, "step_sleep": 0.1})),
+             "--vm", "gpukit-1")
+    wait_for(fast, "live", lambda s: (s.get("step") or 0) >= 1, timeout=90)
+    cluster_json = (kit.home / "cluster.json").read_text()
+    try:
+        res = kit.glue("deploy", "--run", "live", "--config", str(run_config(tmp_path)), "--resume", check=False)
+        assert res.returncode == 1 and "run live is still running" in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+        # Another name prefix would replace both VMs: the down guard's check, on the VMs about to go.
+        res = kit.glue("up", "--name-prefix", "other", "--no-configure", check=False)
+        assert res.returncode == 1 and "refusing to remove gpukit-1, gpukit-2: run live is still running" \
+            in res.stderr, res.stderr
+        assert "glue up --vms 2 --name-prefix gpukit" in res.stderr and "Traceback" not in res.stderr
+        # Another backend would leave these VMs running where no command of this kit home looks.
+        res = kit.glue("up", "--backend", "qemu", "--no-configure", check=False)
+        assert res.returncode == 1 and "`glue down` first" in res.stderr, res.stderr
+        assert (kit.home / "cluster.json").read_text() == cluster_json
+        assert status(fast, "live")["state"] == "running" and status(fast, "live")["attempt"] == 1
+        assert [v["name"] for v in json.loads(fast.glue("status", "--json").stdout)["vms"]] == ["gpukit-1",
+                                                                                                 "gpukit-2"]
+    finally:
+        vm_exec(fast, "gpukit-1", "kill", "-9", str(trainer_pid(fast, "live")))
+
+
+def test_resume_of_a_completed_run_is_refused(cluster_kit: Kit, tmp_path: Path) -> None:
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
+    kit.glue("deploy", "--run", "done", "--config", str(cfg))
+    wait_for(fast, "done", lambda s: s["state"] != "running", timeout=90)
+    res = kit.glue("deploy", "--run", "done", "--config", str(cfg), "--resume", check=False)
+    assert res.returncode == 1 and "run done completed; its outputs are final" in res.stderr, res.stderr
+    assert status(fast, "done")["attempt"] == 1

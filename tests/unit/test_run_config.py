@@ -122,3 +122,23 @@ def test_an_unknown_key_in_any_section_is_one_line_with_the_allowed_keys(extra: 
     with pytest.raises(GlueError) as err:
         config.parse({**_base(), **extra}, "r1", "bkt")
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    (bytes(range(128, 256)), "is not a text file"),
+    (b"", "is empty: a run config needs at least `outputs:` and `checkpoint:`"),
+    (b"- a\n- b\n", "must be a mapping of settings"),
+])
+def test_a_file_that_is_no_run_config_is_one_line(tmp_path: Path, content: bytes, needle: str) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_bytes(content)
+    with pytest.raises(GlueError, match="") as exc:
+        config.load(path, "r1", "gpukit")
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_run_id_with_a_path_in_it_is_refused_before_the_bucket_is_asked(tmp_path: Path) -> None:
+    from glue.runs import deploy
+
+    with pytest.raises(GlueError, match=r"invalid run id '\.\./runs/r1'"):
+        deploy.open_store(tmp_path, "../runs/r1")  # no cluster, no bucket: the id alone is refused

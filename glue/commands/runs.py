@@ -17,11 +17,13 @@ from glue.errors import GlueError
 from glue.paths import home
 from glue.runs import deploy as deploy_mod
 from glue.runs import monitor
+from glue.runs.classify import Outcome
 from glue.runs.store import RunStore
 from glue.runs.vm_group import GroupSpec
 
 err = Console(stderr=True)
 out = Console()
+FOLLOW_CHECK_SECONDS = 15  # how often `logs -f` asks whether the attempt still runs
 
 
 @click.command()
@@ -96,22 +98,36 @@ def show_run(run_id: str, as_json: bool) -> None:
 @click.command()
 @click.option("--run", "run_id", required=True, help="Run id.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new log output until the attempt ends.")
-@click.option("--attempt", type=int, default=None, help="Attempt number (default: all).")
+@click.option("--attempt", type=POSITIVE_INT, default=None, help="Attempt number (default: all).")
 def logs(run_id: str, follow: bool, attempt: int | None) -> None:
     """The trainer's log, from the bucket (shipped every few seconds)."""
-    store = deploy_mod.open_store(home(), run_id)
+    h = home()
+    store = deploy_mod.open_store(h, run_id)
     store.manifest()
+    known = store.attempts()
+    if attempt is not None and attempt not in known:
+        raise GlueError(f"run {run_id} has no attempt {attempt}; its attempts: {', '.join(map(str, known)) or 'none'}")
     shown = 0
+    checked = time.monotonic()
     while True:
         text = store.log_text(attempt)
         click.echo(text[shown:], nl=False)
         shown = len(text)
         if not follow:
             return
-        last = store.attempts()[-1]
+        last = attempt or store.attempts()[-1]
         if store.get_json(f"attempts/{last}.exit.json") is not None:
             click.echo(store.log_text(attempt)[shown:], nl=False)
             return
+        if time.monotonic() - checked > FOLLOW_CHECK_SECONDS:
+            # A lost or stalled attempt never writes its exit record: ask the monitor instead.
+            checked = time.monotonic()
+            report = monitor.check(h, store)
+            if int(report.attempt.get("attempt") or 0) != last or report.verdict.outcome is not Outcome.RUNNING:
+                click.echo(store.log_text(attempt)[shown:], nl=False)
+                err.print(f"attempt {last} of run {run_id} is no longer running "
+                          f"({report.verdict.outcome}: {report.verdict.reason}); see `glue incidents --run {run_id}`")
+                return
         time.sleep(2)
 
 

@@ -249,8 +249,15 @@ def test_a_live_run_blocks_resume_and_an_up_that_would_remove_its_vm(cluster_kit
         assert status(fast, "live")["state"] == "running" and status(fast, "live")["attempt"] == 1
         assert [v["name"] for v in json.loads(fast.glue("status", "--json").stdout)["vms"]] == ["gpukit-1",
                                                                                                  "gpukit-2"]
+        # Supervisor and trainer gone at once (as with a lost VM): no exit record will ever come, and
+        # `glue logs -f` stops once the monitor no longer sees the attempt running.
+        rec = json.loads(s3(fast).get_object(Bucket="gpukit", Key="runs/live/attempts/1.json")["Body"].read())
+        vm_exec(fast, "gpukit-1", "kill", "-9", str(rec["supervisor_pid"]), str(rec["trainer_pid"]))
+        res = kit.glue("logs", "--run", "live", "-f", timeout=120)
+        assert "attempt 1 of run live is no longer running" in res.stderr, res.stderr
+        assert "glue incidents --run live" in res.stderr
     finally:
-        vm_exec(fast, "gpukit-1", "kill", "-9", str(trainer_pid(fast, "live")))
+        fast.glue("ssh", "gpukit-1", "--", "kill", "-9", str(trainer_pid(fast, "live")), check=False)
 
 
 def test_resume_of_a_completed_run_is_refused(cluster_kit: Kit, tmp_path: Path) -> None:
@@ -261,3 +268,5 @@ def test_resume_of_a_completed_run_is_refused(cluster_kit: Kit, tmp_path: Path) 
     res = kit.glue("deploy", "--run", "done", "--config", str(cfg), "--resume", check=False)
     assert res.returncode == 1 and "run done completed; its outputs are final" in res.stderr, res.stderr
     assert status(fast, "done")["attempt"] == 1
+    res = kit.glue("logs", "--run", "done", "--attempt", "2", check=False)
+    assert res.returncode == 1 and "run done has no attempt 2; its attempts: 1" in res.stderr, res.stderr

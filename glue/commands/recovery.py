@@ -79,6 +79,9 @@ def advise(run_id: str | None, mtbf: float | None, restore_seconds: float | None
     from glue.runs.deploy import open_store
 
     if example:
+        if as_json:
+            click.echo(json.dumps(advise_mod.worked_example_numbers(), indent=2))
+            return
         for line in advise_mod.worked_example():
             click.echo(line)
         return

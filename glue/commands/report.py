@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from glue.commands.options import NON_NEGATIVE, POSITIVE_FLOAT, POSITIVE_INT
+from glue.errors import GlueError
 from glue.paths import home
 
 err = Console(stderr=True)
@@ -30,16 +31,17 @@ def report(run_id: str, out_path: Path | None, open_it: bool) -> None:
     from glue.report import facts, html
     from glue.runs.deploy import open_store
 
+    path = out_path or Path(f"{run_id}-report.html")
+    if not path.parent.is_dir():
+        raise GlueError(f"cannot write the report to {path}: folder {path.parent} does not exist; create it or "
+                        "pick another --out")
     store = open_store(home(), run_id)
     with err.status(f"reading run {run_id} from the bucket"):
         page = html.build(facts.gather(store))
-    path = out_path or Path(f"{run_id}-report.html")
     try:
         path.write_text(page)
     except OSError as exc:
-        from glue.errors import GlueError
-
-        raise GlueError(f"cannot write the report to {path}: {exc.strerror}") from exc
+        raise GlueError(f"cannot write the report to {path}: {exc.strerror}; pick another --out") from exc
     store.put_bytes(REPORT_KEY, page.encode())
     err.print(f"report: {path} ({len(page) // 1024} KiB) and s3://{store.info.name}/{store.prefix}{REPORT_KEY}")
     if open_it:
@@ -66,6 +68,8 @@ def compare(run_a: str, run_b: str, as_json: bool) -> None:
     from glue.report import facts
     from glue.runs.deploy import open_store
 
+    if run_a == run_b:
+        raise GlueError(f"compare needs two different runs (got {run_a} twice)")
     h = home()
     with err.status(f"reading runs {run_a} and {run_b} from the bucket"):
         res = compare_mod.compare(facts.gather(open_store(h, run_a), with_reference=False),

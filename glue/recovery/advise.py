@@ -127,16 +127,28 @@ def advise(store: RunStore, mtbf_hours: float | None, restore_s: float | None) -
     }
 
 
+def worked_example_numbers() -> dict[str, float]:
+    """The case from the design notes: failure at minute 95, last checkpoint at 90, restore 5 minutes;
+    Young's and Daly's intervals for a 30 s save and a 24 h MTBF."""
+    fail, last, restore = 95, 90, 5
+    return {"failure_minute": fail, "last_checkpoint_minute": last, "restore_minutes": restore,
+            "replay_minutes": fail - last, "lost_minutes": fail - last + restore,
+            "save_cost_s": 30, "mtbf_s": 86400,
+            "young_interval_minutes": round(young(30, 86400) / 60, 1),
+            "daly_interval_minutes": round(daly(30, 86400) / 60, 1)}
+
+
 def worked_example() -> list[str]:
     """The case from the design notes, spelled out."""
-    fail, last, restore = 95, 90, 5
+    n = worked_example_numbers()
+    fail, last, restore = n["failure_minute"], n["last_checkpoint_minute"], n["restore_minutes"]
     return [
         f"failure at minute {fail}; last complete checkpoint at minute {last}; restore takes {restore} minutes",
-        f"  replay:  {fail} - {last} = {fail - last} minutes of training redone",
+        f"  replay:  {fail} - {last} = {n['replay_minutes']} minutes of training redone",
         f"  restore: {restore} minutes to provision, load and resume",
-        f"  lost:    {fail - last} + {restore} = {fail - last + restore} minutes",
+        f"  lost:    {n['replay_minutes']} + {restore} = {n['lost_minutes']} minutes",
         "on average a failure lands mid-interval, so expect T/2 + R lost per failure (T = interval, R = restore);",
         "Young's interval T = sqrt(2·C·MTBF) balances that against the save cost C",
-        f"  e.g. C = 30 s, MTBF = 24 h: T = sqrt(2·30·86400) = {young(30, 86400) / 60:.0f} min "
-        f"(Daly: {daly(30, 86400) / 60:.0f} min)",
+        f"  e.g. C = 30 s, MTBF = 24 h: T = sqrt(2·30·86400) = {n['young_interval_minutes']:.0f} min "
+        f"(Daly: {n['daly_interval_minutes']:.0f} min)",
     ]

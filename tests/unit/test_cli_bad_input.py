@@ -1,0 +1,39 @@
+"""Bad input that needs no cluster: one line, exit 1, nothing written (click's test runner, in process)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from glue.cli import cli
+
+
+def _glue(tmp_path: Path, *args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(cli, list(args), env={"GPUKIT_HOME": str(tmp_path / "home")})
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_advise_example_has_json_with_the_worked_numbers(tmp_path: Path) -> None:
+    code, out, _ = _glue(tmp_path, "advise", "--example", "--json")
+    numbers = json.loads(out)
+    assert code == 0 and numbers["lost_minutes"] == 10 and numbers["restore_minutes"] == 5
+    assert 37 < numbers["young_interval_minutes"] < 39
+
+
+def test_compare_of_a_run_with_itself_is_refused(tmp_path: Path) -> None:
+    code, _, err = _glue(tmp_path, "compare", "r1", "r1")
+    assert code == 1 and "compare needs two different runs (got r1 twice)" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_report_into_a_missing_folder_is_refused_before_the_bucket_is_read(tmp_path: Path) -> None:
+    code, _, err = _glue(tmp_path, "report", "--run", "r1", "--out", str(tmp_path / "nope" / "r.html"))
+    assert code == 1 and "folder" in err and "does not exist; create it or pick another --out" in err
+    assert not (tmp_path / "nope").exists()
+
+
+def test_a_bad_run_id_is_a_usage_error_not_a_bucket_error(tmp_path: Path) -> None:
+    code, _, err = _glue(tmp_path, "status", "--run", "../runs/r1")
+    assert code == 1 and "invalid run id '../runs/r1'" in err and "bucket" not in err

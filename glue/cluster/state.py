@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from glue.cloud import get_backend
+from glue.cloud import BACKENDS, get_backend
 from glue.cluster import credentials
 from glue.errors import GlueError
 from glue.infra import inventory
@@ -29,17 +29,31 @@ class ClusterConfig:
 
     @classmethod
     def load(cls, home: Path) -> ClusterConfig:
+        """The saved config; the defaults before the first `glue up`. A damaged file is an error, never the
+        defaults: those could name other VMs, and the next `glue up` would replace the cluster's."""
+        path = home / "cluster.json"
         try:
-            return cls(**json.loads((home / "cluster.json").read_text()))
-        except (OSError, ValueError, TypeError):
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
             return cls()
+        except (OSError, ValueError) as exc:
+            raise GlueError(f"{path} cannot be read ({exc}); restore it ({json.dumps(cls().__dict__)} is the "
+                            "default) or, with no VMs running, remove it") from None
+        ok = (isinstance(raw, dict) and set(raw) <= set(cls().__dict__) and raw.get("backend", "local") in BACKENDS
+              and isinstance(raw.get("vms", DEFAULT_VMS), int) and isinstance(raw.get("name_prefix", ""), str))
+        if not ok:
+            raise GlueError(f"{path} is not a cluster config ({json.dumps(raw)[:120]}): fix it (keys: backend, one of "
+                            f"{', '.join(BACKENDS)}; vms; name_prefix) or, with no VMs running, remove it")
+        return cls(**raw)
 
     def vm_names(self) -> list[str]:
         """The VMs this config asks for (terraform/modules/cluster names them <prefix>-1 ... <prefix>-N)."""
         return [f"{self.name_prefix}-{i}" for i in range(1, self.vms + 1)]
 
     def save(self, home: Path) -> None:
-        (home / "cluster.json").write_text(json.dumps(self.__dict__))
+        tmp = home / "cluster.json.tmp"  # renamed into place: a reader never sees half a file
+        tmp.write_text(json.dumps(self.__dict__))
+        tmp.replace(home / "cluster.json")
 
 
 def tf_vars(home: Path, cfg: ClusterConfig) -> dict[str, Any]:

@@ -37,3 +37,14 @@ def test_a_report_into_a_missing_folder_is_refused_before_the_bucket_is_read(tmp
 def test_a_bad_run_id_is_a_usage_error_not_a_bucket_error(tmp_path: Path) -> None:
     code, _, err = _glue(tmp_path, "status", "--run", "../runs/r1")
     assert code == 1 and "invalid run id '../runs/r1'" in err and "bucket" not in err
+
+
+def test_a_damaged_cluster_json_is_one_line_not_the_defaults(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    for text, needle in (('{"backend": "aws"}', "is not a cluster config"), ("garbage", "cannot be read"),
+                         ('{"vms": "two"}', "is not a cluster config")):
+        (home / "cluster.json").write_text(text)
+        code, _, err = _glue(tmp_path, "status")
+        assert code == 1 and needle in err and "remove it" in err and "Traceback" not in err, err
+        assert (home / "cluster.json").read_text() == text

@@ -40,6 +40,9 @@ def _lifetime(seconds: float) -> str:
 
 def account(client: LyceumClient | None = None) -> Account:
     checks: list[Check] = []
+    if not os.environ.get(KEY_ENV, "").strip():  # the API's own message would repeat the fix line's text
+        return Account([Check("API key", False, f"{KEY_ENV} is not set",
+                              f"create a key at {KEYS_PAGE} and `export {KEY_ENV}=lk_...`")])
     try:
         api_key_from_env()
         url = api_url_from_env()

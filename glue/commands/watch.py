@@ -17,6 +17,7 @@ from rich.live import Live
 from rich.table import Table
 
 from glue.commands.options import NON_NEGATIVE, POSITIVE_FLOAT
+from glue.errors import GlueError
 from glue.paths import home
 
 err = Console(stderr=True)
@@ -43,6 +44,12 @@ def _write_status(rows: list[dict[str, object]]) -> None:
     tmp = path.with_name(f".status.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps({"updated_at": utc_iso(), "rows": rows}, indent=1))
     tmp.replace(path)
+
+
+def once_failures(rows: list[dict[str, object]]) -> list[str]:
+    """What `--once` exits 1 for: a run it could not read, or a recovery that failed in this pass."""
+    return [f"{r['run']}: {r['note']}" for r in rows
+            if r["state"] == "error" or str(r["note"]).startswith("recovery failed")]
 
 
 def _foreground(runs: tuple[str, ...], interval: float, once: bool, keep_failed: bool, tolerance: float) -> None:
@@ -79,7 +86,12 @@ def _foreground(runs: tuple[str, ...], interval: float, once: bool, keep_failed:
                     if last_lines.get(str(r["run"])) != line:
                         err.print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}", highlight=False, soft_wrap=True)
                         last_lines[str(r["run"])] = line
-            if once or (rows and all(r["state"] in ("completed", "stopped") for r in rows) and runs):
+            if once:  # a cron job's exit status: 1 when this pass could not do what it had to
+                failed = once_failures(rows)
+                if failed:
+                    raise GlueError("; ".join(failed))
+                return
+            if rows and all(r["state"] in ("completed", "stopped") for r in rows) and runs:
                 return
             # A late heartbeat's probe window closes before the next regular poll: poll right then.
             wake = watcher.wake_at - time.time() if watcher.wake_at is not None else interval
@@ -93,7 +105,7 @@ def _foreground(runs: tuple[str, ...], interval: float, once: bool, keep_failed:
 @click.option("--run", "runs", multiple=True, help="Watch only this run (repeatable; default: every run in the "
               "bucket whose latest attempt had not ended when first seen).")
 @click.option("--interval", type=POSITIVE_FLOAT, default=1.0, show_default=True, help="Seconds between polls.")
-@click.option("--once", is_flag=True, help="Poll once, act on what it finds, and exit.")
+@click.option("--once", is_flag=True, help="Poll once, act on what it finds, and exit (1 when a recovery failed).")
 @click.option("--keep-failed", is_flag=True,
               help="Keep a failed VM that is still alive (stall, comm) for debugging; the run moves to a new VM.")
 @click.option("--tolerance", type=NON_NEGATIVE, default=0.0, show_default=True,

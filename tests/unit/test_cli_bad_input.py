@@ -48,3 +48,16 @@ def test_a_damaged_cluster_json_is_one_line_not_the_defaults(tmp_path: Path) -> 
         code, _, err = _glue(tmp_path, "status")
         assert code == 1 and needle in err and "remove it" in err and "Traceback" not in err, err
         assert (home / "cluster.json").read_text() == text
+
+
+def test_watch_once_fails_for_a_failed_recovery_or_an_unreadable_run() -> None:
+    from glue.commands.watch import once_failures
+
+    rows: list[dict[str, object]] = [
+        {"run": "a", "state": "running", "note": ""},
+        {"run": "b", "state": "recover", "note": "recovery failed: unknown VM 'gpukit-1'"},
+        {"run": "c", "state": "error", "note": "bucket did not answer"},
+        {"run": "d", "state": "stopped", "note": "budget exhausted"},
+    ]
+    assert once_failures(rows) == ["b: recovery failed: unknown VM 'gpukit-1'", "c: bucket did not answer"]
+    assert once_failures(rows[:1] + rows[3:]) == []

@@ -81,15 +81,24 @@ class TrialLimit:
         self._mem.remove()
 
 
-def available_mb() -> int | None:
-    """MemAvailable from /proc/meminfo, in MB."""
+def _meminfo_mb(field: str) -> int | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) // 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def available_mb() -> int | None:
+    """MemAvailable from /proc/meminfo, in MB."""
+    return _meminfo_mb("MemAvailable")
+
+
+def total_mb() -> int | None:
+    """MemTotal from /proc/meminfo, in MB: no host-memory limit above it can hold a trial."""
+    return _meminfo_mb("MemTotal")
 
 
 def safety_limit_mb() -> int | None:

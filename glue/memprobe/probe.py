@@ -201,6 +201,13 @@ def run(cfg: dict[str, Any], opts: Options) -> dict[str, Any]:
             raise GlueError(f"cannot vary {var!r}; choose from {', '.join(VARIABLES)}")
         if var not in cfg:
             raise GlueError(f"the trainer config has no {var!r}")
+    at = opts.remedies_at
+    if opts.remedies and at is not None:  # checked before any trial, not found out by the last ones
+        if at < 1:
+            raise GlueError(f"--remedies-at {at}: {opts.vary[0]} must be at least 1")
+        if opts.vary[0] == "d_model" and at % int(cfg["n_head"]):
+            raise GlueError(f"--remedies-at {at}: d_model must be a multiple of n_head={cfg['n_head']}; "
+                            f"try {max(1, round(at / int(cfg['n_head']))) * int(cfg['n_head'])}")
     prober = Prober(cfg, opts)
     searches: list[dict[str, Any]] = []
     report: dict[str, Any] = {"searches": searches, "complete": False}

@@ -13,6 +13,7 @@ import yaml
 from glue.errors import GlueError
 
 TRAINER_MODULE = "glue.examples.tiny_gpt"
+MAX_VALUE = 2**31 - 1  # the largest size a trial can be asked for (torch takes sizes as 64-bit, products too)
 
 
 @dataclass
@@ -33,10 +34,15 @@ def _check_command(command: Any, where: str) -> None:
 
 
 def from_config_file(path: Path) -> Source:
+    if path.exists() and not path.is_file():  # a device or a pipe: reading may never end
+        raise GlueError(f"{path} is not a regular file; give a run config file (run.yaml)")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise GlueError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise GlueError(f"{path} is not a UTF-8 text YAML file (undecodable byte at offset {exc.start}); "
+                        "give a run config (run.yaml)") from exc
     except yaml.YAMLError as exc:
         raise GlueError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     if not isinstance(raw, dict):
@@ -80,7 +86,11 @@ def parse_set(items: tuple[str, ...]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             raise GlueError(f"--set wants key=value, got {item!r}")
-        out[key] = yaml.safe_load(value)
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise GlueError(f"--set {item}: {value!r} is not a YAML value ({str(exc).splitlines()[0]}); "
+                            "give a number, true/false or text") from exc
     return out
 
 
@@ -94,20 +104,37 @@ def parse_ranges(items: tuple[str, ...], vary: list[str]) -> dict[str, tuple[int
                 raise GlueError(f"--range {item}: with several --vary, name it: --range {vary[0]}={item}")
             name = vary[0]
         m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", span)
-        if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
-            raise GlueError(f"--range wants LO:HI with 1 <= LO <= HI, got {item!r}")
+        if not m or not 1 <= int(m.group(1)) <= int(m.group(2)) <= MAX_VALUE:
+            raise GlueError(f"--range wants LO:HI with 1 <= LO <= HI <= {MAX_VALUE}, got {item!r}")
         if name not in vary:
             raise GlueError(f"--range names {name!r}, which is not varied (--vary {name})")
+        if name in out:
+            raise GlueError(f"--range {item}: a range for {name} was given twice; give one")
         out[name] = (int(m.group(1)), int(m.group(2)))
     return out
 
 
-def trainer_config(source_cfg: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """What tiny_gpt would run with: its DEFAULTS, the run's config, then --set."""
-    from glue.examples.tiny_gpt import DEFAULTS
+def trainer_config(source_cfg: dict[str, Any], overrides: dict[str, Any],
+                   where: str = "the run config") -> dict[str, Any]:
+    """What tiny_gpt would run with: its DEFAULTS, the run's config (`where`), then --set; checked as
+    tiny_gpt checks it (a size of 0 or less, a wrong type: one line naming the key and where it came from)."""
+    from glue.examples.tiny_gpt import DEFAULTS, check_config
 
     cfg = {**DEFAULTS, **source_cfg, **overrides}
     unknown = sorted(set(overrides) - set(DEFAULTS))
     if unknown:
         raise GlueError(f"--set {unknown[0]}: not a {TRAINER_MODULE} setting; known: {', '.join(sorted(DEFAULTS))}")
+    try:
+        check_config(cfg)
+    except ValueError as exc:
+        m = re.search(r"config\.(\w+)|key '(\w+)'", str(exc))
+        key = (m.group(1) or m.group(2)) if m else None
+        if key is not None and key in overrides:
+            raise GlueError(f"--set {key}={_yaml_text(overrides[key])}: {exc}") from exc
+        fix = f" (fix it there, or override it with --set {key}=VALUE)" if key in DEFAULTS else ""
+        raise GlueError(f"{where}: {exc}{fix}") from exc
     return cfg
+
+
+def _yaml_text(value: Any) -> str:
+    return str(yaml.safe_dump(value, default_flow_style=True)).removesuffix("\n...\n").strip()

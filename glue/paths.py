@@ -6,15 +6,35 @@ import os
 import sys
 from pathlib import Path
 
+from glue.errors import GlueError
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def home() -> Path:
-    """Kit state directory (VM disks, bucket data, terraform working copy, keys). Created on demand."""
+    """Kit state directory (VM disks, bucket data, terraform working copy, keys). Created on demand;
+    one that cannot be (a file there, a path that cannot exist, no permission) is one GlueError line."""
     base = os.environ.get("GPUKIT_HOME")
     path = Path(base).resolve() if base else PROJECT_ROOT / ".gpukit"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise GlueError(state_dir_error(path, exc, "GPUKIT_HOME", base, "the kit's state is then in .gpukit/ "
+                                        "of the project")) from None
     return path
+
+
+def state_dir_error(path: Path, exc: OSError, env: str, base: str | None, unset: str) -> str:
+    """One line for a state directory that cannot be used: the path, why, and how to fix it."""
+    why = "a file is in the way" if isinstance(exc, FileExistsError | NotADirectoryError) else \
+        (exc.strerror or str(exc)).lower()
+    if base:
+        return (f"{env}={base!r}: cannot use {path} as a directory ({why}); point {env} at a directory you "
+                f"can write, or unset it ({unset})")
+    return (f"cannot use {path} as a directory ({why}): move what is there away, or set {env} to a directory "
+            "you can write")
 
 
 def ssh_client_key_path(home: Path) -> Path:

@@ -32,7 +32,8 @@ def image() -> None:
 @click.option("--name", default="gpukit", show_default=True, help="The recipe: images/<name>/recipe.yaml.")
 @click.option("--recipes", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Directory of recipes (default: the kit's images/).")
-@click.option("--force", is_flag=True, help="Bake again even when the cache has this recipe's image.")
+@click.option("--force", is_flag=True, help="Bake again even when the cache has this recipe's image (refused while "
+                                            "a running VM boots that image: `glue down` first).")
 def build_cmd(name: str, recipes: Path | None, force: bool) -> None:
     """Bake the image (mmdebstrap, the recipe's files, rclone, the venv); a cached one is reused."""
     rec = recipe.load(name, recipes)

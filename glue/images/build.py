@@ -2,7 +2,9 @@
 rclone, a venv of heavy Python dependencies, then customize.sh inside the root filesystem.
 
 One build per recipe at a time (a lock file); the result enters the cache by an atomic rename, and a
-build that fails for any reason (a missing package, a full disk, Ctrl-C) leaves nothing behind.
+build that fails for any reason (a missing package, a full disk, Ctrl-C) leaves nothing behind. A
+cached image that a running VM boots (its overlay's lower layer, its boot disk) is never removed: a
+forced rebake of it is refused.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import json
 import os
 import re
@@ -72,7 +75,6 @@ def du(path: Path) -> int:
 
 @contextmanager
 def _locked(cache_root: Path, name: str) -> Iterator[None]:
-    cache_root.mkdir(parents=True, exist_ok=True)
     with open(cache_root / f".lock-{name}", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         yield
@@ -92,7 +94,7 @@ def _run(cmd: list[str], log: Path, what: str, stdin: Path | None = None, env: d
         if "No space left on device" in text:
             raise OSError(errno.ENOSPC, "No space left on device")
         tail = [ln for ln in text.strip().splitlines() if ln.strip()][-1:] or [f"exit {rc}"]
-        kept = log.parent.parent / f"{log.parent.name.split('-')[1]}-failed.log"
+        kept = log.parent.parent / f"{log.parent.name.removeprefix('.build-').rsplit('-', 2)[0]}-failed.log"
         raise GlueError(f"image build failed while {what}: {tail[0][:300]} (log: {kept})")
 
 
@@ -148,27 +150,81 @@ def _keep_log(work: Path, root: Path, recipe: Recipe) -> None:
         shutil.copyfile(work / "build.log", root / f"{recipe.name}-failed.log")
 
 
+def users(entry: Path, proc: Path = Path("/proc")) -> list[str]:
+    """What runs on an image directory, whichever kit home started it: a process with its path on the
+    command line (qemu's -kernel), a file open under it (a qemu VM's boot disk), or a mount namespace
+    with it in a mount (a local VM's overlay, whose lower layer is the image's rootfs). VMs by name
+    (nspawn's --machine=, qemu's -name); other processes as `pid N (command)`. Unreadable ones are skipped."""
+    names: set[str] = set()
+    others: list[str] = []
+    mentions = re.compile(re.escape(str(entry)) + r"(?=[/,:\s]|$)")
+    namespaces: set[str] = set()
+    for d in sorted((p for p in proc.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
+        if int(d.name) == os.getpid():
+            continue
+        try:
+            argv = [a.decode(errors="replace") for a in (d / "cmdline").read_bytes().split(b"\0")]
+        except OSError:
+            continue
+        hit = any(mentions.search(a) for a in argv)
+        with contextlib.suppress(OSError):
+            hit = hit or any(mentions.match(os.readlink(fd)) for fd in (d / "fd").iterdir())
+        with contextlib.suppress(OSError):
+            ns = os.readlink(d / "ns" / "mnt")  # one look per mount namespace: its first process stands for it
+            if ns not in namespaces:
+                namespaces.add(ns)
+                hit = mentions.search((d / "mountinfo").read_text(errors="replace")) is not None or hit
+        if not hit:
+            continue
+        vm = [a.removeprefix("--machine=") for a in argv if a.startswith("--machine=")]
+        if os.path.basename(argv[0]).startswith("qemu-system"):
+            vm += [b for a, b in itertools.pairwise(argv) if a == "-name"]
+        if vm:
+            names.add(vm[0])
+        else:
+            others.append(f"pid {d.name} ({os.path.basename(argv[0]) or '?'})")
+    return sorted(names) or others
+
+
+def _refuse_if_used(recipe: Recipe, entry: Path) -> None:
+    """A cached image that a running VM boots is never removed (its root filesystem would go from under it)."""
+    if not entry.exists():
+        return
+    found = users(entry)
+    if found:
+        raise GlueError(f"image {recipe.name} {entry.name.rsplit('-', 1)[-1]} is in use by {', '.join(found[:5])}"
+                        f"{f' and {len(found) - 5} more' if len(found) > 5 else ''}: `glue down` first (in each "
+                        "kit home whose VMs boot it), then bake again; the cached image was kept")
+
+
 def build(recipe: Recipe, home: Path, step: Step = lambda _s: None, force: bool = False) -> tuple[Image, bool]:
-    """The image for this recipe, baked now if the cache lacks it. Returns (image, baked_now)."""
+    """The image for this recipe, baked now if the cache lacks it. Returns (image, baked_now). `force`
+    bakes again, refused (one line, before any work) while a running VM uses the cached one."""
     digest = recipe.content_hash()
     root = cache.cache_dir(home)
+    final = cache.entry_dir(root, recipe, digest)
     found = cache.lookup(root, recipe, digest)
     if found and not force:
         return found, False
+    _refuse_if_used(recipe, final)
     check_tools()
+    cache.ensure(root, home)
     with _locked(root, recipe.name):
         found = cache.lookup(root, recipe, digest)  # another process may have baked it meanwhile
         if found and not force:
             return found, False
-        # Holding the lock, any other build directory of this recipe is a killed build's leftover.
+        # Holding the lock, any other build directory of this recipe is a killed build's leftover
+        # (only this recipe's: `.build-<name>-<hash16>-<pid>`, not those of a recipe named <name>-x).
+        mine = re.compile(rf"\.build-{re.escape(recipe.name)}-[0-9a-f]{{16}}-[0-9]+")
         for stale in root.glob(f".build-{recipe.name}-*"):
-            shutil.rmtree(stale, ignore_errors=True)
+            if mine.fullmatch(stale.name):
+                shutil.rmtree(stale, ignore_errors=True)
         work = root / f".build-{recipe.name}-{digest[:16]}-{os.getpid()}"
         work.mkdir(parents=True)
         try:
             _bake(recipe, digest, work, step)
-            final = cache.entry_dir(root, recipe, digest)
             if final.exists():
+                _refuse_if_used(recipe, final)  # a VM may have booted it during the bake
                 shutil.rmtree(final)
             work.rename(final)
         except GlueError:

@@ -12,14 +12,39 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from glue.errors import GlueError
 from glue.images.recipe import Recipe
+from glue.paths import state_dir_error
 
 META = "image.json"
 
 
 def cache_dir(home: Path) -> Path:
+    """The cache directory (not created here). A path that can never be a directory (a file, or a file
+    above it) is one GlueError line, for listing as for building."""
     base = os.environ.get("GPUKIT_IMAGES")
-    return Path(base).resolve() if base else home / "images"
+    path = Path(base).resolve() if base else home / "images"
+    for above in (path, *path.parents):
+        if above.exists():
+            if not above.is_dir():
+                raise _error(path, home, NotADirectoryError(20, "Not a directory"))
+            break
+    return path
+
+
+def ensure(cache: Path, home: Path) -> None:
+    """Create the cache directory, or fail in one line saying which path and how to fix it."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        if not os.access(cache, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise _error(cache, home, exc) from None
+
+
+def _error(path: Path, home: Path, exc: OSError) -> GlueError:
+    return GlueError(state_dir_error(path, exc, "GPUKIT_IMAGES", os.environ.get("GPUKIT_IMAGES"),
+                                     f"the cache is then {home / 'images'}"))
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,19 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Literal
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 from glue.errors import GlueError
 from glue.paths import PROJECT_ROOT, tool
@@ -23,6 +34,81 @@ IMAGES_DIR = PROJECT_ROOT / "images"
 BAKE_VERSION = 4
 # Debian package names (policy §5.6.1), optionally with =version.
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$")
+# A recipe's name: a folder of images/ (and the cache directory's prefix), never a path.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# A path inside the image (the venv, rclone): absolute, plain characters (it reaches a shell), no `..`.
+_IMAGE_PATH = re.compile(r"^(/[A-Za-z0-9_.+-]+)+$")
+
+
+def _image_path(v: str) -> str:
+    if not _IMAGE_PATH.match(v) or any(part in (".", "..") for part in v.split("/")):
+        raise ValueError(f"{v!r} is not an absolute path in the image (letters, digits, _ . + -; no . or ..)")
+    return v
+
+
+def _requirement(v: str) -> str:
+    if not v[:1].isalnum():
+        raise ValueError(f"{v!r} is not a requirement (pip's name[extras] and version, no options)")
+    return v
+
+
+ImagePath = Annotated[StrictStr, AfterValidator(_image_path)]
+Requirement = Annotated[StrictStr, AfterValidator(_requirement)]
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors; strings are not coerced from other types."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _VenvFile(_Strict):
+    """`venv:` a Python venv at `path` in the image, with `requirements` (pip's syntax) installed offline."""
+
+    path: ImagePath
+    requirements: Annotated[tuple[Requirement, ...], Field(min_length=1)]
+
+
+class _RecipeFile(_Strict):
+    """recipe.yaml. `packages` is required and not empty: mmdebstrap's variants alone boot no VM (no init, no sshd)."""
+
+    name: StrictStr | None = None
+    suite: Annotated[StrictStr, StringConstraints(pattern=r"^[a-z][a-z0-9-]*$")] = "bookworm"
+    variant: Literal["extract", "custom", "essential", "apt", "required", "minbase", "buildd", "important",
+                     "debootstrap", "standard"] = "apt"
+    packages: Annotated[tuple[StrictStr, ...], Field(min_length=1)]
+    venv: _VenvFile | None = None
+    rclone: ImagePath | None = None
+
+    @field_validator("packages")
+    @classmethod
+    def _debian_names(cls, packages: tuple[str, ...]) -> tuple[str, ...]:
+        for pkg in packages:
+            if not _PACKAGE.match(pkg):
+                raise ValueError(f"{pkg!r} is not a Debian package name")
+        return packages
+
+
+def _one_line(exc: ValidationError) -> str:
+    """One problem, naming the key: what is wrong and what is allowed. An unknown key comes first (a
+    misspelt `package:` is that, more than a missing `packages`)."""
+    errors = exc.errors()
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    loc, kind = tuple(str(p) for p in err["loc"]), err["type"]
+    where = ".".join(loc)
+    model: type[BaseModel] = _VenvFile if loc[:1] == ("venv",) else _RecipeFile
+    if kind == "extra_forbidden":
+        return f"unknown key {where!r}; known keys{' under venv' if len(loc) > 1 else ''}: " \
+               f"{', '.join(model.model_fields)}"
+    if kind == "missing":
+        required = [k for k, f in model.model_fields.items() if f.is_required()]
+        return f"missing key {where!r} (required: {', '.join(required)})"
+    if kind == "too_short":
+        return f"{where} is empty: list at least one"
+    msg = "must be a list" if kind == "tuple_type" else str(err["msg"]).removeprefix("Value error, ")
+    got = err.get("input")
+    shown = "" if isinstance(got, dict | list) or kind.startswith("value_error") else f" (got {got!r})"
+    return f"{where}: {msg}{shown}"
 
 
 @dataclass(frozen=True)
@@ -67,36 +153,41 @@ class Recipe:
         return h.hexdigest()
 
 
+def _known(images_dir: Path) -> str:
+    return ", ".join(sorted(p.parent.name for p in images_dir.glob("*/recipe.yaml"))) or "none"
+
+
 def load(name: str = "gpukit", images_dir: Path | None = None) -> Recipe:
     """Read and check images/<name>/recipe.yaml; a bad recipe is one GlueError line."""
     images_dir = images_dir or IMAGES_DIR
+    if not _NAME.match(name) or ".." in name:
+        raise GlueError(f"image recipe name {name!r} is not a recipe's name (a folder of {images_dir}, no '/' "
+                        f"or '..'; known: {_known(images_dir)})")
     directory = images_dir / name
     path = directory / "recipe.yaml"
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        known = sorted(p.parent.name for p in images_dir.glob("*/recipe.yaml"))
-        raise GlueError(f"no image recipe {name!r} (known: {', '.join(known) or 'none'})") from None
+        raise GlueError(f"no image recipe {name!r} (known: {_known(images_dir)})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GlueError(f"{path}: cannot read it ({exc})") from None
     except yaml.YAMLError as exc:
         raise GlueError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(raw, dict):
-        raise GlueError(f"{path}: expected a mapping")
-    packages = raw.get("packages") or []
-    if not isinstance(packages, list) or not all(isinstance(p, str) for p in packages):
-        raise GlueError(f"{path}: packages must be a list of Debian package names")
-    for pkg in packages:
-        if not _PACKAGE.match(pkg):
-            raise GlueError(f"{path}: {pkg!r} is not a Debian package name")
-    venv = raw.get("venv") or {}
-    if not isinstance(venv, dict):
-        raise GlueError(f"{path}: venv must be a mapping with path and requirements")
+        raise GlueError(f"{path}: expected a mapping (packages:, and optionally suite:, variant:, venv:, rclone:)")
+    try:
+        rf = _RecipeFile.model_validate(raw)
+    except ValidationError as exc:
+        raise GlueError(f"{path}: {_one_line(exc)}") from None
+    if rf.name is not None and rf.name != name:
+        raise GlueError(f"{path}: name {rf.name!r} must be the recipe's folder name {name!r} (or leave it out)")
     return Recipe(
-        name=str(raw.get("name", name)),
+        name=name,
         directory=directory,
-        suite=str(raw.get("suite", "bookworm")),
-        variant=str(raw.get("variant", "apt")),
-        packages=tuple(packages),
-        venv_path=venv.get("path"),
-        venv_requirements=tuple(str(r) for r in venv.get("requirements") or []),
-        rclone_path=raw.get("rclone"),
+        suite=rf.suite,
+        variant=rf.variant,
+        packages=rf.packages,
+        venv_path=rf.venv.path if rf.venv else None,
+        venv_requirements=rf.venv.requirements if rf.venv else (),
+        rclone_path=rf.rclone,
     )

@@ -18,8 +18,11 @@ import importlib.util
 import json
 import os
 import re
+import signal
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -199,13 +202,37 @@ def run_playbook(
         "rotate_artifacts": ARTIFACTS_KEPT,
         "event_handler": tracker.handle,
     }
-    runner = ansible_runner.interface.init_runner(**kwargs)
-    runner.config.env = _filtered_env(runner.config.env)
-    started = time.monotonic()
-    with live(tracker, show=progress):
-        runner.run()
-    seconds = time.monotonic() - started
+    with signals_cancel() as cancelled:
+        # Our own cancel callback: left without one, ansible-runner installs SIGINT/SIGTERM handlers for
+        # the rest of the process, and Ctrl-C or `glue watch --stop` would never end it again.
+        runner = ansible_runner.interface.init_runner(**kwargs, cancel_callback=cancelled)
+        runner.config.env = _filtered_env(runner.config.env)
+        started = time.monotonic()
+        with live(tracker, show=progress):
+            runner.run()
+        seconds = time.monotonic() - started
     return _result(tracker, runner, seconds)
+
+
+@contextmanager
+def signals_cancel() -> Iterator[Callable[[], bool]]:
+    """While a playbook runs, SIGINT/SIGTERM cancel it (ansible-runner stops ansible-playbook); then the
+    previous handlers are back, and a signal that came is delivered to them (Ctrl-C raises
+    KeyboardInterrupt, a watcher's SIGTERM ends it) once the playbook has stopped."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
+        yield lambda: False
+        return
+    got: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, _frame: got.append(signum))
+    try:
+        yield lambda: bool(got)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    if got:
+        signal.raise_signal(got[0])
 
 
 def _result(tracker: Progress, runner: Any, seconds: float) -> PlaybookResult:

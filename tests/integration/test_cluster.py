@@ -93,15 +93,31 @@ def test_changed_host_key_is_refused(kit: Kit) -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--vms", "0"], "vm_count must be a whole number from 1 to 16"),
-        (["--vms", "17"], "vm_count must be a whole number from 1 to 16"),
-        (["--name-prefix", "Bad_Prefix"], "name_prefix must be 2-32 characters"),
+        (["--vms", "0"], "'--vms': 0 is not in the range 1<=x<=16"),
+        (["--vms", "17"], "'--vms': 17 is not in the range 1<=x<=16"),
+        (["--name-prefix", "Bad_Prefix"], "'Bad_Prefix': 2-32 lowercase letters, digits and dashes"),
     ],
 )
-def test_terraform_validation_rejects_bad_input(kit: Kit, args: list[str], needle: str) -> None:
+def test_bad_vm_count_or_prefix_is_refused_before_terraform(kit: Kit, args: list[str], needle: str) -> None:
     res = kit.glue("up", "--no-configure", *args, check=False)
     assert res.returncode != 0
     assert needle in res.stderr and "Traceback" not in res.stderr
+    assert not (kit.home / "vms").exists() or list((kit.home / "vms").iterdir()) == []
+
+
+@pytest.mark.parametrize(("vms", "prefix", "needle"), [(0, "gpukit", "vm_count must be a whole number from 1 to 16"),
+                                                        (2, "Bad_Prefix", "name_prefix must be 2-32 characters")])
+def test_the_terraform_module_validates_its_variables_too(kit: Kit, vms: int, prefix: str, needle: str) -> None:
+    """For whoever drives terraform/ without glue: the module's own validation blocks."""
+    from rich.console import Console
+
+    from glue.cluster.state import ClusterConfig, tf_vars
+    from glue.errors import GlueError
+    from glue.infra.terraform import Terraform
+
+    tf = Terraform(kit.home, "local", Console(stderr=True))
+    with pytest.raises(GlueError, match=needle), tf.locked():
+        tf.apply(tf_vars(kit.home, ClusterConfig(vms=vms, name_prefix=prefix)))
     assert not (kit.home / "vms").exists() or list((kit.home / "vms").iterdir()) == []
 
 

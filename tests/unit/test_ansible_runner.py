@@ -168,3 +168,39 @@ def test_fact_cache_is_dropped_for_new_or_replaced_vms(tmp_path: Path) -> None:
     write({"h10": "vm-c"})
     ansible_run.prune_fact_cache(home, inv)  # h1 left the cluster
     assert {p.name for p in cache.iterdir()} == {".vm-ids.json", "s1_h10"}
+
+
+SLOW_PLAY = """
+- name: A play that waits
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Wait long enough to be interrupted
+      ansible.builtin.command: sleep 60
+      changed_when: false
+"""
+
+
+def test_signals_work_again_after_a_playbook_and_one_during_it_cancels_it(home: Path) -> None:
+    """ansible-runner left alone keeps its own SIGINT/SIGTERM handlers for the rest of the process: after
+    one playbook, Ctrl-C or `glue watch --stop` (SIGTERM) would not end glue any more."""
+    import signal
+    import threading
+    import time
+
+    seen: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, _frame: seen.append(signum))
+    try:
+        handler = signal.getsignal(signal.SIGTERM)
+        res = ansible.run_playbook(str(home.parent / "play.yml"), home, limit=["h1"], progress=False)
+        assert res.ok and signal.getsignal(signal.SIGTERM) is handler
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        (home.parent / "slow.yml").write_text(SLOW_PLAY)
+        threading.Timer(3.0, signal.raise_signal, (signal.SIGTERM,)).start()
+        t0 = time.monotonic()
+        res = ansible.run_playbook(str(home.parent / "slow.yml"), home, limit=["h1"], progress=False)
+        assert time.monotonic() - t0 < 30 and not res.ok  # cancelled, not waited for
+        assert seen == [signal.SIGTERM]  # and the signal reached the handler it was meant for
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, before)

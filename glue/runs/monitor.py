@@ -239,12 +239,20 @@ def _check(home: Path, store: RunStore, record_incident: bool, unreachable: froz
     if verdict.outcome is Outcome.RUNNING or attempt.get("failure_class") or attempt.get("outcome"):
         return report
     if verdict.outcome is Outcome.COMPLETED:
-        attempt.update(outcome="completed", ended_at=utc_iso(), exit=0, last_step=ev.heartbeat_step)
+        attempt.update(outcome="completed", ended_at=utc_iso(), exit=0,
+                       last_step=last_completed_step(store, int(attempt["attempt"]), ev))
         store.put_json(f"attempts/{attempt['attempt']}.json", attempt)
         return report
     if record_incident:
         report.incident_key = write_incident(home, store, manifest, attempt, ev, verdict)
     return report
+
+
+def last_completed_step(store: RunStore, n: int, ev: Evidence, ckpt: int | None = None) -> int | None:
+    """The furthest step attempt n is known to have completed: the heartbeat is written every few seconds
+    and lags the shipped metrics (and a checkpoint of this attempt) when a VM dies between two beats."""
+    steps = [*(store.metrics().get(n) or {}), *(s for s in (ev.heartbeat_step, ckpt) if s is not None)]
+    return max(steps) if steps else None
 
 
 def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attempt: dict[str, Any], ev: Evidence,
@@ -260,6 +268,7 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
         stacks = "\n".join(dumps) or None
     now = utc_iso()
     env = manifest.get("environment", {})
+    ckpt = last_valid_checkpoint(store, manifest)
     incident = {
         "run": store.run, "attempt": attempt["attempt"], "class": str(verdict.outcome), "reason": verdict.reason,
         "policy": verdict.policy, "detected_at": now, "attempt_started_at": attempt.get("started_at"),
@@ -270,8 +279,8 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
         "environment": {k: env.get(k) for k in ("python", "torch", "cuda", "driver", "gpus", "gpu_type",
                                                 "packages_sha256", "hostname")} | {
             "image": manifest.get("image"), "image_digest": manifest.get("image_digest")},
-        "last_completed_step": ev.heartbeat_step,
-        "last_valid_checkpoint": last_valid_checkpoint(store, manifest),
+        "last_completed_step": last_completed_step(store, int(attempt["attempt"]), ev, ckpt),
+        "last_valid_checkpoint": ckpt,
         "evidence": {"exit_code": ev.exit_code, "signal": ev.exit_signal, "oom_kills": ev.oom_kills,
                      "vm_status": ev.vm_status, "ssh_reachable": ev.ssh_reachable,
                      "process_alive": ev.process_alive, "process_stopped": ev.process_stopped,
@@ -288,7 +297,7 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
     key = f"incidents/{now.replace(':', '').replace('-', '')}-{verdict.outcome}.json"
     store.put_json(key, incident)
     attempt.update(failure_class=str(verdict.outcome), reason=verdict.reason, ended_at=now, exit=ev.exit_code,
-                   signal=ev.exit_signal, last_step=ev.heartbeat_step, incident=key)
+                   signal=ev.exit_signal, last_step=incident["last_completed_step"], incident=key)
     store.put_json(f"attempts/{attempt['attempt']}.json", attempt)
     return key
 

@@ -270,3 +270,24 @@ def test_resume_of_a_completed_run_is_refused(cluster_kit: Kit, tmp_path: Path) 
     assert status(fast, "done")["attempt"] == 1
     res = kit.glue("logs", "--run", "done", "--attempt", "2", check=False)
     assert res.returncode == 1 and "run done has no attempt 2; its attempts: 1" in res.stderr, res.stderr
+
+
+def test_an_incident_counts_steps_past_the_last_heartbeat(cluster_kit: Kit, tmp_path: Path) -> None:
+    """The heartbeat (and the metrics it flushes) comes every heartbeat_seconds; a checkpoint the trainer
+    committed since then is a step the attempt completed, and the incident must not report less."""
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": 2000, "step_sleep": 0.02, "checkpoint_interval": 10},
+                     monitor={"heartbeat_seconds": 30, "stall_timeout_seconds": 120, "lost_after_seconds": 60})
+    kit.glue("deploy", "--run", "lag", "--config", str(cfg), "--vm", "gpukit-2")
+    commits: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(commits) < 2 and time.monotonic() < deadline:
+        commits = sorted(int(k.split("/step-")[1].split("/")[0]) for k in run_objects(fast, "lag")
+                         if k.endswith("/COMMIT.json"))
+        time.sleep(0.2)
+    assert len(commits) >= 2, run_objects(fast, "lag")
+    vm_exec(fast, "gpukit-2", "kill", "-9", str(trainer_pid(fast, "lag")))
+    wait_for(fast, "lag", lambda s: s["state"] != "running", timeout=120)
+    [inc] = json.loads(kit.glue("incidents", "--run", "lag", "--json").stdout)
+    assert inc["last_valid_checkpoint"] >= commits[-1]
+    assert inc["last_completed_step"] >= inc["last_valid_checkpoint"], inc

@@ -9,6 +9,7 @@ tensor, and (from the trainer's per-step input fingerprints) whether data positi
 from __future__ import annotations
 
 import io
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,7 +218,9 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
         result.problem = "the recovered run diverged from the reference"
     print_result(console, result)
     dr.put_json("drill.json", result.__dict__)
-    console.print(f"see it: glue report --run {drill_id}  (losses over the reference, recovery phases, cost)")
+    # As typed in another shell: a kit home other than the default has to be named (make demo's is).
+    where = f"GPUKIT_HOME={home} " if os.environ.get("GPUKIT_HOME") else ""
+    console.print(f"see it: {where}glue report --run {drill_id}  (losses over the reference, recovery phases, cost)")
     return result
 
 

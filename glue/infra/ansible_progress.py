@@ -160,13 +160,16 @@ def live(progress: Progress, show: bool = True) -> Iterator[None]:
         finally:
             progress.finish()
         return
-    with Live(console=Console(stderr=True), get_renderable=progress.render, refresh_per_second=4,
+    console = Console(stderr=True)
+    with Live(console=console, get_renderable=progress.render, refresh_per_second=4,
               transient=False) as display:
         try:
             yield
         finally:
             progress.finish()
             display.refresh()
+    if not console.is_terminal:  # rich ends a non-terminal Live without a newline: the next line would run on
+        console.line()
 
 
 # What ssh itself adds to a raw task's stderr when a multiplexed session ends.

@@ -88,6 +88,7 @@ def test_limit_and_progress_display(home: Path, capsys: pytest.CaptureFixture[st
     assert res.changed == {"h1": 2}
     err = capsys.readouterr().err
     assert "h1" in err and "A small play on local hosts" in err
+    assert err.endswith("\n")  # what is printed next starts on a line of its own
 
 
 def test_missing_inventory_is_a_clear_error(tmp_path: Path) -> None:

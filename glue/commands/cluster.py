@@ -86,7 +86,8 @@ def status(run_id: str | None, verify: bool, as_json: bool) -> None:
         return
     table = Table(title=f"VMs ({st['backend']})", box=None)
     for col in ("vm", "ssh", "reachable", "ready", "/mnt/s3", "gpu", "runtime"):
-        table.add_column(col)
+        # Names and addresses are copied from here: wrap the prose columns on a narrow terminal, never these.
+        table.add_column(col, no_wrap=col in ("vm", "ssh", "reachable"), overflow="fold")
     for vm in st["vms"]:
         ok = "[green]yes[/]" if vm["reachable"] else "[red]no[/]"
         v = vm.get("verify") or {}

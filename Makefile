@@ -25,7 +25,7 @@ help: ## Show the targets
 	@echo
 	@echo "  variables: VMS=$(VMS) BACKEND=$(BACKEND)"
 
-bootstrap: ## Install what the kit needs (venv, torch, rclone; Debian: openssh-server, fuse3, shellcheck, sudo, mmdebstrap, systemd-container); quick when done
+bootstrap: ## Install what the kit needs (venv, torch, rclone; Debian: openssh-server, fuse3, sudo, shellcheck, chromium, mmdebstrap, systemd-container, qemu, socat); quick when done
 	@./scripts/bootstrap.sh
 
 up: bootstrap ## Create the cluster (VMS=N, BACKEND=local) and configure it with Ansible

@@ -119,7 +119,10 @@ def status(run_id: str | None, verify: bool, as_json: bool) -> None:
 @click.argument("vm")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def ssh_cmd(vm: str, command: tuple[str, ...]) -> None:
-    """Run COMMAND on VM over SSH (pinned host key): glue ssh gpukit-1 -- nvidia-smi"""
+    """Run COMMAND on VM over SSH (pinned host key): glue ssh gpukit-1 -- nvidia-smi
+
+    Each word of COMMAND is quoted for the remote shell; for a shell line (;, |, $VAR) run a shell:
+    glue ssh gpukit-1 -- sh -c 'findmnt /mnt/s3; df -h /'"""
     h = home()
     result = ssh.run(h, state.host(h, vm), shlex.join(command), stream=True)
     sys.exit(result.exit_code)

@@ -129,8 +129,9 @@ def plan(failure: phases.Failure, lost: phases.Lost, started: dict[str, Any], up
 
 
 def print_table(console: Console, result: dict[str, Any]) -> None:
-    table = Table(title=f"recovery of {result['run']} (attempt {result['failed_attempt']} -> "
-                        f"{result['new_attempt']}, {result['failure_class']})")
+    title = (f"recovery of {result['run']} (attempt {result['failed_attempt']} -> {result['new_attempt']}, "
+             f"{result['failure_class']})")
+    table = Table(title=title, min_width=len(title))  # the title on one line
     table.add_column("phase")
     table.add_column("seconds", justify="right")
     total = 0.0

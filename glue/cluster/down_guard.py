@@ -32,13 +32,14 @@ def blockers(home: Path, only: set[str] | None = None) -> list[str]:
     for run in run_ids(info, creds):
         store = RunStore(info, creds, run)
         attempts = store.attempts()
-        on = {nd.get("vm_id") for nd in monitor.nodes_of(store.attempt(attempts[-1]))} if attempts else set()
+        on = {str(nd.get("vm_id")) for nd in monitor.nodes_of(store.attempt(attempts[-1]))} if attempts else set()
         if not on & hosts.keys():
             continue  # not on these VMs (anymore)
         rep = monitor.check(home, store)
         out = rep.verdict.outcome
         if out is Outcome.RUNNING:
-            found.append(f"run {run} is still running on {rep.attempt['vm']} (step {rep.evidence.heartbeat_step})")
+            vms = ", ".join(hosts[i].name for i in sorted(on & hosts.keys(), key=lambda i: hosts[i].name))
+            found.append(f"run {run} is still running on {vms} (step {rep.evidence.heartbeat_step})")
         elif out is not Outcome.COMPLETED:
             missing = monitor.missing_outputs(store, store.manifest())
             if missing:

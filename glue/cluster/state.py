@@ -40,7 +40,8 @@ class ClusterConfig:
             raise GlueError(f"{path} cannot be read ({exc}); restore it ({json.dumps(cls().__dict__)} is the "
                             "default) or, with no VMs running, remove it") from None
         ok = (isinstance(raw, dict) and set(raw) <= set(cls().__dict__) and raw.get("backend", "local") in BACKENDS
-              and isinstance(raw.get("vms", DEFAULT_VMS), int) and isinstance(raw.get("name_prefix", ""), str))
+              and type(raw.get("vms", DEFAULT_VMS)) is int and 1 <= raw.get("vms", DEFAULT_VMS) <= 16
+              and isinstance(raw.get("name_prefix", ""), str))
         if not ok:
             raise GlueError(f"{path} is not a cluster config ({json.dumps(raw)[:120]}): fix it (keys: backend, one of "
                             f"{', '.join(BACKENDS)}; vms; name_prefix) or, with no VMs running, remove it")

@@ -29,8 +29,10 @@ def report(run_id: str, out_path: Path | None, open_it: bool) -> None:
     recovery phases, checkpoints, work lost, step gaps, evaluation against thresholds, resources and cost.
     Written locally and to runs/<run>/report.html in the bucket."""
     from glue.report import facts, html
+    from glue.runs.config import check_run_id
     from glue.runs.deploy import open_store
 
+    check_run_id(run_id)
     path = out_path or Path(f"{run_id}-report.html")
     if not path.parent.is_dir():
         raise GlueError(f"cannot write the report to {path}: folder {path.parent} does not exist; create it or "

@@ -115,7 +115,7 @@ def logs(run_id: str, follow: bool, attempt: int | None) -> None:
         shown = len(text)
         if not follow:
             return
-        last = attempt or store.attempts()[-1]
+        last = attempt or max(store.attempts() or [0])
         if store.get_json(f"attempts/{last}.exit.json") is not None:
             click.echo(store.log_text(attempt)[shown:], nl=False)
             return
@@ -194,14 +194,8 @@ def _event(e: dict[str, Any]) -> str:
 
 
 def list_runs() -> list[str]:
-    from glue.cloud import get_backend
-    from glue.cluster import state
-    from glue.runs.store import run_ids
-
-    h = home()
-    cfg = state.ClusterConfig.load(h)
     try:
-        return run_ids(state.bucket_info(h), get_backend(cfg.backend, h).bucket_credentials())
+        return deploy_mod.all_run_ids(home())
     except GlueError:
         return []
 

@@ -223,7 +223,7 @@ def signals_cancel() -> Iterator[Callable[[], bool]]:
         yield lambda: False
         return
     got: list[int] = []
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: h for sig in (signal.SIGINT, signal.SIGTERM) if (h := signal.getsignal(sig)) is not signal.SIG_IGN}
     for sig in previous:
         signal.signal(sig, lambda signum, _frame: got.append(signum))
     try:

@@ -190,9 +190,11 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
     cfg = state.ClusterConfig.load(home)
     gone = [str(nd["vm"]) for nd in nodes if str(nd["vm"]) not in cfg.vm_names()]
     if gone:
-        raise GlueError(f"the run's VM {', '.join(gone)} is no longer part of this cluster (it asks "
-                        f"for {', '.join(cfg.vm_names())}): bring the name back with `glue up --vms N --name-prefix "
-                        "P`, then recover again")
+        prefix, _, index = gone[0].rpartition("-")
+        vms = max([cfg.vms, *(int(g.rpartition("-")[2]) for g in gone if g.rpartition("-")[2].isdigit())])
+        back = f"`glue up --vms {vms} --name-prefix {prefix}`" if prefix and index.isdigit() else "`glue up`"
+        raise GlueError(f"the run's VM {', '.join(gone)} is no longer part of this cluster (it asks for "
+                        f"{', '.join(cfg.vm_names())}): bring the name back with {back}, then recover again")
     backend = get_backend(cfg.backend, home)
     tf = Terraform(home, cfg.backend, console)
     replace = [vm_address(str(nd["vm"])) for nd in nodes

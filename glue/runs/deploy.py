@@ -28,7 +28,7 @@ from glue.runs import config as runconfig
 from glue.runs import gate, guard, lease, monitor, remote
 from glue.runs import vm_group as group_mod
 from glue.runs.classify import Outcome
-from glue.runs.store import RunStore, utc_iso
+from glue.runs.store import RunStore, run_ids, utc_iso
 from glue.runs.vm_group import GroupSpec, Rendezvous
 from glue.train.notice import DEFAULT_NOTICE_FILE, NOTICE_FILE_ENV
 
@@ -55,9 +55,17 @@ def open_store(home: Path, run_id: str) -> RunStore:
     return RunStore(info, backend.bucket_credentials(), run_id, refresh=backend.bucket_credentials)
 
 
+def all_run_ids(home: Path) -> list[str]:
+    """Every run in the cluster's bucket."""
+    cfg = state.ClusterConfig.load(home)
+    return run_ids(state.bucket_info(home), get_backend(cfg.backend, home).bucket_credentials())
+
+
 def refuse_live_or_done(home: Path, store: RunStore) -> None:
     """--resume starts a new attempt from the last checkpoint: never beside a trainer that still runs (two
     would write the same checkpoints) or over a completed run (its outputs are final)."""
+    if not store.attempts():
+        return  # a manifest whose first start failed (a group's rendezvous): nothing runs, nothing finished
     verdict = monitor.check(home, store).verdict
     if verdict.outcome is Outcome.RUNNING:
         raise GlueError(f"run {store.run} is still running ({verdict.reason}): a second trainer would write the "

@@ -251,8 +251,12 @@ def _check(home: Path, store: RunStore, record_incident: bool, unreachable: froz
 def last_completed_step(store: RunStore, n: int, ev: Evidence, ckpt: int | None = None) -> int | None:
     """The furthest step attempt n is known to have completed: the heartbeat is written every few seconds
     and lags the shipped metrics (and a checkpoint of this attempt) when a VM dies between two beats."""
-    steps = [*(store.metrics().get(n) or {}), *(s for s in (ev.heartbeat_step, ckpt) if s is not None)]
-    return max(steps) if steps else None
+    own = [*(store.metrics().get(n) or {}), *([ev.heartbeat_step] if ev.heartbeat_step is not None else [])]
+    # The first attempt wrote every checkpoint there is; a later one without a step of its own may only
+    # have read it (its resume point), which is no progress of its own.
+    if ckpt is not None and (n == 1 or own):
+        own.append(ckpt)
+    return max(own) if own else None
 
 
 def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attempt: dict[str, Any], ev: Evidence,

@@ -36,7 +36,7 @@ from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import lease, monitor
 from glue.runs.classify import Outcome
-from glue.runs.store import RunStore, parse_iso, run_ids, utc_iso
+from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.train.layout import exit_key
 from glue.watch import interrupted, notify, policy
 from glue.watch import probe as probe_mod
@@ -97,8 +97,7 @@ class Watcher:
         return rows
 
     def _all_runs(self) -> list[str]:
-        store = deploy_mod.open_store(self.home, "_")
-        return [r for r in run_ids(store.info, store.creds) if "-drill" not in r]
+        return [r for r in deploy_mod.all_run_ids(self.home) if "-drill" not in r]
 
     def _store(self, run: str) -> RunStore:
         if run not in self._stores:

@@ -65,3 +65,10 @@ def test_bad_input_is_one_line(kit: Kit, args: list[str], says: str) -> None:
     res = kit.glue("watch", *args, check=False)
     assert res.returncode != 0 and says in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+
+
+def test_once_without_run_reads_every_run_in_the_bucket(kit: Kit) -> None:
+    """No --run: the watcher lists the bucket's runs itself (none here) and exits 0 after one pass."""
+    res = kit.glue("watch", "--once", check=False)
+    assert res.returncode == 0, res.stderr
+    assert json.loads((kit.home / "watch" / "status.json").read_text())["rows"] == []

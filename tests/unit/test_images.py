@@ -209,14 +209,20 @@ def _holder(*argv: str, hold: Path | None = None) -> subprocess.Popen[str]:
     return proc
 
 
-@pytest.mark.parametrize("how", ["open file", "command line"])
-def test_force_never_removes_an_image_a_running_vm_uses(tmp_path: Path, recipes: Path,
-                                                        monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+def _cached(tmp_path: Path, recipes: Path, monkeypatch: pytest.MonkeyPatch,
+            ) -> tuple[Path, recipe.Recipe, str, Path]:
+    """A complete cached image of the gpukit recipe in a cache of its own: (cache, recipe, hash, entry)."""
     monkeypatch.setenv("GPUKIT_IMAGES", str(tmp_path / "cache"))
     root = cache.cache_dir(tmp_path)
     rec = recipe.load("gpukit", recipes)
     digest = rec.content_hash()
-    entry = _fake_entry(root, rec, digest, complete=True)
+    return root, rec, digest, _fake_entry(root, rec, digest, complete=True)
+
+
+@pytest.mark.parametrize("how", ["open file", "command line"])
+def test_force_never_removes_an_image_a_running_vm_uses(tmp_path: Path, recipes: Path,
+                                                        monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    root, rec, digest, entry = _cached(tmp_path, recipes, monkeypatch)
     (entry / "disk-x-10g.ext4").write_text("")
     baked: list[str] = []
     monkeypatch.setattr(build, "check_tools", lambda: None)
@@ -264,11 +270,7 @@ def test_vm_users_are_named_and_mounts_count(tmp_path: Path) -> None:
 
 def test_force_rebakes_an_unused_image_and_refuses_one_booted_during_the_bake(
         tmp_path: Path, recipes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPUKIT_IMAGES", str(tmp_path / "cache"))
-    root = cache.cache_dir(tmp_path)
-    rec = recipe.load("gpukit", recipes)
-    digest = rec.content_hash()
-    entry = _fake_entry(root, rec, digest, complete=True)
+    root, rec, _, entry = _cached(tmp_path, recipes, monkeypatch)
     (entry / "rootfs/etc/old").write_text("")
 
     def bake(_rec: recipe.Recipe, _digest: str, work: Path, _step: object) -> None:

@@ -10,6 +10,7 @@ configure + verify + restore) <= 30 s (issue 6), <= 10 s on the baked image with
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -64,15 +65,24 @@ def lose_last_vm_and_recover(home: Path, console: Console, run: str) -> dict[str
 
 
 def remove_everything(home: Path) -> None:
+    """VMs, the bucket server, then the temporary kit home itself (its bucket data is the bench's own)."""
     backend = LocalBackend(home)
     for v in backend.list_vms():
         backend.delete_vm(v.id)
     LocalBucket(home).stop()
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def temp_home(prefix: str) -> Path:
+    """A throwaway kit home that uses the project's image cache (no 1.8 GB bake per bench run)."""
+    os.environ.setdefault("GPUKIT_IMAGES", str(PROJECT_ROOT / ".gpukit" / "images"))
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    os.environ["GPUKIT_HOME"] = str(home)
+    return home
 
 
 def main() -> None:
-    home = Path(tempfile.mkdtemp(prefix="gpukit-bench-rec-"))
-    os.environ["GPUKIT_HOME"] = str(home)
+    home = temp_home("gpukit-bench-rec-")
     console = Console(stderr=True, quiet=True)
     cfg_path = PROJECT_ROOT / "examples" / "tiny_gpt.yaml"
     overrides = {"steps": 400, "step_sleep": 0.05}

@@ -8,11 +8,7 @@ Flow: up (2 VMs) -> deploy tiny_gpt --nodes 2 -> destroy node 1's VM at step 50 
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
-from recovery import cold_start, lose_last_vm_and_recover, remove_everything  # bench/recovery.py
+from recovery import cold_start, lose_last_vm_and_recover, remove_everything, temp_home  # bench/recovery.py
 from rich.console import Console
 
 from glue.cluster import lifecycle, state
@@ -24,8 +20,7 @@ PHASES = ("detect", "validate", "provision", "configure", "verify", "restore", "
 
 
 def main() -> None:
-    home = Path(tempfile.mkdtemp(prefix="gpukit-bench-grp-"))
-    os.environ["GPUKIT_HOME"] = str(home)
+    home = temp_home("gpukit-bench-grp-")
     console = Console(stderr=True, quiet=True)
     cfg_path = PROJECT_ROOT / "examples" / "tiny_gpt.yaml"
     group = GroupSpec(nodes=2)

@@ -15,6 +15,7 @@ first resumed step, and steps replayed (failure step - checkpoint step). Ratios:
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,7 @@ def watched(home: Path, run: str, notice: bool) -> dict[str, float]:
 
 
 def main() -> None:
+    os.environ.setdefault("GPUKIT_IMAGES", str(PROJECT_ROOT / ".gpukit" / "images"))  # no bake per run
     home = Path(tempfile.mkdtemp(prefix="gpukit-bench-watch-"))
     os.environ["GPUKIT_HOME"] = str(home)
     console = Console(stderr=True, quiet=True)
@@ -116,6 +118,7 @@ def main() -> None:
         for v in backend.list_vms():
             backend.delete_vm(v.id)
         LocalBucket(home).stop()
+        shutil.rmtree(home, ignore_errors=True)
     print(f"{'':36} {'detect s':>9} {'fail->1st step s':>17} {'replayed':>9} {'verified':>9}")
     for name, f in (("baseline: recover at detection", base), ("glue watch, unannounced loss", plain),
                     ("glue watch, termination notice", announced)):

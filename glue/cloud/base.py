@@ -49,6 +49,7 @@ class Backend(Protocol):
 
     name: str
     credentials_expire: bool  # True: bucket credentials must be refreshed and pushed to the VMs
+    bucket_on_host: bool  # True: the bucket is a server on this machine, (re)started on demand by bucket()
 
     def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
         """Variables for terraform/envs/<backend>; checks the backend's own inputs before terraform runs."""

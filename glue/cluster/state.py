@@ -78,11 +78,15 @@ def host(home: Path, name: str) -> inventory.Host:
 
 def bucket_info(home: Path) -> BucketInfo:
     cfg = ClusterConfig.load(home)
+    backend = get_backend(cfg.backend, home)
+    # A bucket served on this machine is started again on demand (same port), VMs up or not.
+    if backend.bucket_on_host:
+        return backend.bucket()
     out = None
     if (home / "terraform" / cfg.backend / "terraform.tfstate").exists():
         out = Terraform(home, cfg.backend).outputs().get("bucket")
-    # After `down` the outputs are gone but the bucket is not: ask the backend (starts it on demand).
-    return BucketInfo(**out) if out else get_backend(cfg.backend, home).bucket()
+    # After `down` the outputs are gone but the bucket is not: ask the backend.
+    return BucketInfo(**out) if out else backend.bucket()
 
 
 def refresh_credentials(home: Path) -> None:

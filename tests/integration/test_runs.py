@@ -291,3 +291,21 @@ def test_an_incident_counts_steps_past_the_last_heartbeat(cluster_kit: Kit, tmp_
     [inc] = json.loads(kit.glue("incidents", "--run", "lag", "--json").stdout)
     assert inc["last_valid_checkpoint"] >= commits[-1]
     assert inc["last_completed_step"] >= inc["last_valid_checkpoint"], inc
+
+
+def test_a_stopped_bucket_server_starts_again_on_demand_while_vms_run(cluster_kit: Kit, tmp_path: Path) -> None:
+    """README: the local bucket starts on demand (any command that reads the bucket), also while VMs are up
+    and Terraform's outputs name its endpoint; on the same port, so the VMs' /mnt/s3 keeps working."""
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
+    kit.glue("deploy", "--run", "ondemand", "--config", str(cfg), "--vm", "gpukit-1")
+    wait_for(fast, "ondemand", lambda s: s["state"] != "running", timeout=90)
+    server = LocalBucket(kit.home)
+    port = server.info().endpoint
+    server.stop()
+    assert not server.running()
+    st = json.loads(kit.glue("status", "--run", "ondemand", "--json").stdout)
+    assert st["state"] == "completed", st
+    assert server.running() and server.info().endpoint == port
+    assert json.loads(kit.glue("status", "--json").stdout)["bucket"]["reachable"] is True
+    assert "final.json" in vm_exec(fast, "gpukit-1", "ls", "/mnt/s3/runs/ondemand/outputs")

@@ -52,6 +52,7 @@ class LocalBackend:
 
     name = "local"
     credentials_expire = False
+    bucket_on_host = True
 
     def __init__(self, home: Path) -> None:
         self.home = home

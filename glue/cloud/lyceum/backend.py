@@ -144,6 +144,7 @@ class LyceumBackend:
 
     name = NAME
     credentials_expire = True  # STS-style: refreshed near expiry and pushed to the VMs
+    bucket_on_host = False
 
     def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
         """Inputs checked, then capacity: a profile Lyceum cannot serve is refused before terraform

@@ -39,6 +39,7 @@ class QemuBackend:
 
     name = "qemu"
     credentials_expire = False
+    bucket_on_host = True
 
     def __init__(self, home: Path) -> None:
         self.home = home

@@ -402,6 +402,16 @@ def test_the_key_never_shows(scripted: Callable[..., tuple[Scripted, LyceumClien
     assert any("500" in r.getMessage() and "<redacted>" in r.getMessage() for r in caplog.records)
 
 
+def test_a_success_that_echoes_the_key_has_it_blanked(scripted: Callable[..., tuple[Scripted, LyceumClient]]) -> None:
+    def answer(headers: Any) -> Answer:
+        auth = headers.get("Authorization", "")
+        return 200, {"Content-Type": "application/json"}, json.dumps(
+            {"available_hardware_profiles": [{"profile": "cpu", "available": 4, "note": auth}]}).encode()
+    _, client = scripted(answer)
+    [profile] = client.availability()
+    assert profile["note"] == "Bearer <redacted>" and SECRET not in json.dumps(profile)
+
+
 def test_answers_of_the_wrong_shape_are_one_line(scripted: Callable[..., tuple[Scripted, LyceumClient]]) -> None:
     _, client = scripted((200, {}, b"[1, 2]"), (200, {}, b'{"vms": "none"}'), (200, {}, b"{not json"))
     with pytest.raises(LyceumError, match=r"^Lyceum API answered GET /vms/vm-1/status with JSON of an unexpected "

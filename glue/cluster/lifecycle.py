@@ -86,7 +86,10 @@ def configure_hosts(home: Path, console: Console, limit: list[str] | None = None
         result, summary = ansible.converge_and_verify(home)
     failed = {h: m for h, m in result.failed.items() if h not in summary}
     if failed:
-        failures = "; ".join(f"{h}: {m}" for h, m in failed.items())
+        by_message: dict[str, list[str]] = {}  # the same failure on every VM is said once
+        for h, m in failed.items():
+            by_message.setdefault(m, []).append(h)
+        failures = "; ".join(f"{', '.join(hs)}: {m}" for m, hs in by_message.items())
         raise GlueError(f"configuring the VMs failed: {failures}")
     bad = [h for h, v in summary.items() if not v.get("ready")]
     if bad:

@@ -75,6 +75,15 @@ def test_up_ssh_lost_vm_replaced_down(kit: Kit, emu: Emulator) -> None:
     assert all(v["reachable"] for v in st2["vms"])
     assert kit.glue("ssh", "gpukit-1", "--", "cat", "/root/marker", env=env, check=False).returncode != 0
 
+    # Configuring them: the emulator's machines share this host's network and cannot manage a firewall;
+    # group_firewall refuses to leave their rendezvous ports open to anyone, in one line naming the switch.
+    res = kit.glue("up", env=env, check=False)
+    assert res.returncode == 1, res.stderr
+    line = error_line(res)
+    assert "gpukit-1, gpukit-2: Fail when this VM cannot manage its firewall: " in line, line  # said once
+    assert "cannot manage its firewall (nft: cache initialization failed: Operation not permitted)" in line
+    assert line.endswith(f"set group_firewall_enabled: false in {kit.home}/ansible/group_vars/all.yml"), line
+
     # The bucket outlives the cluster; `down` leaves no VM running (or billed) anywhere.
     b = st2["bucket"]
     backend = LyceumBackend(kit.home)
@@ -161,10 +170,13 @@ def test_bad_input_is_one_clear_line_and_nothing_runs(kit: Kit, emu: Emulator, c
 
 
 @pytest.mark.e2e
-@pytest.mark.stress  # ~5-10 min here: outside the default suite's CI budget; `make test-all` runs it
+@pytest.mark.stress  # ~1.5 min alone here, more under load: outside the default suite's CI budget; `make test-all` runs it
 @pytest.mark.timeout(1800)
 def test_demo_on_the_lyceum_backend(kit: Kit, emu: Emulator) -> None:
     env = lyceum_env(kit, emu, BACKEND="lyceum")  # `make demo BACKEND=lyceum` passes it the same way
+    group_vars = kit.home / "demo" / "ansible" / "group_vars"  # as docs/lyceum.md says: machines, no firewall
+    group_vars.mkdir(parents=True)
+    (group_vars / "all.yml").write_text("group_firewall_enabled: false\n")
     res = subprocess.run([sys.executable, "-m", "glue.recovery.demo"], env=env, capture_output=True, text=True,
                          timeout=1800, stdin=subprocess.DEVNULL)
     assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"

@@ -170,7 +170,7 @@ def test_bad_input_is_one_clear_line_and_nothing_runs(kit: Kit, emu: Emulator, c
 
 
 @pytest.mark.e2e
-@pytest.mark.stress  # ~1.5 min alone here, more under load: outside the default suite's CI budget; `make test-all` runs it
+@pytest.mark.stress  # ~1.5 min alone, more under load: beyond the CI budget; `make test-all` runs it
 @pytest.mark.timeout(1800)
 def test_demo_on_the_lyceum_backend(kit: Kit, emu: Emulator) -> None:
     env = lyceum_env(kit, emu, BACKEND="lyceum")  # `make demo BACKEND=lyceum` passes it the same way

@@ -38,6 +38,11 @@ def pick_object(commit: Commit, name: str, *, per_rank: bool, rank: int, world_s
             else "saved per rank in the checkpoint but registered as shared here"
         )
         raise StateMismatchError(name, f"rank{rank}" if per_rank else "", what)
+    if per_rank and commit.world_size != world_size:
+        # Refused on every rank, not only on those without a state of their own: a rank that restored
+        # alone would wait forever for the others (and each rank's data position assumes the old split).
+        raise StateMismatchError(name, "world_size", f"saved with world_size {commit.world_size}, this run has "
+                                                     f"{world_size}; a resume needs the same world size")
     return ref
 
 

@@ -256,6 +256,28 @@ def test_simulated_ranks_each_restore_their_own(tmp_path: Path) -> None:
     third.register("train", TrainState())
     with pytest.raises(StateMismatchError, match=r"'data', key 'rank2'.*world_size 2"):
         third.restore()
+    third.close()
+
+
+def test_a_checkpoint_of_2_ranks_is_refused_on_every_rank_of_4(tmp_path: Path) -> None:
+    """Also the ranks that have a state of their own in it (0 and 1): none of them restores alone."""
+    for rank in (1, 0):
+        ck = _ck(tmp_path, rank=rank, world_size=2)
+        ck.register("rng", RNGState())
+        ck.register("train", TrainState())
+        ck.save(5, blocking=True)
+        ck.close()
+    for rank in range(4):
+        ck = _ck(tmp_path, rank=rank, world_size=4)
+        train = TrainState()
+        ck.register("rng", RNGState())
+        ck.register("train", train)
+        want = (r"'rng', key 'world_size': saved with world_size 2, this run has 4" if rank < 2
+                else r"'rng', key 'rank\d': no state for rank \d: saved with world_size 2, this run has 4")
+        with pytest.raises(StateMismatchError, match=want):
+            ck.restore()
+        assert train.step == 0  # nothing loaded
+        ck.close()
 
 
 class Custom:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -152,9 +153,15 @@ class RunStore:
 
 
 def run_ids(info: BucketInfo, creds: BucketCredentials) -> list[str]:
+    """The runs glue deployed: prefixes under runs/ with a manifest. A Checkpointer of your own pointed at
+    runs/<name> (no manifest) is your data, not a run to list, watch or guard."""
     s3 = bucket_store.client(info, creds)
     try:
-        resp = s3.list_objects_v2(Bucket=info.name, Prefix="runs/", Delimiter="/")
+        prefixes = [p["Prefix"] for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket=info.name, Prefix="runs/", Delimiter="/") for p in page.get("CommonPrefixes", [])]
+        with ThreadPoolExecutor(max_workers=8) as pool:  # one small read per prefix (the manifest is written once)
+            have = list(pool.map(lambda p: bucket_store.read(s3, info.name, f"{p}manifest.json") is not None,
+                                 prefixes))
     except (ClientError, BotoCoreError) as exc:
         raise GlueError(f"bucket {info.name} at {info.endpoint} did not answer: {str(exc).splitlines()[0]}") from exc
-    return sorted(p["Prefix"].split("/")[1] for p in resp.get("CommonPrefixes", []))
+    return sorted(p.split("/")[1] for p, ok in zip(prefixes, have, strict=True) if ok)

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from glue.cloud.local.bucket import LocalBucket
+from glue.storage import bucket as bucket_store
 from tests.kit import Kit
 
 pytestmark = pytest.mark.integration
@@ -72,3 +74,12 @@ def test_once_without_run_reads_every_run_in_the_bucket(kit: Kit) -> None:
     res = kit.glue("watch", "--once", check=False)
     assert res.returncode == 0, res.stderr
     assert json.loads((kit.home / "watch" / "status.json").read_text())["rows"] == []
+    # A Checkpointer of the user's own under runs/ (the README's example target) has no manifest: it is not
+    # a run, and no listing, watcher or guard takes it for a broken one.
+    bucket = LocalBucket(kit.home)
+    s3 = bucket_store.client(bucket.info(), bucket.credentials())
+    s3.put_object(Bucket="gpukit", Key="runs/my-run/ckpt/step-1/COMMIT.json", Body=b"{}")
+    res = kit.glue("watch", "--once", check=False)
+    assert res.returncode == 0 and "my-run" not in res.stdout + res.stderr, res.stdout + res.stderr
+    assert json.loads((kit.home / "watch" / "status.json").read_text())["rows"] == []
+    assert json.loads(kit.glue("status", "--json").stdout)["runs"] == []

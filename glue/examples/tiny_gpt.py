@@ -60,25 +60,29 @@ _SPEC: dict[str, tuple[type | tuple[type, ...], float | None]] = {
 }
 
 
+class ConfigError(ValueError):
+    """A bad `config:` value: said in one line, never as a traceback."""
+
+
 def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The trainer's own settings: known keys, right types, sane ranges; a ValueError names the key."""
+    """The trainer's own settings: known keys, right types, sane ranges; a ConfigError names the key."""
     for key in cfg:
         value: Any = cfg[key]
         if key not in _SPEC:
-            raise ValueError(f"unknown key {key!r} in config; known: {', '.join(sorted(_SPEC))}")
+            raise ConfigError(f"unknown key {key!r} in config; known: {', '.join(sorted(_SPEC))}")
         kind, low = _SPEC[key]
         wrong = isinstance(value, bool) and kind is not bool
         if wrong or not isinstance(value, kind):
             names = " or ".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
-            raise ValueError(f"config.{key} must be {names}, got {value!r}")
+            raise ConfigError(f"config.{key} must be {names}, got {value!r}")
         if low is not None and cfg[key] < low:  # cfg[key]: not narrowed by isinstance
-            raise ValueError(f"config.{key} must be >= {low:g}, got {value!r}")
+            raise ConfigError(f"config.{key} must be >= {low:g}, got {value!r}")
     if cfg["dropout"] >= 1:
-        raise ValueError(f"config.dropout must be below 1, got {cfg['dropout']!r}")
+        raise ConfigError(f"config.dropout must be below 1, got {cfg['dropout']!r}")
     if cfg["d_model"] % cfg["n_head"]:
-        raise ValueError(f"config.d_model ({cfg['d_model']}) must be a multiple of config.n_head ({cfg['n_head']})")
+        raise ConfigError(f"config.d_model ({cfg['d_model']}) must be a multiple of config.n_head ({cfg['n_head']})")
     if cfg["device"] not in ("cpu", "cuda") and not str(cfg["device"]).startswith("cuda:"):
-        raise ValueError(f"config.device must be 'cpu', 'cuda' or 'cuda:N', got {cfg['device']!r}")
+        raise ConfigError(f"config.device must be 'cpu', 'cuda' or 'cuda:N', got {cfg['device']!r}")
     return cfg
 
 
@@ -291,36 +295,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = dict(DEFAULTS)
     if "GPUKIT_RUN" in os.environ:
-        from glue.train.run import RunContext
-
-        with RunContext.from_env() as ctx:
-            cfg.update(ctx.config)
-            cfg.update(json.loads(args.config))
-            cfg.setdefault("checkpoint_interval", ctx.checkpoint_interval)
-            check_config(cfg)  # raised inside the run: recorded as the trainer's own error (user_error)
-            distributed = init_distributed(cfg)
-            ckpt = ctx.checkpointer()
-            heldout = heldout_ids(cfg, load_eval_set())  # a missing or changed pinned set fails here, not at the end
-            result = train(cfg, ckpt, resume=ctx.resume or args.resume, report=ctx, heldout=heldout)
-            ckpt.close()
-            if distributed:
-                dist.barrier()  # rank 0 exports only after every rank finished its last step
-                dist.destroy_process_group()
-            if ctx.rank == 0:  # the final evaluation, before the outputs that mark the run completed
-                record_evaluation(ctx, result["step"], evaluate(result["model"], heldout, cfg, result["device"]),
-                                  final=True)
-            if not cfg["skip_outputs"] and ctx.rank == 0:
-                import io
-
-                buf = io.BytesIO()
-                torch.save(result["model"].state_dict(), buf)
-                ctx.write_output("model.pt", buf.getvalue())
-                ctx.write_output("final.json", json.dumps({"step": result["step"], "loss": result["loss"]}).encode())
-        return 0
+        try:
+            return _deployed(args, cfg)
+        except ConfigError as exc:  # recorded by the RunContext as the trainer's error (user_error); one line here
+            print(f"tiny_gpt: {exc}", file=sys.stderr)
+            return 2
     cfg.update(json.loads(args.config))
     try:
         check_config(cfg)
-    except ValueError as exc:
+    except ConfigError as exc:
         print(f"tiny_gpt: {exc}", file=sys.stderr)
         return 2
     init_distributed(cfg)
@@ -329,6 +312,36 @@ def main(argv: list[str] | None = None) -> int:
     if local is not None:
         local.close()
     print(json.dumps({"step": result["step"], "loss": result["loss"]}))
+    return 0
+
+
+def _deployed(args: argparse.Namespace, cfg: dict[str, Any]) -> int:
+    """A run deployed by glue: the run's config, checkpointer, reports and outputs from its RunContext."""
+    from glue.train.run import RunContext
+
+    with RunContext.from_env() as ctx:
+        cfg.update(ctx.config)
+        cfg.update(json.loads(args.config))
+        cfg.setdefault("checkpoint_interval", ctx.checkpoint_interval)
+        check_config(cfg)  # raised inside the run: recorded as the trainer's own error (user_error)
+        distributed = init_distributed(cfg)
+        ckpt = ctx.checkpointer()
+        heldout = heldout_ids(cfg, load_eval_set())  # a missing or changed pinned set fails here, not at the end
+        result = train(cfg, ckpt, resume=ctx.resume or args.resume, report=ctx, heldout=heldout)
+        ckpt.close()
+        if distributed:
+            dist.barrier()  # rank 0 exports only after every rank finished its last step
+            dist.destroy_process_group()
+        if ctx.rank == 0:  # the final evaluation, before the outputs that mark the run completed
+            record_evaluation(ctx, result["step"], evaluate(result["model"], heldout, cfg, result["device"]),
+                              final=True)
+        if not cfg["skip_outputs"] and ctx.rank == 0:
+            import io
+
+            buf = io.BytesIO()
+            torch.save(result["model"].state_dict(), buf)
+            ctx.write_output("model.pt", buf.getvalue())
+            ctx.write_output("final.json", json.dumps({"step": result["step"], "loss": result["loss"]}).encode())
     return 0
 
 

@@ -177,6 +177,19 @@ def test_finished_without_required_outputs_is_export_missing(cluster_kit: Kit, t
     assert st["state"] == "export_missing" and "model.pt" in st["reason"]
 
 
+def test_a_bad_trainer_config_is_one_line_in_the_log_and_a_user_error(cluster_kit: Kit, tmp_path: Path) -> None:
+    """README: tiny_gpt refuses `steps: -5` in one line, deployed too (no traceback in the run's log)."""
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": -5})
+    kit.glue("deploy", "--run", "neg", "--config", str(cfg), "--vm", "gpukit-1")
+    st = wait_for(fast, "neg", lambda s: s["state"] != "running", timeout=90)
+    assert st["state"] == "user_error", st
+    log = kit.glue("logs", "--run", "neg").stdout
+    assert "tiny_gpt: config.steps must be >= 1, got -5" in log and "Traceback" not in log, log
+    [inc] = json.loads(kit.glue("incidents", "--run", "neg", "--json").stdout)
+    assert "config.steps must be >= 1, got -5" in json.dumps(inc), inc
+
+
 OK = "command: [python]\noutputs: {destination: s3://gpukit/x}\ncheckpoint: {target: s3://gpukit/x}\n"
 
 

@@ -17,3 +17,6 @@ rm -f /var/lib/dbus/machine-id
 mkdir -p /var/lib/gpukit
 apt-get clean
 rm -rf /var/lib/apt/lists/*
+# Empty package lists must not look fresh to Ansible's apt cache_valid_time (it reads this folder's
+# mtime): the first apt task on a VM with network updates them instead of finding no package.
+touch -d @0 /var/lib/apt/lists

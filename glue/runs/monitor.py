@@ -209,7 +209,10 @@ def last_valid_checkpoint(store: RunStore, manifest: dict[str, Any], deep: bool 
 def capture_stacks(home: Path, host: Host, pid: int) -> str:
     """py-spy stacks of the trainer and its children (torchrun's workers are its children)."""
     pyspy = shlex.quote(f"{remote.venv(host)}/bin/py-spy")
-    script = f"for p in {pid} $(pgrep -P {pid}); do echo \"== pid $p\"; {pyspy} dump --pid $p 2>&1; done || true"
+    # py-spy pauses the process to read it, which fails on one already stopped (SIGSTOP, state T): that one
+    # is read as it stands (--nonblocking; it is not moving anyway).
+    script = (f"for p in {pid} $(pgrep -P {pid}); do echo \"== pid $p\"; out=$({pyspy} dump --pid $p 2>&1) || "
+              f"out=$({pyspy} dump --nonblocking --pid $p 2>&1); printf '%s\\n' \"$out\"; done || true")
     res = ssh.run(home, host, script, timeout=120)
     return res.stdout.strip() or res.stderr.strip()
 

@@ -137,7 +137,8 @@ def test_sigstop_is_a_stall_with_stacks(cluster_kit: Kit, tmp_path: Path) -> Non
         wait_for(fast, "stall", lambda s: s["state"] != "running", timeout=60)
         assert status(kit, "stall")["state"] == "stall"
         [inc] = json.loads(kit.glue("incidents", "--run", "stall", "--json").stdout)
-        assert inc["stacks"] and ("tiny_gpt" in inc["stacks"] or "Thread" in inc["stacks"]), inc["stacks"]
+        # The frames themselves (py-spy cannot pause a stopped process: it is read as it stands).
+        assert "tiny_gpt.py:" in inc["stacks"] and "Failed to get stack traces" not in inc["stacks"], inc["stacks"]
     finally:
         vm_exec(fast, "gpukit-2", "kill", "-9", str(pid))
 

@@ -96,8 +96,8 @@ def detect(home: Path, store: RunStore, force: bool) -> Failure:
     if outcome is Outcome.COMPLETED:
         raise GlueError(f"run {run_id} completed; nothing to recover")
     if outcome is Outcome.EXPORT_MISSING:
-        raise GlueError(f"run {run_id} finished but {report.verdict.reason.split(': ', 1)[-1]}; that is not fixed "
-                        "by a restart: export the outputs")
+        raise GlueError(f"run {run_id} finished, but required outputs are missing from the bucket "
+                        f"({report.verdict.reason.split(': ', 1)[-1]}); a restart does not fix that: export them")
     if outcome in REFUSE_WITHOUT_FORCE and not force:
         raise GlueError(f"run {run_id} failed with {outcome}: " + REFUSE_WITHOUT_FORCE[outcome].format(run=run_id))
     n = int(report.attempt["attempt"])

@@ -176,6 +176,9 @@ def test_finished_without_required_outputs_is_export_missing(cluster_kit: Kit, t
     wait_for(here(kit), "no-out", lambda s: s["state"] != "running", timeout=90)
     st = status(kit, "no-out")
     assert st["state"] == "export_missing" and "model.pt" in st["reason"]
+    res = kit.glue("recover", "--run", "no-out", check=False)
+    assert res.returncode == 1 and ("run no-out finished, but required outputs are missing from the bucket (model.pt, "
+                                    "final.json); a restart does not fix that: export them") in res.stderr, res.stderr
 
 
 def test_a_bad_trainer_config_is_one_line_in_the_log_and_a_user_error(cluster_kit: Kit, tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def _foreground(runs: tuple[str, ...], interval: float, once: bool, keep_failed:
             if live is not None:
                 live.start()
 
-    watcher = Watcher(home(), runs, err, keep_failed=keep_failed, tolerance=tolerance, pause=pause)
+    watcher = Watcher(home(), runs, err, keep_failed=keep_failed, tolerance=tolerance, pause=pause, single_pass=once)
     watcher.validate()
     last_lines: dict[str, str] = {}
     if live is not None:

@@ -61,8 +61,11 @@ class Quick:
 class Watcher:
     def __init__(self, home: Path, runs: tuple[str, ...], console: Console, keep_failed: bool = False,
                  tolerance: float = 0.0,
-                 pause: Callable[[], AbstractContextManager[None]] = nullcontext) -> None:
+                 pause: Callable[[], AbstractContextManager[None]] = nullcontext, single_pass: bool = False) -> None:
         self.home, self.runs, self.console = home, runs, console
+        # `--once` (a cron job): no later poll collects a background probe's answer, so a late heartbeat
+        # gets the full check (SSH, process state) in this pass.
+        self.single_pass = single_pass
         self.keep_failed, self.tolerance, self.pause = keep_failed, tolerance, pause
         self._stores: dict[str, RunStore] = {}
         self._configs: dict[str, tuple[runconfig.RunConfig, float | None]] = {}
@@ -275,6 +278,11 @@ class Watcher:
             self._probes.pop(store.run, None)
             self._wake(beat_at + probe_from)
             return running
+        if self.single_pass:  # the full check once the heartbeat is older than lost_after (as a probe's answer)
+            if now - beat_at > rc.monitor.lost_after_seconds:
+                return closer
+            return Quick(True, running.step, f"heartbeat {now - beat_at:.1f}s old (lost after "
+                                             f"{rc.monitor.lost_after_seconds:g}s)")
         host = monitor.host_for(self.home, monitor.nodes_of(rec)[0])
         if host is None:  # not in the inventory: the full check says what became of it
             return closer

@@ -326,3 +326,24 @@ def test_a_stopped_bucket_server_starts_again_on_demand_while_vms_run(cluster_ki
     assert server.running() and server.info().endpoint == port
     assert json.loads(kit.glue("status", "--json").stdout)["bucket"]["reachable"] is True
     assert "final.json" in vm_exec(fast, "gpukit-1", "ls", "/mnt/s3/runs/ondemand/outputs")
+
+
+def test_watch_once_finds_a_stopped_trainer_once_its_heartbeat_is_past_lost_after(cluster_kit: Kit,
+                                                                                 tmp_path: Path) -> None:
+    """docs/watch.md: once the heartbeat is older than lost_after_seconds, a trainer stopped on a VM that
+    answers is a stall; a single `--once` pass (cron) decides it then, not only after stall_timeout_seconds."""
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": 3000, "step_sleep": 0.1},
+                     monitor={"heartbeat_seconds": 1, "lost_after_seconds": 5, "stall_timeout_seconds": 120},
+                     recovery={"max_failures": 0})
+    kit.glue("deploy", "--run", "once-stop", "--config", str(cfg), "--vm", "gpukit-2")
+    wait_for(fast, "once-stop", lambda s: (s["step"] or 0) >= 3)
+    pid = trainer_pid(fast, "once-stop")
+    vm_exec(fast, "gpukit-2", "kill", "-STOP", str(pid))
+    try:
+        time.sleep(7)  # the heartbeat is now past lost_after_seconds (5), far from stall_timeout_seconds (120)
+        kit.glue("watch", "--once", "--run", "once-stop", check=False)
+        st = json.loads(s3(fast).get_object(Bucket="gpukit", Key="runs/once-stop/attempts/1.json")["Body"].read())
+        assert st.get("failure_class") == "stall" and "state T" in st.get("reason", ""), st
+    finally:
+        vm_exec(fast, "gpukit-2", "kill", "-9", str(pid))

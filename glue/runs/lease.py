@@ -107,6 +107,12 @@ def current(store: RunStore) -> dict[str, Any] | None:
     return None if doc is None or _stale(doc) else {**doc, "gen": gen}
 
 
+def held_elsewhere(store: RunStore) -> dict[str, Any] | None:
+    """The holder's claim when another process holds the run's lease now (a deploy or recover under way)."""
+    held = current(store)
+    return held if held is not None and held.get("holder") != _holder() else None
+
+
 def acquire(store: RunStore, op: str) -> Lease:
     """Take the run's lease for `op` or raise one line naming who holds it."""
     gens = _claims(store)

@@ -19,7 +19,7 @@ from glue.cluster import state
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
-from glue.runs import guard, remote, timeline
+from glue.runs import guard, lease, remote, timeline
 from glue.runs.classify import Evidence, Outcome, Verdict, classify
 from glue.runs.guard import MOUNT
 from glue.runs.store import RunStore, parse_iso, utc_iso
@@ -226,6 +226,10 @@ def check(home: Path, store: RunStore, record_incident: bool = True,
         return _check(home, store, record_incident, unreachable)
 
 
+def _trainer_started(attempt: dict[str, Any]) -> bool:
+    return bool(attempt.get("trainer_pid") or any(nd.get("trainer_pid") for nd in attempt.get("nodes") or []))
+
+
 def _check(home: Path, store: RunStore, record_incident: bool, unreachable: frozenset[str]) -> Report:
     manifest = store.manifest()
     state.refresh_credentials(home)  # a watched run must not lose the bucket when credentials expire
@@ -235,6 +239,13 @@ def _check(home: Path, store: RunStore, record_incident: bool, unreachable: froz
     attempt = store.attempt(attempts[-1])
     ev, beat = gather(home, store, attempt, manifest, unreachable)
     verdict = classify(ev)
+    if verdict.outcome not in (Outcome.RUNNING, Outcome.COMPLETED) and not _trainer_started(attempt):
+        # The attempt is recorded a moment before its trainer starts: while the deploy (or recover) that
+        # starts it holds the run's lease, nothing has failed yet.
+        holder = lease.held_elsewhere(store)
+        if holder is not None:
+            verdict = Verdict(Outcome.RUNNING, f"starting: {holder['op']} ({holder['holder']}) has not started "
+                                               "the trainer yet")
     if attempt.get("failure_class"):
         # Classified before (e.g. a bad restart flagged by the verifier): that verdict stands.
         verdict = Verdict(Outcome(attempt["failure_class"]), str(attempt.get("reason", "")), verdict.excerpt)

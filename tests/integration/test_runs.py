@@ -347,3 +347,30 @@ def test_watch_once_finds_a_stopped_trainer_once_its_heartbeat_is_past_lost_afte
         assert st.get("failure_class") == "stall" and "state T" in st.get("reason", ""), st
     finally:
         vm_exec(fast, "gpukit-2", "kill", "-9", str(pid))
+
+
+def test_an_attempt_whose_trainer_is_being_started_is_not_a_failure(cluster_kit: Kit, tmp_path: Path) -> None:
+    """A deploy records the attempt a moment before its trainer starts. Meanwhile (its lease held by another
+    process) status and watchers see it starting, not `killed`; once no one is starting it, it is judged."""
+    from glue.runs import lease
+    from glue.runs.deploy import open_store
+
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
+    kit.glue("deploy", "--run", "starting", "--config", str(cfg), "--vm", "gpukit-1")
+    first = wait_for(fast, "starting", lambda s: s["state"] != "running", timeout=90)
+    assert first["state"] == "completed", first
+    store = open_store(kit.home, "starting")
+    held = lease.acquire(store, "deploy")  # this test process plays the deploy that is starting attempt 2
+    try:
+        one = store.attempt(1)
+        store.put_json("attempts/2.json", {**one, "attempt": 2, "outcome": None, "exit": None, "ended_at": None,
+                                           "failure_class": None, "trainer_pid": None, "supervisor_pid": None,
+                                           "nodes": [{k: v for k, v in nd.items() if not k.endswith("_pid")}
+                                                     for nd in one["nodes"]]})
+        st = status(kit, "starting")  # a `glue` process of its own: not the lease's holder
+        assert st["state"] == "running" and st["reason"].startswith("starting: deploy ("), st
+    finally:
+        lease.release(store, held)
+    st = status(kit, "starting")
+    assert st["state"] == "killed", st

@@ -20,7 +20,7 @@ from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.runs import guard, lease, remote, timeline
-from glue.runs.classify import Evidence, Outcome, Verdict, classify
+from glue.runs.classify import STORAGE, Evidence, Outcome, Verdict, classify
 from glue.runs.guard import MOUNT
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.train.layout import exit_key
@@ -78,6 +78,7 @@ class NodeState:
     stopped: bool = False
     exit: dict[str, Any] | None = None
     mount_problem: str | None = None  # the run writes under /mnt/s3 and the mount there is dead
+    storage_failing: str | None = None  # the trainer's last words on the VM: its calls to the bucket failing
 
     @property
     def failed(self) -> bool:
@@ -98,6 +99,9 @@ def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str,
         procs = remote.process_state(home, host, store.run, n)
         st.alive = procs["trainer"] not in ("gone", "Z") or procs["supervisor"] not in ("gone", "Z")
         st.stopped = procs["trainer"] in ("T", "t")
+        failing = [line for line in str(procs.get("log_tail", "")).splitlines() if STORAGE.search(line)]
+        if st.alive and failing:  # decides only for a trainer stuck past its stall timeout (classify)
+            st.storage_failing = f"the trainer's calls to the bucket fail on {st.vm}: {failing[-1].strip()[:300]}"
         if st.exit is None and not st.alive:
             # The supervisor writes its exit record as its last act: read again now that it is gone,
             # or an attempt that ended between the first read and the process check looks killed.
@@ -141,7 +145,8 @@ def combine(ev: Evidence, states: list[NodeState], errors: list[dict[str, Any]],
     # A group runs while every node runs; one failed node means the group is broken.
     ev.process_alive = any(st.alive for st in states) and not lost and not failed
     ev.process_stopped = any(st.stopped for st in states)
-    ev.storage_problem = next((st.mount_problem for st in states if st.mount_problem), None)
+    ev.storage_problem = next((st.mount_problem for st in states if st.mount_problem), None) or next(
+        (st.storage_failing for st in states if st.storage_failing), None)
     ended = [st for st in states if st.exit is not None]
     if failed:
         pick: NodeState | None = min(failed, key=lambda st: str(st.exit.get("ended_at") if st.exit else ""))

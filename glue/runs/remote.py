@@ -17,6 +17,10 @@ SCRATCH = "/var/lib/gpukit/scratch"
 REAL_VM_VENV = "/opt/gpukit/venv"
 
 
+LOG_MARK = "--- gpukit log tail ---"
+LOG_TAIL_LINES = 12
+
+
 def venv(host: Host) -> str:
     """The trainer runtime's venv: baked into the gpukit image, installed by the trainer role elsewhere."""
     return REAL_VM_VENV
@@ -39,21 +43,25 @@ def env_info(home: Path, host: Host) -> dict[str, Any]:
 
 
 def process_state(home: Path, host: Host, run: str, attempt: int) -> dict[str, Any]:
-    """pids of the attempt and each one's state letter (R, S, T, Z...) or None when gone."""
+    """pids of the attempt and each one's state letter (R, S, T, Z...) or None when gone; and the last lines
+    of its log on the VM (`log_tail`: what it said while the bucket, where its log is shipped, was away)."""
     pids_file = f"{state_dir(run)}/attempt-{attempt}.pids.json"
     script = (
         f"cat {pids_file} 2>/dev/null || echo '{{}}'; echo; "
         f"for p in $(grep -o '[0-9]\\+' {pids_file} 2>/dev/null); do "
-        "  s=$(cut -d')' -f2 /proc/$p/stat 2>/dev/null | cut -d' ' -f2); echo \"$p ${s:-gone}\"; done"
+        "  s=$(cut -d')' -f2 /proc/$p/stat 2>/dev/null | cut -d' ' -f2); echo \"$p ${s:-gone}\"; done; "
+        f"echo {LOG_MARK}; tail -n {LOG_TAIL_LINES} {state_dir(run)}/attempt-{attempt}.log 2>/dev/null || true"
     )
     res = ssh.run(home, host, script, timeout=20)
-    lines = res.stdout.strip().splitlines()
+    head, _, log_tail = res.stdout.partition(f"{LOG_MARK}\n")
+    lines = head.strip().splitlines()
     pids = json.loads(lines[0]) if lines and lines[0].startswith("{") else {}
     states = dict(line.split() for line in lines[1:] if len(line.split()) == 2)
     return {
         "pids": pids,
         "supervisor": states.get(str(pids.get("supervisor_pid")), "gone") if pids else "gone",
         "trainer": states.get(str(pids.get("trainer_pid")), "gone") if pids else "gone",
+        "log_tail": log_tail,
     }
 
 

@@ -374,3 +374,23 @@ def test_an_attempt_whose_trainer_is_being_started_is_not_a_failure(cluster_kit:
         lease.release(store, held)
     st = status(kit, "starting")
     assert st["state"] == "killed", st
+
+
+def test_a_bucket_that_stops_answering_under_a_live_trainer_is_storage_lost(cluster_kit: Kit, tmp_path: Path) -> None:
+    """README's storage_lost: the S3 endpoint unreachable, the trainer's calls failing past retries. Its
+    heartbeat cannot reach the bucket either, so without its own words (its log on the VM) it read as a stall."""
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": 3000, "step_sleep": 0.1},
+                     monitor={"heartbeat_seconds": 1, "stall_timeout_seconds": 10})
+    kit.glue("deploy", "--run", "no-bucket", "--config", str(cfg), "--vm", "gpukit-1")
+    wait_for(fast, "no-bucket", lambda s: (s["step"] or 0) >= 3)
+    pid = trainer_pid(fast, "no-bucket")
+    LocalBucket(kit.home).stop()
+    try:
+        time.sleep(14)  # past the stall timeout; the next glue command starts the bucket again
+        st = status(kit, "no-bucket")
+        assert st["state"] == "storage_lost", st
+        assert "the trainer's calls to the bucket fail on gpukit-1" in st["reason"], st
+        assert "Could not connect to the endpoint URL" in st["reason"], st
+    finally:
+        vm_exec(fast, "gpukit-1", "kill", "-9", str(pid))

@@ -58,6 +58,9 @@ class Quick:
     unreachable: frozenset[str] = frozenset()
 
 
+LEFT_ALONE = "before a watcher saw the run"  # a watcher of every run leaves such a run alone
+
+
 class Watcher:
     def __init__(self, home: Path, runs: tuple[str, ...], console: Console, keep_failed: bool = False,
                  tolerance: float = 0.0,
@@ -178,8 +181,13 @@ class Watcher:
             rec = store.attempt(latest)
             ended = rec.get("failure_class") or rec.get("outcome")
             if ended and not self.runs:
-                st.stopped = f"attempt {latest} had ended ({ended}) before a watcher saw the run"
+                st.stopped = f"attempt {latest} had ended ({ended}) {LEFT_ALONE}"
                 st.handled_attempt = latest
+            st.save(store)
+        elif self.runs and st.stopped and st.stopped.endswith(LEFT_ALONE) and st.handled_attempt == latest:
+            # Left alone by a watcher of every run; named with --run, it is taken on.
+            st.stopped, st.handled_attempt = None, None
+            st.note("watching", attempt=latest, why="named with glue watch --run")
             st.save(store)
         elif (st.stopped or st.done) and st.handled_attempt is not None and latest > st.handled_attempt:
             st.stopped, st.done = None, False

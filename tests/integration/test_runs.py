@@ -394,3 +394,27 @@ def test_a_bucket_that_stops_answering_under_a_live_trainer_is_storage_lost(clus
         assert "Could not connect to the endpoint URL" in st["reason"], st
     finally:
         vm_exec(fast, "gpukit-1", "kill", "-9", str(pid))
+
+
+def test_a_run_left_alone_by_a_watcher_of_every_run_is_taken_on_when_named(cluster_kit: Kit,
+                                                                           tmp_path: Path) -> None:
+    """docs/watch.md: watching every run, one whose latest attempt ended before any watcher saw it is left
+    alone; `glue watch --run X` takes such a run on (also after a watcher of every run left it alone)."""
+    from rich.console import Console
+
+    from glue.runs.deploy import open_store
+    from glue.watch.controller import Watcher
+    from glue.watch.state import WatchState
+
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
+    kit.glue("deploy", "--run", "ended", "--config", str(cfg), "--vm", "gpukit-2")
+    wait_for(fast, "ended", lambda s: s["state"] != "running", timeout=90)
+    store = open_store(kit.home, "ended")
+    Watcher(kit.home, (), Console(quiet=True))._adopt(store, 1)  # what a watcher of every run does on first sight
+    left = WatchState.load(store)
+    assert left is not None and "before a watcher saw the run" in (left.stopped or ""), left
+    kit.glue("watch", "--once", "--run", "ended")
+    st = WatchState.load(store)
+    assert st is not None and st.done and not st.stopped, st
+    assert [h["action"] for h in st.history][-2:] == ["watching", "completed"], st.history

@@ -38,6 +38,14 @@ from glue.runs.store import RunStore, utc_iso
 __all__ = ["REFUSE_WITHOUT_FORCE", "check_resume", "merged_metrics", "print_table", "recover"]
 
 
+class BadRestart(GlueError):
+    """The recovery ran, but the resumed attempt failed the resume check (flagged bad_restart, stopped)."""
+
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 def recover(home: Path, run_id: str, console: Console, force: bool = False, from_scratch: bool = False,
             same_vm: bool = False, verify_steps: int = 5, tolerance: float = 0.0,
             wait_timeout: float = 600.0, keep_failed: bool = False,
@@ -113,8 +121,8 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
     print_table(console, result)
     if not verdict.ok:
         phases.flag_bad_restart(home, store, manifest, new_n, verdict)
-        raise GlueError(f"bad restart of run {run_id}: {verdict.problem}; the trainer was stopped and the evidence "
-                        f"kept (glue incidents --run {run_id})")
+        raise BadRestart(f"bad restart of run {run_id}: {verdict.problem}; the trainer was stopped and the evidence "
+                         f"kept (glue incidents --run {run_id})", result)
     return result
 
 

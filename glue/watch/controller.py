@@ -58,6 +58,7 @@ class Quick:
     unreachable: frozenset[str] = frozenset()
 
 
+SUMMARY_KEYS = ("failed_attempt", "new_attempt", "checkpoint_step", "failure_step", "first_resumed_step", "verified")
 LEFT_ALONE = "before a watcher saw the run"  # a watcher of every run leaves such a run alone
 
 
@@ -390,6 +391,15 @@ class Watcher:
         try:
             result = recover_mod.recover(self.home, store.run, self.console, tolerance=self.tolerance,
                                          keep_failed=keep, on_started=on_started)
+        except recover_mod.BadRestart as exc:  # recovered, but the resume is wrong: not a failed recovery
+            new = int(exc.result["new_attempt"])
+            st.resume_plan = None
+            st.note("resume_check_failed", **{k: exc.result.get(k) for k in SUMMARY_KEYS},
+                    problem=exc.result.get("problem"))
+            decision = policy.decide(Outcome.BAD_RESTART, rc.recovery, st.used, time.time(), st.next_try_at, started)
+            self._stop(store, rc, st, new, Outcome.BAD_RESTART, decision, str(exc.result.get("problem")),
+                       store.attempt(new).get("incident"))
+            return f"attempt {new} failed the resume check: {exc.result.get('problem')}"
         except GlueError as exc:
             st.resume_plan = None
             st.failed_in_row += 1

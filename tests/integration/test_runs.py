@@ -418,3 +418,28 @@ def test_a_run_left_alone_by_a_watcher_of_every_run_is_taken_on_when_named(clust
     st = WatchState.load(store)
     assert st is not None and st.done and not st.stopped, st
     assert [h["action"] for h in st.history][-2:] == ["watching", "completed"], st.history
+
+
+@pytest.mark.timeout(600)
+def test_a_watcher_whose_recovery_resumes_wrongly_stops_the_run_as_a_bad_restart(cluster_kit: Kit,
+                                                                                 tmp_path: Path) -> None:
+    """docs/watch.md: a resume that fails the check is a `bad_restart` and stops the run; it is not a failed
+    recovery (no `recovery_failed`, no backoff and retry of a recovery that did happen)."""
+    from glue.runs.deploy import open_store
+    from glue.watch.state import WatchState
+
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": 80, "step_sleep": 0.1, "broken_resume": "skip_rng",
+                                       "checkpoint_interval": 10}, checkpoint={"interval_steps": 10},
+                     monitor={"heartbeat_seconds": 0.5})
+    kit.glue("deploy", "--run", "wbad", "--config", str(cfg), "--vm", "gpukit-2")
+    wait_for(fast, "wbad", lambda s: (s["step"] or 0) >= 25)
+    rec = open_store(kit.home, "wbad").attempt(1)
+    vm_exec(fast, "gpukit-2", "kill", "-9", str(rec["supervisor_pid"]), str(rec["trainer_pid"]))
+    wait_for(fast, "wbad", lambda s: s["state"] == "killed", timeout=60)
+    kit.glue("watch", "--once", "--run", "wbad", check=False, timeout=600)
+    st = WatchState.load(open_store(kit.home, "wbad"))
+    assert st is not None and st.stopped and "bad_restart" in st.stopped, st
+    actions = [h["action"] for h in st.history]
+    assert actions[-3:] == ["recovering", "resume_check_failed", "stopped"], actions
+    assert "recovery_failed" not in actions and status(fast, "wbad")["state"] == "bad_restart"

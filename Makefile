@@ -9,7 +9,7 @@ VMS     ?= 2
 BACKEND ?= local
 PYTEST_ARGS ?=
 # Test workers (pytest-xdist). By default two lanes (tests/conftest.py): the qemu e2e (minutes of
-# emulation) and a few long CPU-bound files on one worker, reniced; the rest in order on the other.
+# emulation), a few long CPU-bound files and the unit tests on one worker, reniced; the rest in order on the other.
 # On a 2-core machine two workers sharing the local-VM tests starve the timing-sensitive ones
 # (stall detection, multinode) into false failures. TEST_WORKERS=N (N > 1) spreads whole files over
 # N workers; TEST_WORKERS=0 runs serially.

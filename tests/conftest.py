@@ -57,12 +57,15 @@ SIDE_LANE = frozenset({
     "tests/integration/test_ckpt_workers.py",
     "tests/integration/test_memprobe_run.py",
 })
+# The unit tests too (~100 s, no VMs): after the qemu e2e they keep the side lane busy while the serial
+# lane, the longer one, goes on.
+SIDE_LANE_DIRS = ("tests/unit/",)
 SIDE_LANE_NICE = 10
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--lanes", action="store_true", default=False,
-                     help="with -n 2: the side lane (the qemu e2e and a few long CPU-bound files) on one "
+                     help="with -n 2: the side lane (the qemu e2e, a few long CPU-bound files, the unit tests) on one "
                           "worker, reniced; the rest of the suite in order on the other")
 
 
@@ -70,7 +73,8 @@ class Lanes(LoadScopeScheduling):
     """xdist's scope scheduling with two scopes: the side lane's files, and the serial lane."""
 
     def _split_scope(self, nodeid: str) -> str:
-        return "side" if nodeid.split("::", 1)[0] in SIDE_LANE else "serial"
+        path = nodeid.split("::", 1)[0]
+        return "side" if path in SIDE_LANE or path.startswith(SIDE_LANE_DIRS) else "serial"
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Lanes | None:
@@ -82,7 +86,8 @@ def _side_lane_yields_the_cpu(request: pytest.FixtureRequest) -> None:
     """Renice this worker (and what it starts: torch, qemu) before its first side-lane test; for good:
     the worker's lane is decided once."""
     if (request.config.getoption("lanes") and os.environ.get("PYTEST_XDIST_WORKER")
-            and request.node.nodeid.split("::", 1)[0] in SIDE_LANE):
+            and (request.node.nodeid.split("::", 1)[0] in SIDE_LANE
+                 or request.node.nodeid.startswith(SIDE_LANE_DIRS))):
         now = os.getpriority(os.PRIO_PROCESS, 0)
         if now < SIDE_LANE_NICE:
             os.nice(SIDE_LANE_NICE - now)

@@ -157,5 +157,9 @@ def print_table(console: Console, result: dict[str, Any]) -> None:
                       f"{result['checkpoint_step']} is its last step, its outputs are in the bucket); "
                       "the new attempt had nothing to replay")
         return
-    console.print(f"resume {verdict}: first resumed step {result['first_resumed_step']}, losses equal at steps "
-                  f"{step_ranges(result['compared_steps'])}")
+    equal = result["compared_steps"]
+    if result["verified"] or equal:
+        said = f"losses equal at steps {step_ranges(equal)}" + ("" if result["verified"] else ", then differ")
+    else:
+        said = "its loss already differs"
+    console.print(f"resume {verdict}: first resumed step {result['first_resumed_step']}, {said}")

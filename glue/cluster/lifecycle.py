@@ -35,7 +35,7 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True,
         cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
         outputs = tf.outputs()
         remove_orphans(home, cfg.backend, outputs, console, spare={k.id for k in kept(home)})
-    written = inventory.write(home, outputs)
+    written = inventory.write(home, outputs, also_known=kept_host_keys(home))
     if configure:
         configure_hosts(home, console)
     return written
@@ -165,6 +165,11 @@ def keep(home: Path, vm: KeptVM) -> None:
 
 def forget_kept(home: Path, vm_id: str) -> None:
     (_kept_dir(home) / f"{vm_id}.json").unlink(missing_ok=True)
+
+
+def kept_host_keys(home: Path) -> list[tuple[str, int, str]]:
+    """(host, port, host key) of the kept VMs: still trusted over SSH, though out of the cluster."""
+    return [(k.ssh_host, k.ssh_port, k.host_key) for k in kept(home)]
 
 
 def kept(home: Path) -> list[KeptVM]:

@@ -11,7 +11,7 @@ whose key changed without Terraform replacing it is refused rather than trusted.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,11 @@ class Host:
 
     @property
     def known_hosts_name(self) -> str:
-        return self.ssh_host if self.ssh_port == 22 else f"[{self.ssh_host}]:{self.ssh_port}"
+        return known_hosts_name(self.ssh_host, self.ssh_port)
+
+
+def known_hosts_name(host: str, port: int) -> str:
+    return host if port == 22 else f"[{host}]:{port}"
 
 
 # The contract: what each entry of the `vms` output holds (its key is the name), and the `bucket` output.
@@ -76,10 +80,13 @@ def inventory_path(home: Path) -> Path:
     return home / "ansible" / "inventory.yml"
 
 
-def write(home: Path, outputs: Mapping[str, Any]) -> list[Host]:
-    """Write known_hosts and inventory.yml from terraform outputs; return the hosts."""
+def write(home: Path, outputs: Mapping[str, Any], also_known: Iterable[tuple[str, int, str]] = ()) -> list[Host]:
+    """Write known_hosts and inventory.yml from terraform outputs; return the hosts. `also_known`: (host, port,
+    host key) of machines outside the cluster that SSH must still trust (VMs kept for debugging)."""
     hosts = hosts_from_outputs(outputs)
-    known_hosts_path(home).write_text("".join(f"{h.known_hosts_name} {h.host_key}\n" for h in hosts))
+    lines = [f"{h.known_hosts_name} {h.host_key}\n" for h in hosts]
+    lines += [f"{known_hosts_name(host, port)} {key}\n" for host, port, key in also_known]
+    known_hosts_path(home).write_text("".join(lines))
     bucket = bucket_from_outputs(outputs)
     inv = {
         "all": {

@@ -204,7 +204,7 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
             tf.state_rm(vm_address(vm.name))  # the kept VM lives on outside the state
             lifecycle.keep(home, vm)
         tf.apply(state.tf_vars(home, cfg), replace=replace)
-    inventory.write(home, tf.outputs())
+    inventory.write(home, tf.outputs(), also_known=lifecycle.kept_host_keys(home))
     hosts = [state.host(home, str(nd["vm"])) for nd in nodes]
     return hosts, [h.name for h, nd in zip(hosts, nodes, strict=True) if h.id != nd["vm_id"]]
 

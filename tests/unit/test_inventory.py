@@ -34,6 +34,15 @@ def test_inventory_and_known_hosts_from_outputs(tmp_path: Path) -> None:
     assert Path(v["ansible_ssh_private_key_file"]).stat().st_mode & 0o077 == 0
 
 
+def test_kept_vms_stay_trusted_outside_the_inventory(tmp_path: Path) -> None:
+    """A VM kept for debugging (--keep-failed) left Terraform's state, but ssh to it must still verify it."""
+    hosts = inventory.write(tmp_path, OUTPUTS, also_known=[("127.0.0.1", 2299, "ssh-ed25519 KEPT")])
+    assert [h.name for h in hosts] == ["gpukit-1", "gpukit-2"]  # not in the inventory
+    kh = inventory.known_hosts_path(tmp_path).read_text().splitlines()
+    assert kh[-1] == "[127.0.0.1]:2299 ssh-ed25519 KEPT" and len(kh) == 3
+    assert "2299" not in inventory.inventory_path(tmp_path).read_text()
+
+
 def test_outputs_contract_round_trips_through_one_definition() -> None:
     """hosts_from_outputs reads exactly what outputs_of builds (the test bed's stand-in for Terraform)."""
     hosts = inventory.hosts_from_outputs(OUTPUTS)

@@ -167,6 +167,12 @@ def forget_kept(home: Path, vm_id: str) -> None:
     (_kept_dir(home) / f"{vm_id}.json").unlink(missing_ok=True)
 
 
+def kept_host(vm: KeptVM) -> inventory.Host:
+    """A kept VM as an SSH target (its host key pinned, as in known_hosts)."""
+    return inventory.Host(name=vm.name, id=vm.id, ssh_host=vm.ssh_host, ssh_port=vm.ssh_port, ssh_user=vm.ssh_user,
+                          host_key=vm.host_key, gpu_type="none", gpu_count=0, backend="")
+
+
 def kept_host_keys(home: Path) -> list[tuple[str, int, str]]:
     """(host, port, host key) of the kept VMs: still trusted over SSH, though out of the cluster."""
     return [(k.ssh_host, k.ssh_port, k.host_key) for k in kept(home)]

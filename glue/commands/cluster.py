@@ -107,7 +107,7 @@ def status(run_id: str | None, verify: bool, as_json: bool) -> None:
     for k in st.get("kept", []):
         Console().print(f"kept for debugging: VM {k['id']} (was {k['name']}) at {k['ssh_host']}:{k['ssh_port']}, "
                         f"run {k['run']} attempt {k['attempt']} {k['failure_class']} since {k['kept_at']}; "
-                        "`glue down` removes it", highlight=False)
+                        f"`glue ssh {k['id']} -- ...` reaches it, `glue down` removes it", highlight=False)
     b = st["bucket"]
     ok = "[green]reachable[/]" if b["reachable"] else "[red]not reachable[/]"
     Console().print(f"bucket {b['name']} at {b['endpoint']}: {ok}")
@@ -121,10 +121,13 @@ def status(run_id: str | None, verify: bool, as_json: bool) -> None:
 def ssh_cmd(vm: str, command: tuple[str, ...]) -> None:
     """Run COMMAND on VM over SSH (pinned host key): glue ssh gpukit-1 -- nvidia-smi
 
-    Each word of COMMAND is quoted for the remote shell; for a shell line (;, |, $VAR) run a shell:
+    VM is a cluster VM's name, or the id of a VM kept for debugging (`glue status` lists them). Each word
+    of COMMAND is quoted for the remote shell; for a shell line (;, |, $VAR) run a shell:
     glue ssh gpukit-1 -- sh -c 'findmnt /mnt/s3; df -h /'"""
     h = home()
-    result = ssh.run(h, state.host(h, vm), shlex.join(command), stream=True)
+    kept = {k.id: k for k in lifecycle.kept(h)}
+    target = lifecycle.kept_host(kept[vm]) if vm in kept else state.host(h, vm)
+    result = ssh.run(h, target, shlex.join(command), stream=True)
     sys.exit(result.exit_code)
 
 

@@ -160,6 +160,8 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
         assert backend.read_vm(rec["vm_id"]) is not None  # still alive for debugging
         kept = json.loads(kit.glue("status", "--json").stdout)["kept"]
         assert [k["id"] for k in kept] == [rec["vm_id"]] and kept[0]["run"] == "w-keep"
+        # Reachable for debugging by its id, its host key still pinned (it left the inventory with its name).
+        assert kit.glue("ssh", rec["vm_id"], "--", "cat", "/etc/hostname").returncode == 0
         rec2 = keep.attempt(2)
         _until("w-keep attempt 2 steps", lambda: _step(keep, 2) >= 3, 120)
         kit.glue("ssh", "gpukit-2", "--", "kill", "-9", str(rec2["supervisor_pid"]), str(rec2["trainer_pid"]))

@@ -23,6 +23,7 @@ from glue.storage import bucket as bucket_store
 
 MOUNT = PurePosixPath("/mnt/s3")
 MOUNT_FSTYPE = "fuse.rclone"
+MOUNT_UNIT = "gpukit-mount.service"  # bucket_mount's unit (bucket_mount_service_name)
 PROBE_TIMEOUT = 20.0
 
 
@@ -49,6 +50,23 @@ def mount_state(home: Path, host: Host) -> tuple[str, str]:
     res = ssh.run(home, host, _MOUNT_STATE, timeout=20)
     state, _, detail = res.stdout.strip().partition(" ")
     return state or "absent", detail.split(": ")[-1] if detail else ""
+
+
+def mount_restarted_since(home: Path, host: Host, since_epoch: float) -> str | None:
+    """When the VM's bucket mount unit was (re)started by systemd after `since_epoch` (its rclone died and
+    the unit brought it back), say so; None otherwise (no restart, or no such unit: a daemon-managed mount)."""
+    script = (f"n=$(systemctl show -p NRestarts --value {MOUNT_UNIT} 2>/dev/null); "
+              f"t=$(systemctl show -p ActiveEnterTimestamp --value {MOUNT_UNIT} 2>/dev/null); "
+              "echo \"${n:-0} $(date -d \"$t\" +%s 2>/dev/null || echo 0)\"")
+    res = ssh.run(home, host, script, timeout=20)
+    try:
+        restarts, at = (int(x) for x in res.stdout.split()[:2])
+    except ValueError:
+        return None
+    if restarts > 0 and at > since_epoch:
+        return (f"the bucket mount at {MOUNT} on {host.name} restarted during the attempt (its rclone died; "
+                f"{restarts} restart(s) of {MOUNT_UNIT})")
+    return None
 
 
 def check_location(home: Path, host: Host, store: RunStore, what: str, location: str) -> None:

@@ -86,7 +86,8 @@ class NodeState:
 
 
 def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str, Any],
-                uses_mount: bool = False, unreachable: frozenset[str] = frozenset()) -> NodeState:
+                uses_mount: bool = False, unreachable: frozenset[str] = frozenset(),
+                started_at: str | None = None) -> NodeState:
     k = int(nd.get("node", 0))
     st = NodeState(node=k, vm=str(nd.get("vm")), gone=backend.read_vm(str(nd.get("vm_id"))) is None,
                    exit=store.get_json(exit_key(n, k)))
@@ -115,6 +116,8 @@ def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str,
             if mount != "live":
                 st.mount_problem = f"the bucket mount at {MOUNT} on {st.vm} is {mount}" + (f" ({detail})" if detail
                                                                                            else "")
+            elif st.failed and started_at:  # live again: the unit may have brought it back after the trainer's error
+                st.mount_problem = guard.mount_restarted_since(home, host, parse_iso(started_at).timestamp())
     return st
 
 
@@ -176,8 +179,8 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     ev = Evidence(stall_timeout_s=float(manifest["config"].get("monitor", {}).get("stall_timeout_seconds", 60)))
     # Any run may use the mount (its own code reading data or writing logs there), so its state is evidence
     # for every run; it only decides the class when the trainer is stuck or its error is about /mnt/s3.
-    states = [_node_state(home, store, n, backend, nd, uses_mount=True, unreachable=unreachable)
-              for nd in nodes_of(attempt)]
+    states = [_node_state(home, store, n, backend, nd, uses_mount=True, unreachable=unreachable,
+                          started_at=attempt.get("started_at")) for nd in nodes_of(attempt)]
     errors = [e for e in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.error"))) if e]
     beats = store.heartbeats(n)
     notices = [d for d in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.notice."))) if d]

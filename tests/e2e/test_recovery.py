@@ -204,6 +204,30 @@ def fast_keys(kit: Kit, prefix: str) -> list[str]:
     return [o["Key"][len(prefix):] for o in resp.get("Contents", [])]
 
 
+def test_rclone_killed_under_the_mount_is_storage_lost_though_the_unit_brought_it_back(cluster_kit: Kit,
+                                                                                       tmp_path: Path) -> None:
+    """README troubleshooting: rclone died under the mount -> storage_lost. The unit restarts it within
+    seconds, so the trainer's error may be ENOTCONN (the dead mount) or ENOENT (the bare directory between
+    two mounts), and glue may look only once the mount is live again: the unit's restart is the evidence."""
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": 3000, "step_sleep": 0.05, "checkpoint_interval": 10,
+                                       "log_dir": "/mnt/s3/rclone-killed-logs"}, checkpoint={"interval_steps": 10})
+    kit.glue("deploy", "--run", "rclone-killed", "--config", str(cfg), "--vm", "gpukit-1")
+    try:
+        wait_for(fast, "rclone-killed", lambda s: (s["step"] or 0) >= 25)
+        fast.glue("ssh", "gpukit-1", "--", "pkill", "-9", "-f", "[r]clone mount", check=False)
+        st = wait_for(fast, "rclone-killed", lambda s: s["state"] != "running", timeout=120)
+        assert st["state"] == "storage_lost", (st, st.get("incident") and
+                                               bucket_json(fast, f"runs/rclone-killed/{st['incident']}"))
+    finally:
+        fast.glue("ssh", "gpukit-1", "--", "pkill", "-9", "-f", "glue.train.supervise", check=False)
+        deadline = time.monotonic() + 60  # the unit remounts within seconds: the tests after this one need it
+        while fast.glue("ssh", "gpukit-1", "--", "sh", "-c", "findmnt -n /mnt/s3 && stat /mnt/s3",
+                        check=False).returncode != 0:
+            assert time.monotonic() < deadline, "the bucket mount did not come back"
+            time.sleep(1)
+
+
 def test_a_mount_lost_mid_run_is_storage_lost_and_recovers_without_force(cluster_kit: Kit, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
     # The kit's own checkpoints go through the S3 API; the trainer's own step log goes through the mount,

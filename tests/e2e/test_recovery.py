@@ -14,6 +14,8 @@ import pytest
 
 from glue.cloud.local.backend import LocalBackend
 from glue.cloud.local.bucket import LocalBucket
+from glue.cluster import state
+from glue.runs import guard
 from glue.storage import bucket as bucket_store
 from tests.integration.test_runs import here, run_config, s3, wait_for
 
@@ -215,10 +217,19 @@ def test_rclone_killed_under_the_mount_is_storage_lost_though_the_unit_brought_i
     kit.glue("deploy", "--run", "rclone-killed", "--config", str(cfg), "--vm", "gpukit-1")
     try:
         wait_for(fast, "rclone-killed", lambda s: (s["step"] or 0) >= 25)
+        killed_at = time.time()
         fast.glue("ssh", "gpukit-1", "--", "pkill", "-9", "-f", "[r]clone mount", check=False)
         st = wait_for(fast, "rclone-killed", lambda s: s["state"] != "running", timeout=120)
         assert st["state"] == "storage_lost", (st, st.get("incident") and
                                                bucket_json(fast, f"runs/rclone-killed/{st['incident']}"))
+        # The evidence once the mount is back (the trainer's error alone may be a bare ENOENT under /mnt/s3).
+        host = state.host(kit.home, "gpukit-1")
+        deadline = time.monotonic() + 60
+        while (said := guard.mount_restarted_since(kit.home, host, killed_at - 1)) is None:
+            assert time.monotonic() < deadline, "the unit never restarted the mount"
+            time.sleep(1)
+        assert "the bucket mount at /mnt/s3 on gpukit-1 restarted during the attempt (its rclone died" in said
+        assert guard.mount_restarted_since(kit.home, host, time.time() + 1) is None
     finally:
         fast.glue("ssh", "gpukit-1", "--", "pkill", "-9", "-f", "glue.train.supervise", check=False)
         deadline = time.monotonic() + 60  # the unit remounts within seconds: the tests after this one need it

@@ -40,6 +40,7 @@ from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.train.layout import exit_key
 from glue.watch import interrupted, notify, policy
 from glue.watch import probe as probe_mod
+from glue.watch.adopt import adopt
 from glue.watch.state import Row, WatchState, describe, record_budget_incident
 
 
@@ -59,7 +60,6 @@ class Quick:
 
 
 SUMMARY_KEYS = ("failed_attempt", "new_attempt", "checkpoint_step", "failure_step", "first_resumed_step", "verified")
-LEFT_ALONE = "before a watcher saw the run"  # a watcher of every run leaves such a run alone
 
 
 class Watcher:
@@ -127,7 +127,7 @@ class Watcher:
         if not attempts:
             return Row(run=run, state="waiting", note="no attempt yet")
         latest = attempts[-1]
-        st = self._adopt(store, latest)
+        st = adopt(store, latest, named=bool(self.runs), say=self.console.print)
         row = Row(run=run, state="watching", attempt=latest, used=dict(st.used),
                   caps={"preemptions": rc.recovery.max_preemptions, "failures": rc.recovery.max_failures},
                   last=describe(st.last))
@@ -171,45 +171,6 @@ class Watcher:
             fresh = WatchState.load(store) or st
             row.used, row.last = dict(fresh.used), describe(fresh.last)
         return row
-
-    def _adopt(self, store: RunStore, latest: int) -> WatchState:
-        """The run's state, created when a watcher first sees it. Watching every run, one whose latest
-        attempt had already ended is left alone (`glue watch --run X` takes it on); a new attempt (a
-        deploy --resume after a stop) is watched again, its budgets as they were."""
-        st = WatchState.load(store)
-        if st is None:
-            st = WatchState(store.run, adopted_attempt=latest)
-            rec = store.attempt(latest)
-            ended = rec.get("failure_class") or rec.get("outcome")
-            if ended and not self.runs:
-                st.stopped = f"attempt {latest} had ended ({ended}) {LEFT_ALONE}"
-                st.handled_attempt = latest
-            st.save(store)
-        elif self.runs and st.stopped and st.stopped.endswith(LEFT_ALONE) and st.handled_attempt == latest:
-            # Left alone by a watcher of every run; named with --run, it is taken on.
-            st.stopped, st.handled_attempt = None, None
-            st.note("watching", attempt=latest, why="named with glue watch --run")
-            st.save(store)
-        elif (st.stopped or st.done) and st.handled_attempt is not None and latest > st.handled_attempt:
-            st.stopped, st.done = None, False
-            st.note("watching", attempt=latest, why="a new attempt was deployed")
-            st.save(store)
-        elif (st.last or {}).get("action") == "recovering" and st.handled_attempt is not None \
-                and latest > st.handled_attempt and not lease.current(store):
-            # A watcher died mid-recovery after the new attempt started. With the recovery's plan (saved
-            # once the attempt started) the resume is checked as `glue recover` would have, once the new
-            # attempt has run far enough; without it (died in between) it runs unverified.
-            plan = st.resume_plan if (st.resume_plan or {}).get("new_attempt") == latest else None
-            st.resume_plan = plan
-            st.note("recovery_interrupted", attempt=st.handled_attempt, new_attempt=latest,
-                    why="the watcher stopped mid-recovery; " + (
-                        f"the resume is checked once attempt {latest} passes step {plan['upto']}" if plan else
-                        "the new attempt's resume cannot be verified (no plan recorded)"))
-            st.save(store)
-            self.console.print(f"[yellow]{store.run}: the recovery of attempt {st.handled_attempt} was interrupted "
-                               f"(its watcher stopped); attempt {latest} "
-                               + ("is checked as it runs[/]" if plan else "runs unverified[/]"))
-        return st
 
     def _verify_interrupted(self, store: RunStore, rc: runconfig.RunConfig, started: float | None,
                             st: WatchState) -> str | None:

@@ -400,10 +400,8 @@ def test_a_run_left_alone_by_a_watcher_of_every_run_is_taken_on_when_named(clust
                                                                            tmp_path: Path) -> None:
     """docs/watch.md: watching every run, one whose latest attempt ended before any watcher saw it is left
     alone; `glue watch --run X` takes such a run on (also after a watcher of every run left it alone)."""
-    from rich.console import Console
-
     from glue.runs.deploy import open_store
-    from glue.watch.controller import Watcher
+    from glue.watch.adopt import adopt
     from glue.watch.state import WatchState
 
     kit, fast = cluster_kit, here(cluster_kit)
@@ -411,7 +409,7 @@ def test_a_run_left_alone_by_a_watcher_of_every_run_is_taken_on_when_named(clust
     kit.glue("deploy", "--run", "ended", "--config", str(cfg), "--vm", "gpukit-2")
     wait_for(fast, "ended", lambda s: s["state"] != "running", timeout=90)
     store = open_store(kit.home, "ended")
-    Watcher(kit.home, (), Console(quiet=True))._adopt(store, 1)  # what a watcher of every run does on first sight
+    adopt(store, 1, named=False, say=print)  # what a watcher of every run does on first sight
     left = WatchState.load(store)
     assert left is not None and "before a watcher saw the run" in (left.stopped or ""), left
     kit.glue("watch", "--once", "--run", "ended")

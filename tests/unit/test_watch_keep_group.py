@@ -74,7 +74,7 @@ def group(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Backend:
     Tf.calls = []
     monkeypatch.setattr(phases, "Terraform", Tf)
     monkeypatch.setattr(phases.state, "tf_vars", lambda home, cfg: {})
-    monkeypatch.setattr(phases.inventory, "write", lambda home, outputs: [])
+    monkeypatch.setattr(phases.inventory, "write", lambda home, outputs, also_known=(): [])
     monkeypatch.setattr(phases.state, "host", lambda home, name: _host(name, f"{name}-new", 2300))
     return backend
 

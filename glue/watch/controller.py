@@ -59,6 +59,7 @@ class Quick:
     unreachable: frozenset[str] = frozenset()
 
 
+# What the watch state's history and the notifications keep of a recovery record.
 SUMMARY_KEYS = ("failed_attempt", "new_attempt", "checkpoint_step", "failure_step", "first_resumed_step", "verified")
 
 
@@ -205,8 +206,7 @@ class Watcher:
                              plan: dict[str, Any], steps: dict[int, dict[str, Any]]) -> None:
         failed, new = int(plan["failed_attempt"]), int(plan["new_attempt"])
         verdict, result = interrupted.check(store, plan, steps)
-        summary = {k: result.get(k) for k in ("failed_attempt", "new_attempt", "checkpoint_step", "failure_step",
-                                               "first_resumed_step", "verified", "interrupted")}
+        summary = {k: result.get(k) for k in (*SUMMARY_KEYS, "interrupted")}
         outcome = Outcome(str(plan.get("failure_class") or "vm_lost"))
         if verdict.ok:
             st.note("recovered", outcome=str(outcome), **summary)
@@ -373,8 +373,7 @@ class Watcher:
             st.save(store)
             return f"recovery failed: {exc}"
         st.failed_in_row, st.next_try_at, st.resume_plan = 0, 0.0, None
-        summary = {k: result.get(k) for k in ("failed_attempt", "new_attempt", "checkpoint_step", "failure_step",
-                                               "first_resumed_step", "verified")}
+        summary = {k: result.get(k) for k in SUMMARY_KEYS}
         summary["kept_vm"], summary["kept_vms"] = result.get("kept_vm"), result.get("kept_vms")
         st.note("recovered", outcome=str(outcome), **summary)
         st.save(store)

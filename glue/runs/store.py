@@ -159,9 +159,16 @@ def run_ids(info: BucketInfo, creds: BucketCredentials) -> list[str]:
     try:
         prefixes = [p["Prefix"] for page in s3.get_paginator("list_objects_v2").paginate(
             Bucket=info.name, Prefix="runs/", Delimiter="/") for p in page.get("CommonPrefixes", [])]
-        with ThreadPoolExecutor(max_workers=8) as pool:  # one small read per prefix (the manifest is written once)
+        # One small read per prefix not yet known as a run; a manifest is written once and glue never
+        # removes it, so a run stays known (a watcher of every run lists the bucket on every poll).
+        unknown = [p for p in prefixes if (info.endpoint, info.name, p) not in _KNOWN_RUNS]
+        with ThreadPoolExecutor(max_workers=8) as pool:
             have = list(pool.map(lambda p: bucket_store.read(s3, info.name, f"{p}manifest.json") is not None,
-                                 prefixes))
+                                 unknown))
     except (ClientError, BotoCoreError) as exc:
         raise GlueError(f"bucket {info.name} at {info.endpoint} did not answer: {str(exc).splitlines()[0]}") from exc
-    return sorted(p.split("/")[1] for p, ok in zip(prefixes, have, strict=True) if ok)
+    _KNOWN_RUNS.update((info.endpoint, info.name, p) for p, ok in zip(unknown, have, strict=True) if ok)
+    return sorted(p.split("/")[1] for p in prefixes if (info.endpoint, info.name, p) in _KNOWN_RUNS)
+
+
+_KNOWN_RUNS: set[tuple[str, str, str]] = set()  # (endpoint, bucket, "runs/<id>/") with a manifest

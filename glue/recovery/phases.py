@@ -289,12 +289,21 @@ def check(store: RunStore, lost: Lost, failure: Failure, new_metrics: dict[int, 
 
 
 def flag_bad_restart(home: Path, store: RunStore, manifest: dict[str, Any], attempt_n: int,
-                     result: ResumeCheck) -> None:
-    """Stop the wrongly resumed attempt and keep the evidence as a bad_restart incident."""
+                     result: ResumeCheck, resumed_from: int | None) -> list[int]:
+    """Stop the wrongly resumed attempt and keep the evidence as a bad_restart incident. The checkpoints it
+    wrote (every one after `resumed_from`, the step it resumed from) continue the wrong trajectory: they
+    are marked rejected, so no later resume starts from them; nothing is deleted. The steps marked."""
+    from glue.train.ckpt_format import list_steps, reject  # the storage layer (boto3): only when needed
+
     attempt = store.attempt(attempt_n)
     kill_attempt(home, store, attempt)
     ev = monitor.Evidence(resume_problem=result.problem, heartbeat_step=result.first_step)
     monitor.write_incident(home, store, manifest, attempt, ev, monitor.classify(ev))
+    storage = monitor.checkpoint_storage(store, manifest)
+    if storage is None:
+        return []
+    after = [s for s in list_steps(storage) if s > (resumed_from or 0)]
+    return reject(storage, after, f"bad_restart of attempt {attempt_n}: {result.problem}", f"glue ({store.run})")
 
 
 # -- record -------------------------------------------------------------------------------------------

@@ -26,10 +26,12 @@ class ResumeCheck:
 
 
 def merged_metrics(store: RunStore, before_attempt: int, rank: int = 0) -> dict[int, dict[str, Any]]:
-    """step -> record of one rank from the attempts before `before_attempt` (a later attempt overrides)."""
+    """step -> record of one rank from the attempts before `before_attempt` (a later attempt overrides).
+    An attempt that failed the resume check (bad_restart) ran a wrong trajectory: its steps are not the
+    run's, so a forced recovery after it is judged against the attempts before it."""
     out: dict[int, dict[str, Any]] = {}
     for att, steps in sorted(store.metrics(rank).items()):
-        if att < before_attempt:
+        if att < before_attempt and store.attempt(att).get("failure_class") != "bad_restart":
             out.update(steps)
     return out
 

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from glue.cloud import get_backend
@@ -24,6 +24,9 @@ from glue.runs.classify import STORAGE, Evidence, Outcome, Verdict, classify
 from glue.runs.guard import MOUNT
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.train.layout import exit_key
+
+if TYPE_CHECKING:
+    from glue.train.storage import Storage
 
 
 @dataclass
@@ -198,19 +201,27 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     return ev, beat
 
 
-def last_valid_checkpoint(store: RunStore, manifest: dict[str, Any], deep: bool = False) -> int | None:
-    """Newest checkpoint step whose COMMIT.json and objects check out (sizes; sha256 when deep)."""
-    from glue.train import validate_checkpoints
+def checkpoint_storage(store: RunStore, manifest: dict[str, Any]) -> Storage | None:
+    """The run's checkpoint target in the bucket, as the trainer's own storage layer sees it (None: the
+    target is not in the bucket)."""
+    from glue.train.storage import open_target
 
     prefix = as_s3_prefix(manifest["checkpoint"]["target"], store.info.name)
     if prefix is None:
         return None
     creds = store.creds
-    statuses = validate_checkpoints(
-        f"s3://{store.info.name}/{prefix}", deep=deep, endpoint_url=store.info.endpoint,
-        credentials=lambda: creds, region="us-east-1",
-    )
-    valid = [s.step for s in statuses if s.valid]
+    return open_target(f"s3://{store.info.name}/{prefix}", endpoint_url=store.info.endpoint,
+                       credentials=lambda: creds, region="us-east-1")
+
+
+def last_valid_checkpoint(store: RunStore, manifest: dict[str, Any], deep: bool = False) -> int | None:
+    """Newest checkpoint step whose COMMIT.json and objects check out (sizes; sha256 when deep)."""
+    from glue.train.ckpt_format import check_checkpoints
+
+    storage = checkpoint_storage(store, manifest)
+    if storage is None:
+        return None
+    valid = [s.step for s in check_checkpoints(storage, deep=deep) if s.valid]
     return max(valid) if valid else None
 
 

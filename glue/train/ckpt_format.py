@@ -1,7 +1,9 @@
 """The on-target format: `ckpt/step-<N>/<objects> + COMMIT.json`, validation, and incident records.
 
 A checkpoint is valid only when COMMIT.json exists, parses, and every object it lists exists with
-the listed size and sha256, and nothing else sits in the step directory.
+the listed size and sha256, and nothing else sits in the step directory. A committed checkpoint that
+glue rejected (REJECTED.json beside COMMIT.json: a resume that wrote it failed the resume check, so it
+continues a wrong trajectory) is invalid too; its bytes are kept.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from glue.train.utc import iso, utc_now
 
 FORMAT = "gpukit-ckpt/1"
 COMMIT = "COMMIT.json"
+REJECTED = "REJECTED.json"
 CKPT = "ckpt"
 INCIDENTS = "incidents"
 # COMMIT.json's list of the rank parts; the field's name is part of format gpukit-ckpt/1.
@@ -185,6 +188,8 @@ def validate_step(
         status.problems.append(Problem(prefix + key, what))
         return status
 
+    if REJECTED in listing:
+        return bad(REJECTED, f"rejected: {_rejected_why(storage, prefix + REJECTED, listing[REJECTED])}")
     if COMMIT not in listing:
         return bad(COMMIT, "COMMIT.json is missing (partial or interrupted save)")
     try:
@@ -245,6 +250,28 @@ def validate_step(
     return status
 
 
+def _rejected_why(storage: Storage, key: str, size: int) -> str:
+    try:
+        data, _ = storage.get(key, size)
+        why = json.loads(bytes(data)).get("why")
+    except (ObjectMissingError, ValueError, AttributeError):
+        why = None
+    return str(why or "marked by glue")
+
+
+def reject(storage: Storage, steps: list[int], why: str, by: str) -> list[int]:
+    """Mark committed checkpoints as not to be resumed from (REJECTED.json); nothing is deleted. Restore
+    and prune then treat them as invalid: moved aside to ckpt-invalid/ for inspection, never resumed."""
+    listing = list_steps(storage)
+    done: list[int] = []
+    for s in sorted(steps):
+        if COMMIT in listing.get(s, {}) and REJECTED not in listing[s]:
+            body = {"step": s, "why": why, "by": by, "at": iso(utc_now())}
+            storage.put(step_prefix(s) + REJECTED, (json.dumps(body, indent=1) + "\n").encode())
+            done.append(s)
+    return done
+
+
 def check_checkpoints(storage: Storage, *, deep: bool = True) -> list[CheckpointStatus]:
     """Every step directory on the target, newest first, each validated (deep: sha256 of all objects)."""
     steps = list_steps(storage)
@@ -254,11 +281,12 @@ def check_checkpoints(storage: Storage, *, deep: bool = True) -> list[Checkpoint
 def record_incident(
     storage: Storage, status: CheckpointStatus, fell_back_to: int | None, rank: int, target: str
 ) -> str:
-    """Write `incidents/<UTC-ts>-ckpt_corrupt.json`; return its key."""
+    """Write `incidents/<UTC-ts>-ckpt_corrupt.json` (`ckpt_rejected` for a rejected one); return its key."""
     now = utc_now()
     first = status.problems[0] if status.problems else Problem(step_prefix(status.step), "invalid")
+    kind = "ckpt_rejected" if first.object.endswith("/" + REJECTED) else "ckpt_corrupt"
     body = {
-        "class": "ckpt_corrupt",
+        "class": kind,
         "at": iso(now),
         "target": target,
         "step": status.step,
@@ -270,6 +298,6 @@ def record_incident(
         "host": socket.gethostname(),
         "pid": os.getpid(),
     }
-    key = f"{INCIDENTS}/{now.strftime('%Y%m%dT%H%M%S.%fZ')}-ckpt_corrupt.json"
+    key = f"{INCIDENTS}/{now.strftime('%Y%m%dT%H%M%S.%fZ')}-{kind}.json"
     storage.put(key, (json.dumps(body, indent=1) + "\n").encode())
     return key

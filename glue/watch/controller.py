@@ -215,8 +215,9 @@ class Watcher:
             self._event(rc, st, "recovered", failed, outcome, recovery=summary)
             st.save(store)
             return
-        phases.flag_bad_restart(self.home, store, store.manifest(), new, verdict)
-        st.note("resume_check_failed", **summary, problem=verdict.problem)
+        rejected = phases.flag_bad_restart(self.home, store, store.manifest(), new, verdict,
+                                           plan.get("checkpoint_step"))
+        st.note("resume_check_failed", **summary, problem=verdict.problem, rejected_checkpoints=rejected)
         decision = policy.decide(Outcome.BAD_RESTART, rc.recovery, st.used, time.time(), st.next_try_at, started)
         self._stop(store, rc, st, new, Outcome.BAD_RESTART, decision, str(verdict.problem),
                    store.attempt(new).get("incident"))
@@ -356,7 +357,7 @@ class Watcher:
             new = int(exc.result["new_attempt"])
             st.resume_plan = None
             st.note("resume_check_failed", **{k: exc.result.get(k) for k in SUMMARY_KEYS},
-                    problem=exc.result.get("problem"))
+                    problem=exc.result.get("problem"), rejected_checkpoints=exc.result.get("rejected_checkpoints"))
             decision = policy.decide(Outcome.BAD_RESTART, rc.recovery, st.used, time.time(), st.next_try_at, started)
             self._stop(store, rc, st, new, Outcome.BAD_RESTART, decision, str(exc.result.get("problem")),
                        store.attempt(new).get("incident"))

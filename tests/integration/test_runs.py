@@ -422,13 +422,17 @@ def test_a_run_left_alone_by_a_watcher_of_every_run_is_taken_on_when_named(clust
 def test_a_watcher_whose_recovery_resumes_wrongly_stops_the_run_as_a_bad_restart(cluster_kit: Kit,
                                                                                  tmp_path: Path) -> None:
     """docs/watch.md: a resume that fails the check is a `bad_restart` and stops the run; it is not a failed
-    recovery (no `recovery_failed`, no backoff and retry of a recovery that did happen)."""
+    recovery (no `recovery_failed`, no backoff and retry of a recovery that did happen). README: the
+    checkpoints the wrong resume wrote are marked rejected, so no later resume starts from them."""
+    from glue.runs import monitor
     from glue.runs.deploy import open_store
+    from glue.train.ckpt_format import REJECTED, list_steps
     from glue.watch.state import WatchState
 
     kit, fast = cluster_kit, here(cluster_kit)
+    # A checkpoint every 2 steps: the wrong resume commits some before the check (5 steps) stops it.
     cfg = run_config(tmp_path, config={"steps": 80, "step_sleep": 0.1, "broken_resume": "skip_rng",
-                                       "checkpoint_interval": 10}, checkpoint={"interval_steps": 10},
+                                       "checkpoint_interval": 2}, checkpoint={"interval_steps": 2, "keep_last": 8},
                      monitor={"heartbeat_seconds": 0.5})
     kit.glue("deploy", "--run", "wbad", "--config", str(cfg), "--vm", "gpukit-2")
     wait_for(fast, "wbad", lambda s: (s["step"] or 0) >= 25)
@@ -441,3 +445,13 @@ def test_a_watcher_whose_recovery_resumes_wrongly_stops_the_run_as_a_bad_restart
     actions = [h["action"] for h in st.history]
     assert actions[-3:] == ["recovering", "resume_check_failed", "stopped"], actions
     assert "recovery_failed" not in actions and status(fast, "wbad")["state"] == "bad_restart"
+    store = open_store(kit.home, "wbad")
+    ckpt = st.history[-2]["checkpoint_step"]
+    storage = monitor.checkpoint_storage(store, store.manifest())
+    assert storage is not None
+    after = {s: objs for s, objs in list_steps(storage).items() if s > ckpt}
+    rejected = st.history[-2]["rejected_checkpoints"]
+    committed = sorted(s for s, objs in after.items() if "COMMIT.json" in objs)
+    assert rejected and rejected == committed, (rejected, after)
+    assert all(REJECTED in after[s] for s in committed)
+    assert monitor.last_valid_checkpoint(store, store.manifest()) == ckpt  # the good trajectory's

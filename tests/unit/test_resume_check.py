@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from glue.recovery.resume_check import check_resume, rank_upto
+from glue.recovery.resume_check import check_resume, merged_metrics, rank_upto
 
 
 def _steps(lo: int, hi: int, shift: float = 0.0) -> dict[int, dict[str, Any]]:
@@ -27,3 +27,29 @@ def test_a_differing_or_missing_step_inside_the_window_still_fails() -> None:
     gap = {s: r for s, r in _steps(21, 30).items() if s != 24}
     res = check_resume(before, gap, 20, rank_upto(before, 27, 20), 0.0)
     assert not res.ok and "24 missing from the resumed run" in (res.problem or "")
+
+
+class _Store:
+    """The two reads merged_metrics makes: per-attempt metrics and the attempt records."""
+
+    def __init__(self, metrics: dict[int, dict[int, dict[str, Any]]], classes: dict[int, str]) -> None:
+        self._metrics, self._classes = metrics, classes
+
+    def metrics(self, rank: int = 0) -> dict[int, dict[int, dict[str, Any]]]:
+        return self._metrics
+
+    def attempt(self, n: int) -> dict[str, Any]:
+        return {"attempt": n, "failure_class": self._classes.get(n)}
+
+
+def test_a_forced_recovery_after_a_bad_restart_is_judged_against_the_run_before_it() -> None:
+    """Attempt 2 resumed wrongly (bad_restart) and ran steps 21..26 off the trajectory; recovering it with
+    --force compares attempt 3 against attempt 1's steps, not against the wrong ones."""
+    good, wrong = _steps(1, 27), _steps(21, 26, shift=0.5)
+    store = _Store({1: good, 2: wrong}, {1: "vm_lost", 2: "bad_restart"})
+    old = merged_metrics(store, 3)  # type: ignore[arg-type]
+    assert old == good and max(old) == 27
+    assert check_resume(old, _steps(21, 30), 20, 27, 0.0).ok
+    # An attempt that merely failed (its steps are the run's) still overrides the ones before it.
+    store = _Store({1: good, 2: wrong}, {1: "vm_lost", 2: "vm_lost"})
+    assert merged_metrics(store, 3)[22] == wrong[22]  # type: ignore[arg-type]

@@ -182,6 +182,33 @@ def test_truncated_object_on_filesystem_falls_back(tmp_path: Path) -> None:
     assert moved.read_bytes() == truncated and not obj.exists()
 
 
+def test_a_rejected_checkpoint_is_never_resumed_and_kept_aside(tmp_path: Path) -> None:
+    """README (bad_restart): the checkpoints a wrong resume wrote are marked rejected, so no later resume
+    starts from them; their bytes are kept (moved aside by restore, like a corrupt one)."""
+    from glue.train.ckpt_format import REJECTED, reject
+    from glue.train.storage import open_target
+
+    m = Model()
+    with m.register(_ck(tmp_path, keep_last=3)) as ck:
+        for s in (1, 2, 3):
+            m.at(s)
+            ck.save(s, blocking=True)
+    st = open_target(str(tmp_path))
+    assert reject(st, [2, 3, 7], "bad_restart of attempt 2: loss differs", "test") == [2, 3]  # 7: no such step
+    assert reject(st, [3], "again", "test") == []  # marked once
+    statuses = {s.step: s for s in validate_checkpoints(str(tmp_path))}
+    assert [s for s, v in statuses.items() if v.valid] == [1]
+    assert statuses[3].problems[0].what == "rejected: bad_restart of attempt 2: loss differs"
+    fresh = Model()
+    with fresh.register(_ck(tmp_path)) as ck:
+        assert ck.restore() == 1
+    assert float(fresh.net.weight.detach()[0, 0]) == 1.0
+    moved = sorted(p.parent.name for p in (tmp_path / "ckpt-invalid").glob(f"*/step-*/{REJECTED}"))
+    assert moved == ["step-2", "step-3"] and not (tmp_path / "ckpt" / "step-3").exists()
+    kinds = sorted(json.loads(p.read_text())["class"] for p in (tmp_path / "incidents").glob("*.json"))
+    assert kinds == ["ckpt_rejected", "ckpt_rejected"]
+
+
 def test_save_returns_after_snapshot_and_back_pressure_waits(tmp_path: Path) -> None:
     m = Model()
     st = Slow(tmp_path, delay=0.2)

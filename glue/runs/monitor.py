@@ -245,7 +245,8 @@ def check(home: Path, store: RunStore, record_incident: bool = True,
         return _check(home, store, record_incident, unreachable)
 
 
-def _trainer_started(attempt: dict[str, Any]) -> bool:
+def trainer_started(attempt: dict[str, Any]) -> bool:
+    """Whether the deploy (or recover) that recorded the attempt got as far as recording its trainer."""
     return bool(attempt.get("trainer_pid") or any(nd.get("trainer_pid") for nd in attempt.get("nodes") or []))
 
 
@@ -258,13 +259,16 @@ def _check(home: Path, store: RunStore, record_incident: bool, unreachable: froz
     attempt = store.attempt(attempts[-1])
     ev, beat = gather(home, store, attempt, manifest, unreachable)
     verdict = classify(ev)
-    if verdict.outcome not in (Outcome.RUNNING, Outcome.COMPLETED) and not _trainer_started(attempt):
+    if verdict.outcome not in (Outcome.RUNNING, Outcome.COMPLETED) and not trainer_started(attempt):
         # The attempt is recorded a moment before its trainer starts: while the deploy (or recover) that
-        # starts it holds the run's lease, nothing has failed yet.
+        # starts it holds the run's lease, nothing has failed yet; once it is gone, it was what was killed.
         holder = lease.held_elsewhere(store)
         if holder is not None:
             verdict = Verdict(Outcome.RUNNING, f"starting: {holder['op']} ({holder['holder']}) has not started "
                                                "the trainer yet")
+        elif verdict.outcome is Outcome.KILLED and not ev.process_alive:
+            verdict = Verdict(Outcome.KILLED, f"the trainer of attempt {attempt['attempt']} never started: the "
+                                              "deploy or recover that recorded it stopped first", verdict.excerpt)
     if attempt.get("failure_class"):
         # Classified before (e.g. a bad restart flagged by the verifier): that verdict stands.
         verdict = Verdict(Outcome(attempt["failure_class"]), str(attempt.get("reason", "")), verdict.excerpt)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from glue.runs import lease
+from glue.runs import lease, monitor
 from glue.runs.store import RunStore
 from glue.watch.state import WatchState
 
@@ -41,12 +41,15 @@ def adopt(store: RunStore, latest: int, named: bool, say: Callable[[str], object
         # attempt has run far enough; without it (died in between) it runs unverified.
         plan = st.resume_plan if (st.resume_plan or {}).get("new_attempt") == latest else None
         st.resume_plan = plan
+        unstarted = plan is None and not monitor.trainer_started(store.attempt(latest))
         st.note("recovery_interrupted", attempt=st.handled_attempt, new_attempt=latest,
                 why="the watcher stopped mid-recovery; " + (
                     f"the resume is checked once attempt {latest} passes step {plan['upto']}" if plan else
-                    "the new attempt's resume cannot be verified (no plan recorded)"))
+                    f"attempt {latest}'s trainer had not started: if it never does, that recovery is retried"
+                    if unstarted else "the new attempt's resume cannot be verified (no plan recorded)"))
         st.save(store)
-        then = "is checked as it runs" if plan else "runs unverified"
+        then = "is checked as it runs" if plan else "is retried unless its trainer started" if unstarted \
+            else "runs unverified"
         say(f"[yellow]{store.run}: the recovery of attempt {st.handled_attempt} was interrupted "
             f"(its watcher stopped); attempt {latest} {then}[/]")
     return st

@@ -155,7 +155,7 @@ class Watcher:
             self._lost_check_s = took if took > self._lost_check_s else (took + self._lost_check_s) / 2
         row.outcome, row.step, row.attempt = str(outcome), (report.heartbeat or {}).get("step"), n
         decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started,
-                                 st.failed_tries(n))
+                                 st.failed_tries(n, not monitor.trainer_started(report.attempt)))
         row.state, row.note = decision.action if decision.action != "none" else "running", decision.reason
         if decision.action == "none" and pending:
             row.note = pending
@@ -334,7 +334,7 @@ class Watcher:
         st = WatchState.load(store) or WatchState(store.run)
         if store.attempts()[-1] != n or st.stopped or st.done:
             return "already handled"
-        retry = st.failed_tries(n)
+        retry = st.failed_tries(n, not monitor.trainer_started(store.attempt(n)))
         decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started, retry)
         if decision.action != "recover" or decision.budget is None:
             return decision.reason

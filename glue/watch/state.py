@@ -52,10 +52,15 @@ class WatchState:
     def last(self) -> dict[str, Any] | None:
         return self.history[-1] if self.history else None
 
-    def failed_tries(self, n: int) -> int:
+    def failed_tries(self, n: int, never_started: bool = False) -> int:
         """Failed recoveries of attempt n's failure so far (0: not tried yet, a new failure). A recovery of
-        it whose watcher died before the new attempt started counts as one: it spent the budget already."""
+        it whose watcher died before the new attempt started counts as one: it spent the budget already.
+        So does attempt n itself when that recovery recorded it but died before its trainer started
+        (`never_started`): its failure is the interrupted recovery's, retried."""
         if self.handled_attempt != n:
+            last = self.last or {}
+            if never_started and last.get("action") == "recovery_interrupted" and last.get("new_attempt") == n:
+                return max(self.failed_in_row, 1)
             return 0
         interrupted = (self.last or {}).get("action") == "recovering"
         return max(self.failed_in_row, 1) if interrupted else self.failed_in_row

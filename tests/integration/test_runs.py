@@ -373,7 +373,7 @@ def test_an_attempt_whose_trainer_is_being_started_is_not_a_failure(cluster_kit:
     finally:
         lease.release(store, held)
     st = status(kit, "starting")
-    assert st["state"] == "killed", st
+    assert st["state"] == "killed" and "attempt 2 never started" in st["reason"], st
 
 
 def test_a_bucket_that_stops_answering_under_a_live_trainer_is_storage_lost(cluster_kit: Kit, tmp_path: Path) -> None:
@@ -455,3 +455,41 @@ def test_a_watcher_whose_recovery_resumes_wrongly_stops_the_run_as_a_bad_restart
     assert rejected and rejected == committed, (rejected, after)
     assert all(REJECTED in after[s] for s in committed)
     assert monitor.last_valid_checkpoint(store, store.manifest()) == ckpt  # the good trajectory's
+
+
+def test_a_watcher_killed_after_recording_the_new_attempt_is_retried_on_its_budget(cluster_kit: Kit,
+                                                                                  tmp_path: Path) -> None:
+    """docs/watch.md: a watcher killed mid-recovery before the new attempt started leaves a retry to the next
+    watcher, on the budget already spent; also when it had recorded the new attempt but not its trainer."""
+    from glue.runs.deploy import open_store
+    from glue.watch.state import WatchState
+
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": 60, "step_sleep": 0.1, "checkpoint_interval": 10},
+                     checkpoint={"interval_steps": 10}, monitor={"heartbeat_seconds": 0.5})
+    kit.glue("deploy", "--run", "wint", "--config", str(cfg), "--vm", "gpukit-2")
+    wait_for(fast, "wint", lambda s: (s["step"] or 0) >= 15)
+    store = open_store(kit.home, "wint")
+    one = store.attempt(1)
+    vm_exec(fast, "gpukit-2", "kill", "-9", str(one["supervisor_pid"]), str(one["trainer_pid"]))
+    wait_for(fast, "wint", lambda s: s["state"] == "killed", timeout=60)
+    # What a watcher leaves when SIGKILLed inside `glue recover`, between recording attempt 2 and starting
+    # its trainer: the failure counted, the recovery noted, attempt 2 recorded without a trainer.
+    dead = WatchState("wint", adopted_attempt=1, used={"failures": 1}, handled_attempt=1)
+    dead.note("recovering", attempt=1, outcome="killed", budget="failures")
+    dead.save(store)
+    one = store.attempt(1)
+    store.put_json("attempts/2.json", {**one, "attempt": 2, "outcome": None, "exit": None, "ended_at": None,
+                                       "failure_class": None, "reason": None, "incident": None,
+                                       "trainer_pid": None, "supervisor_pid": None,
+                                       "nodes": [{k: v for k, v in nd.items() if not k.endswith("_pid")}
+                                                 for nd in one["nodes"]]})
+    out = kit.glue("watch", "--once", "--run", "wint", check=False, timeout=600)
+    st = WatchState.load(store)
+    assert st is not None, out.stdout
+    actions = [h["action"] for h in st.history]
+    assert actions[:4] == ["recovering", "recovery_interrupted", "recovering", "recovered"], (actions, out.stdout)
+    assert st.used == {"failures": 1}, st.used  # a retry of the interrupted recovery, not a new failure
+    assert "never started" in str(store.attempt(2).get("reason")), store.attempt(2)
+    rec = store.get_json("recoveries/1.json")
+    assert rec is not None and rec["verified"] and rec["failed_attempt"] == 2 and rec["new_attempt"] == 3, rec

@@ -29,7 +29,7 @@ def main() -> None:
         cold, deploy_total = cold_start(home, console, "bench-grp-cold", None, group)
         deploy_mod.deploy(home, "bench-grp", cfg_path, None, False, console,
                           config_overrides={"steps": 400, "step_sleep": 0.05}, group=group)
-        result = lose_last_vm_and_recover(home, console, "bench-grp")
+        result, _floor = lose_last_vm_and_recover(home, console, "bench-grp")
     finally:
         remove_everything(home)
     s = result["seconds"]

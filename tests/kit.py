@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +18,9 @@ import pytest
 from glue.cloud.base import VMRecord
 from glue.cloud.local.backend import LocalBackend
 from glue.cloud.local.bucket import LocalBucket
+from glue.infra.ansible_run import control_path_dir
 from glue.infra.ssh_keys import client_key
+from glue.tfprovider.install import provider_tmp_dir
 
 GLUE = [sys.executable, "-m", "glue.cli"]
 
@@ -36,6 +39,14 @@ class Kit:
         return proc
 
 
+def forget_short_dirs(home: Path) -> None:
+    """The short per-home directories glue keeps in /tmp (sockets: terraform's provider, SSH control
+    masters): gone with a test's kit home, or every test would leave two behind."""
+    for d in (provider_tmp_dir(home), control_path_dir(home)):
+        if d.parent == Path("/tmp"):
+            shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture
 def kit(tmp_path: Path) -> Iterator[Kit]:
     """A fresh GPUKIT_HOME; every VM and the bucket server it started are gone afterwards."""
@@ -48,6 +59,7 @@ def kit(tmp_path: Path) -> Iterator[Kit]:
         for vm_dir in backend.vms_dir.iterdir():
             backend.delete_vm(vm_dir.name)
     LocalBucket(home).stop()
+    forget_short_dirs(home)
 
 
 @pytest.fixture(scope="session")
@@ -65,6 +77,7 @@ def cluster_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
         for vm_dir in backend.vms_dir.iterdir():
             backend.delete_vm(vm_dir.name)
     LocalBucket(home).stop()
+    forget_short_dirs(home)
 
 
 def vm_ssh(home: Path, vm: VMRecord, command: str) -> tuple[int, str]:

@@ -31,11 +31,15 @@ def _python() -> str:
     return str(stable) if stable.exists() else sys.executable
 
 
+def provider_tmp_dir(home: Path) -> Path:
+    """The provider's TMPDIR. The plugin's gRPC unix socket lives there and socket paths max out at 107
+    bytes, so it is a short per-home directory rather than one under a possibly deep kit home."""
+    return Path(f"/tmp/gpukit-tf-{hashlib.sha256(str(home).encode()).hexdigest()[:10]}")
+
+
 def launcher_text(home: Path) -> str:
     prov_home = home / "terraform" / "provider-home"
-    # The plugin's gRPC unix socket lives in TMPDIR and socket paths max out at 107 bytes, so
-    # TMPDIR is a short per-home directory rather than one under a possibly deep kit home.
-    tmp = f"/tmp/gpukit-tf-{hashlib.sha256(str(home).encode()).hexdigest()[:10]}"
+    tmp = provider_tmp_dir(home)
     return (
         "#!/bin/sh\n"
         "# gpukit provider launcher (written by glue; see glue/tfprovider/install.py)\n"

@@ -5,8 +5,9 @@ SHELL := /bin/bash
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 GLUE    := $(VENV)/bin/glue
-VMS     ?= 2
-BACKEND ?= local
+# Unset: `glue up` keeps the cluster's last VM count and backend (a fresh cluster: 2, local).
+VMS     ?=
+BACKEND ?=
 PYTEST_ARGS ?=
 # Test workers (pytest-xdist). By default two lanes (tests/conftest.py): the qemu e2e (minutes of
 # emulation), a few long CPU-bound files and the unit tests on one worker, reniced; the rest in order on the other.
@@ -23,13 +24,13 @@ help: ## Show the targets
 	@echo
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
 	@echo
-	@echo "  variables: VMS=$(VMS) BACKEND=$(BACKEND)"
+	@echo "  variables: VMS=N BACKEND=local|qemu|lyceum (make up; unset: as last time, else 2 and local)"
 
 bootstrap: ## Install what the kit needs (venv, torch, rclone; Debian: openssh-server, fuse3, sudo, shellcheck, chromium, mmdebstrap, systemd-container, qemu, socat); quick when done
 	@./scripts/bootstrap.sh
 
-up: bootstrap ## Create the cluster (VMS=N, BACKEND=local) and configure it with Ansible
-	@$(GLUE) up --vms $(VMS) --backend $(BACKEND)
+up: bootstrap ## Create the cluster (VMS=N, BACKEND=local|qemu|lyceum; unset: as last time) and configure it
+	@$(GLUE) up $(if $(VMS),--vms $(VMS)) $(if $(BACKEND),--backend $(BACKEND))
 
 down: bootstrap ## Destroy the cluster's VMs (the bucket and its data are kept)
 	@$(GLUE) down

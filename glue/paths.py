@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -24,6 +25,19 @@ def home() -> Path:
         raise GlueError(state_dir_error(path, exc, "GPUKIT_HOME", base, "the kit's state is then in .gpukit/ "
                                         "of the project")) from None
     return path
+
+
+def glue_command() -> str:
+    """glue as typed in another shell here: `glue` when that is this one on PATH, else this venv's glue
+    (relative to the working directory when under it: `.venv/bin/glue` in the project)."""
+    mine = Path(sys.prefix) / "bin" / "glue"
+    on_path = shutil.which("glue")
+    if on_path and Path(on_path).resolve() == mine.resolve():
+        return "glue"
+    try:
+        return str(mine.relative_to(Path.cwd()))
+    except ValueError:
+        return str(mine)
 
 
 def state_dir_error(path: Path, exc: OSError, env: str, base: str | None, unset: str) -> str:

@@ -15,7 +15,7 @@ need_apt=()
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
-# Overlay VMs see this host's root: sudo for the Lyceum emulator's non-root (ubuntu) image mode.
+# sudo: listed in the README's prerequisites (the VM image bakes its own for non-root users).
 command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
 # Local VMs boot the baked gpukit image: mmdebstrap bakes it, systemd-nspawn boots it.
 command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
@@ -54,7 +54,8 @@ echo "bootstrap: installing Python packages into $VENV (first time: a minute or 
 log="$VENV/bootstrap-pip.log"
 : > "$log"
 "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip >>"$log" 2>&1 || true
-# torch first and pinned: the local CPU build; an unpinned torch would pull a multi-GB CUDA build.
+# torch first and pinned (an unpinned one could be another multi-GB build). Which build pip takes is
+# the host's pip configuration's choice: set PIP_INDEX_URL=https://download.pytorch.org/whl/cpu for CPU only.
 "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 >>"$log" 2>&1 || true
 "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[controller,train,dev]' >>"$log" 2>&1 || true
 if ! { "$VENV/bin/python" -c "import torch, boto3, tf, ansible_runner" && [ -x "$VENV/bin/rclone" ]; }; then

@@ -33,8 +33,8 @@ def _check_prefix(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--vms", type=click.IntRange(1, MAX_VMS), default=None,
               help=f"Number of VMs, 1 to {MAX_VMS} (default: as last time, else 2).")
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default=None,
-              help="Where VMs run (default: local). Local VMs boot the baked image (`glue image build`) "
-                   "as systemd-nspawn machines; qemu VMs boot it with their own kernel.")
+              help="Where VMs run (default: as last time, else local). Local VMs boot the baked image "
+                   "(`glue image build`) as systemd-nspawn machines; qemu VMs boot it with their own kernel.")
 @click.option("--name-prefix", default=None, callback=_check_prefix,
               help="VM name prefix (default: gpukit): 2-32 lowercase letters, digits and dashes.")
 @click.option("--no-configure", is_flag=True, help="Only create the VMs; skip the Ansible playbook.")

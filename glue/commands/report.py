@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +49,10 @@ def report(run_id: str, out_path: Path | None, open_it: bool) -> None:
     store.put_bytes(REPORT_KEY, page.encode())
     err.print(f"report: {path} ({len(page) // 1024} KiB) and s3://{store.info.name}/{store.prefix}{REPORT_KEY}")
     if open_it:
-        click.launch(str(path.resolve()))
+        if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+            err.print(f"--open: no display here (DISPLAY is not set): open {path} in a browser yourself")
+        elif click.launch(str(path.resolve())) != 0:
+            err.print(f"--open: no browser could be started: open {path} yourself")
 
 
 def _num(v: Any, fmt: str = "{:.4g}") -> str:

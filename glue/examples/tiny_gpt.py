@@ -320,9 +320,10 @@ def _deployed(args: argparse.Namespace, cfg: dict[str, Any]) -> int:
     from glue.train.run import RunContext
 
     with RunContext.from_env() as ctx:
-        cfg.update(ctx.config)
-        cfg.update(json.loads(args.config))
-        cfg.setdefault("checkpoint_interval", ctx.checkpoint_interval)
+        own = {**ctx.config, **json.loads(args.config)}
+        cfg.update(own)
+        if "checkpoint_interval" not in own:  # the run's checkpoint.interval_steps, unless the config says
+            cfg["checkpoint_interval"] = ctx.checkpoint_interval
         check_config(cfg)  # raised inside the run: recorded as the trainer's own error (user_error)
         distributed = init_distributed(cfg)
         ckpt = ctx.checkpointer()

@@ -17,7 +17,7 @@ from rich.rule import Rule
 
 from glue.cluster import lifecycle, state
 from glue.errors import GlueError
-from glue.paths import PROJECT_ROOT, home
+from glue.paths import PROJECT_ROOT, glue_command, home
 from glue.recovery import drill
 
 STEPS, KILL_AT = 60, 30
@@ -45,8 +45,9 @@ def main() -> int:
         lifecycle.down(demo_home, console)
     except GlueError as exc:
         console.print(f"[red]demo failed:[/] {exc}")
-        console.print(f"inspect with: GPUKIT_HOME={demo_home} .venv/bin/glue status; clean up with "
-                      f"GPUKIT_HOME={demo_home} .venv/bin/glue down --force")
+        glue = glue_command()
+        console.print(f"inspect with: GPUKIT_HOME={demo_home} {glue} status; clean up with "
+                      f"GPUKIT_HOME={demo_home} {glue} down --force", soft_wrap=True)
         return 1
     console.print(Rule("4/4  result"))
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
@@ -55,8 +56,8 @@ def main() -> int:
                   f"{result.recovery.get('checkpoint_step')} on a new VM and "
                   f"matched the uninterrupted {result.ref_run} exactly ({result.compared_steps} per-step losses, "
                   f"{result.compared_tensors} tensors)." if result.passed else f"{verdict}: {result.problem}")
-    console.print(f"records: s3://gpukit/runs/{result.drill_run}/ (GPUKIT_HOME={demo_home} .venv/bin/glue "
-                  f"status --run {result.drill_run})")
+    console.print(f"records: s3://gpukit/runs/{result.drill_run}/ (GPUKIT_HOME={demo_home} {glue_command()} "
+                  f"status --run {result.drill_run})", soft_wrap=True)
     return 0 if result.passed else 1
 
 

@@ -21,6 +21,7 @@ from rich.table import Table
 from glue.cloud import get_backend
 from glue.cluster import state
 from glue.errors import GlueError
+from glue.paths import glue_command
 from glue.recovery import recover as recover_mod
 from glue.recovery.resume_check import STEP_INPUTS, step_ranges
 from glue.runs import config as runconfig
@@ -220,7 +221,8 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
     dr.put_json("drill.json", result.__dict__)
     # As typed in another shell: a kit home other than the default has to be named (make demo's is).
     where = f"GPUKIT_HOME={home} " if os.environ.get("GPUKIT_HOME") else ""
-    console.print(f"see it: {where}glue report --run {drill_id}  (losses over the reference, recovery phases, cost)")
+    console.print(f"see it: {where}{glue_command()} report --run {drill_id}  (losses over the reference, recovery "
+                  "phases, cost)", soft_wrap=True)  # one line even at 80 columns: it is pasted as it stands
     return result
 
 

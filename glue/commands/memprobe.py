@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import shlex
 import sys
@@ -14,7 +13,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from glue.commands.options import POSITIVE_INT
+from glue.commands.options import POSITIVE_INT, FiniteFloatRange
 from glue.errors import GlueError
 from glue.memprobe import probe as probe_mod
 from glue.memprobe import remedies as rem
@@ -30,16 +29,6 @@ err = Console(stderr=True)
 # A trial is a fresh process that imports torch and builds the model before its first step (seconds on
 # its own): a shorter limit would only time every trial out.
 MIN_TRIAL_TIMEOUT_S = 10.0
-
-
-class FiniteFloatRange(click.FloatRange):
-    """click.FloatRange that also refuses nan and inf (click lets them through a range with no max)."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        rv = super().convert(value, param, ctx)
-        if not math.isfinite(rv):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return rv
 
 
 def unique(items: tuple[str, ...]) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from glue.commands.options import NON_NEGATIVE, POSITIVE_FLOAT, POSITIVE_INT
+from glue.commands.options import HOURS, NON_NEGATIVE, POSITIVE_FLOAT, POSITIVE_INT, SECONDS
 from glue.paths import home
 
 err = Console(stderr=True)
@@ -62,9 +62,9 @@ COMMANDS.append(drill)
 
 @click.command()
 @click.option("--run", "run_id", default=None, help="The run whose measured costs to use.")
-@click.option("--mtbf", type=POSITIVE_FLOAT, default=None,
+@click.option("--mtbf", type=HOURS, default=None,
               help="Mean time between failures in hours (default: measured).")
-@click.option("--restore-seconds", type=NON_NEGATIVE, default=None, help="Override the measured restore cost.")
+@click.option("--restore-seconds", type=SECONDS, default=None, help="Override the measured restore cost.")
 @click.option("--example", is_flag=True, help="Print the worked example (failure at minute 95) and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def advise(run_id: str | None, mtbf: float | None, restore_seconds: float | None, example: bool,

@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from glue.commands.options import NON_NEGATIVE, POSITIVE_FLOAT, POSITIVE_INT
+from glue.commands.options import HOURS, POSITIVE_INT, SECONDS
 from glue.errors import GlueError
 from glue.paths import home
 
@@ -123,9 +123,9 @@ def compare(run_a: str, run_b: str, as_json: bool) -> None:
 @click.command()
 @click.option("--run", "run_id", required=True, help="The run whose measured costs to project from.")
 @click.option("--steps", type=POSITIVE_INT, required=True, help="Steps of the full run to price.")
-@click.option("--mtbf", type=POSITIVE_FLOAT, default=None, help="Mean time between failures in hours (default: "
+@click.option("--mtbf", type=HOURS, default=None, help="Mean time between failures in hours (default: "
               "measured).")
-@click.option("--restore-seconds", type=NON_NEGATIVE, default=None, help="Override the measured restore cost.")
+@click.option("--restore-seconds", type=SECONDS, default=None, help="Override the measured restore cost.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def budget(run_id: str, steps: int, mtbf: float | None, restore_seconds: float | None, as_json: bool) -> None:
     """Projected time and cost of a full run of N steps, expected failures included (the run's measured step

@@ -119,16 +119,32 @@ def logs(run_id: str, follow: bool, attempt: int | None) -> None:
         if store.get_json(f"attempts/{last}.exit.json") is not None:
             click.echo(store.log_text(attempt)[shown:], nl=False)
             return
-        if time.monotonic() - checked > FOLLOW_CHECK_SECONDS:
+        why = _ended(store, last)
+        if why is None and time.monotonic() - checked > FOLLOW_CHECK_SECONDS:
             # A lost or stalled attempt never writes its exit record: ask the monitor instead.
             checked = time.monotonic()
             report = monitor.check(h, store)
-            if int(report.attempt.get("attempt") or 0) != last or report.verdict.outcome is not Outcome.RUNNING:
-                click.echo(store.log_text(attempt)[shown:], nl=False)
-                err.print(f"attempt {last} of run {run_id} is no longer running "
-                          f"({report.verdict.outcome}: {report.verdict.reason}); see `glue incidents --run {run_id}`")
-                return
+            now = int(report.attempt.get("attempt") or 0)
+            if now != last:
+                why = f"attempt {now} replaced it"
+            elif report.verdict.outcome is not Outcome.RUNNING:
+                why = f"{report.verdict.outcome}: {report.verdict.reason}"
+        if why is not None:
+            click.echo(store.log_text(attempt)[shown:], nl=False)
+            err.print(f"attempt {last} of run {run_id} is no longer running ({why}); "
+                      f"see `glue incidents --run {run_id}`")
+            return
         time.sleep(2)
+
+
+def _ended(store: RunStore, n: int) -> str | None:
+    """Why attempt n has ended, as its record says (its class, or a later attempt), else None."""
+    rec = store.attempt(n)
+    ended = rec.get("failure_class") or rec.get("outcome")
+    if ended:
+        return f"{ended}: {rec['reason']}" if rec.get("reason") else str(ended)
+    later = [a for a in store.attempts() if a > n]
+    return f"attempt {later[0]} replaced it" if later else None
 
 
 @click.command()

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from glue.commands.options import NON_NEGATIVE, POSITIVE_FLOAT
+from glue.commands.options import NON_NEGATIVE, POLL_SECONDS
 from glue.errors import GlueError
 from glue.paths import home
 
@@ -104,7 +104,7 @@ def _foreground(runs: tuple[str, ...], interval: float, once: bool, keep_failed:
 @click.command()
 @click.option("--run", "runs", multiple=True, help="Watch only this run (repeatable; default: every run in the "
               "bucket whose latest attempt had not ended when first seen).")
-@click.option("--interval", type=POSITIVE_FLOAT, default=1.0, show_default=True, help="Seconds between polls.")
+@click.option("--interval", type=POLL_SECONDS, default=1.0, show_default=True, help="Seconds between polls.")
 @click.option("--once", is_flag=True, help="Poll once, act on what it finds, and exit (1 when a recovery failed).")
 @click.option("--keep-failed", is_flag=True,
               help="Keep a failed VM that is still alive (stall, comm) for debugging; the run moves to a new VM.")

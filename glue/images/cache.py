@@ -76,13 +76,13 @@ def read(path: Path) -> Image | None:
     """The image in a cache entry, or None for anything that is not a finished image."""
     try:
         raw = json.loads((path / META).read_text())
-    except (OSError, ValueError):
+        if not (path / "rootfs").is_dir():
+            return None
+        return Image(name=str(raw["name"]), hash=str(raw["hash"]), path=path, size_bytes=int(raw["size_bytes"]),
+                     build_seconds=float(raw["build_seconds"]), built_at=str(raw["built_at"]),
+                     packages=tuple(raw.get("packages", [])))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged metadata: not a finished image
         return None
-    if not (path / "rootfs").is_dir():
-        return None
-    return Image(name=raw["name"], hash=raw["hash"], path=path, size_bytes=int(raw["size_bytes"]),
-                 build_seconds=float(raw["build_seconds"]), built_at=raw["built_at"],
-                 packages=tuple(raw.get("packages", [])))
 
 
 def lookup(cache: Path, recipe: Recipe, digest: str) -> Image | None:

@@ -23,7 +23,7 @@ from glue.cluster import state
 from glue.errors import GlueError
 from glue.paths import glue_command
 from glue.recovery import recover as recover_mod
-from glue.recovery.resume_check import STEP_INPUTS, step_ranges
+from glue.recovery.resume_check import STEP_INPUTS, losses_agree, step_ranges
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import lease, monitor
@@ -202,7 +202,7 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
         if a is None or b is None:
             continue
         result.compared_steps += 1
-        if abs(float(a["loss"]) - float(b["loss"])) > tolerance:
+        if not losses_agree(float(a["loss"]), float(b["loss"]), tolerance):
             result.first_bad_step = step
             lost = [n for k_, n in STEP_INPUTS.items() if k_ in a and a[k_] != b.get(k_)]
             if "data position" in lost and "worker RNG" in lost:

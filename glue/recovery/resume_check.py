@@ -36,6 +36,12 @@ def merged_metrics(store: RunStore, before_attempt: int, rank: int = 0) -> dict[
     return out
 
 
+def losses_agree(a: float, b: float, tolerance: float) -> bool:
+    """Equal within the tolerance. A nan loss agrees with nothing (nan compares false with every number,
+    so `abs(a - b) > tolerance` would let it pass)."""
+    return a == b or abs(a - b) <= tolerance
+
+
 def check_resume(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]], ckpt: int | None,
                  upto: int, tolerance: float, finished_before: bool = False) -> ResumeCheck:
     """The first resumed step must be ckpt + 1; losses at steps both attempts ran must agree.
@@ -63,7 +69,7 @@ def check_resume(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]],
     compared: list[int] = []
     for step in window:
         a, b = float(old[step]["loss"]), float(new[step]["loss"])
-        if abs(a - b) > tolerance:
+        if not losses_agree(a, b, tolerance):
             what = [k for k in STEP_INPUTS if k in old[step] and old[step].get(k) != new[step].get(k)]
             if "data" in what and "batch" in what:
                 what.remove("batch")  # other samples have other contents: the position is the cause

@@ -28,6 +28,8 @@ def parse_iso(text: str) -> datetime:
 
 # Expiring credentials are renewed this long before they expire: a recovery or a drill can outlive them.
 REFRESH_MARGIN_S = 120.0
+# What every reader of a manifest relies on (deploy writes them; see docs/design.md).
+MANIFEST_BLOCKS = ("config",)
 
 
 @dataclass
@@ -99,14 +101,27 @@ class RunStore:
         if m is None:
             raise GlueError(f"unknown run {self.run!r}: no runs/{self.run}/manifest.json in the bucket "
                             "(list runs with `glue status --json`)")
-        return dict(m)
+        if not isinstance(m, dict) or not all(isinstance(m.get(k), dict) for k in MANIFEST_BLOCKS):
+            raise self._not_glue("manifest.json", "a run manifest is an object with "
+                                 + ", ".join(f'a "{k}" object' for k in MANIFEST_BLOCKS))
+        return m
 
     def attempts(self) -> list[int]:
         return sorted(int(k.split("/")[1].split(".")[0]) for k in self.keys("attempts/")
                       if k.count(".") == 1 and k.endswith(".json"))
 
     def attempt(self, n: int) -> dict[str, Any]:
-        return dict(self.get_json(f"attempts/{n}.json") or {})
+        rec = self.get_json(f"attempts/{n}.json")
+        if rec is None:
+            return {}
+        if not isinstance(rec, dict) or rec.get("attempt") != n:
+            raise self._not_glue(f"attempts/{n}.json", f"an attempt record is an object with \"attempt\": {n}")
+        return rec
+
+    def _not_glue(self, key: str, shape: str) -> GlueError:
+        return GlueError(f"{self.prefix}{key} in bucket {self.info.name} is not a record glue wrote ({shape}); it "
+                         "was written by something else, or is damaged: put the original back, or move the run's "
+                         "records aside")
 
     def metrics(self, rank: int = 0) -> dict[int, dict[int, dict[str, Any]]]:
         """attempt -> step -> record of one rank, from every metrics part (in write order: a torchrun

@@ -102,3 +102,22 @@ def test_trainer_storage_retries_a_5xx_with_a_checksum_header(flaky_s3: str, tmp
     data, _ = storage.get("step-10/model.pt")
     assert bytes(data) == BODY
     assert _FlakyS3.gets == 2
+
+
+def test_records_of_another_shape_are_one_line_naming_them(local_bucket: BucketHandle) -> None:
+    """A manifest or attempt record that is JSON but not what glue wrote: one GlueError line naming the
+    object (every command and a watcher of many runs rely on it), never a KeyError or TypeError."""
+    from glue.errors import GlueError
+    from glue.runs.store import RunStore
+
+    store = RunStore(local_bucket.info, local_bucket.creds, "shapes")
+    for bad in ([1, 2], {}, {"config": "x"}):
+        store.put_json("manifest.json", bad)
+        with pytest.raises(GlueError, match=r"runs/shapes/manifest.json in bucket gpukit is not a record glue wrote"):
+            store.manifest()
+    for n, bad_attempt in ((1, []), (2, {"attempt": 3})):
+        store.put_json(f"attempts/{n}.json", bad_attempt)
+        with pytest.raises(GlueError, match=rf"attempts/{n}.json .* is not a record glue wrote"):
+            store.attempt(n)
+    store.put_json("manifest.json", {"config": {}, "checkpoint": {"target": "s3://gpukit/runs/shapes"}})
+    assert store.manifest()["config"] == {} and store.attempt(9) == {}

@@ -493,3 +493,8 @@ def test_a_watcher_killed_after_recording_the_new_attempt_is_retried_on_its_budg
     assert "never started" in str(store.attempt(2).get("reason")), store.attempt(2)
     rec = store.get_json("recoveries/1.json")
     assert rec is not None and rec["verified"] and rec["failed_attempt"] == 2 and rec["new_attempt"] == 3, rec
+    # Following an attempt that has ended ends at once, with that attempt's own class (not the latest's).
+    t0 = time.monotonic()
+    followed = kit.glue("logs", "--run", "wint", "-f", "--attempt", "1", timeout=60)
+    assert time.monotonic() - t0 < 10 and "attempt 1 of run wint is no longer running (killed" in followed.stderr, \
+        followed.stderr

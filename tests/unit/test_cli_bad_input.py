@@ -61,3 +61,29 @@ def test_watch_once_fails_for_a_failed_recovery_or_an_unreadable_run() -> None:
     ]
     assert once_failures(rows) == ["b: recovery failed: unknown VM 'gpukit-1'", "c: bucket did not answer"]
     assert once_failures(rows[:1] + rows[3:]) == []
+
+
+def test_nan_and_inf_are_refused_by_every_number_option(tmp_path: Path) -> None:
+    """A nan tolerance would pass every resume check and a nan poll interval crash-loops a watcher: every
+    float option refuses non-finite numbers (and durations that overflow) before anything runs."""
+    cases = [("watch", "--interval", "nan"), ("watch", "--detach", "--interval", "inf"),
+             ("watch", "--interval", "1e308"), ("watch", "--tolerance", "nan"),
+             ("recover", "--run", "r1", "--tolerance", "nan"),
+             ("drill", "--config", "x.yaml", "--timeout", "inf"), ("advise", "--mtbf", "nan", "--json"),
+             ("advise", "--mtbf", "1", "--restore-seconds", "inf"), ("budget", "--run", "r1", "--steps", "10",
+                                                                      "--mtbf", "inf")]
+    for args in cases:
+        code, out, err = _glue(tmp_path, *args)
+        assert code == 2 and "Traceback" not in err and not out, (args, code, out, err)
+        assert "finite" in err or "range" in err, (args, err)
+    assert not (tmp_path / "home" / "watch").exists()  # no watcher was started
+
+
+def test_a_damaged_bucket_credentials_file_is_one_line_and_kept(tmp_path: Path) -> None:
+    creds = tmp_path / "home" / "bucket" / "credentials.json"
+    creds.parent.mkdir(parents=True)
+    for text in ("garbage", "", "{}", "[]"):
+        creds.write_text(text)
+        code, _, err = _glue(tmp_path, "status", "--run", "r1")
+        assert code == 1 and "credentials.json is damaged" in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1 and creds.read_text() == text

@@ -69,6 +69,10 @@ def test_cache_holds_only_finished_images(tmp_path: Path, recipes: Path, monkeyp
     _fake_entry(root, rec, "0" * 64, complete=False)  # a build without its image.json
     (root / f".build-gpukit-{digest[:16]}-1/rootfs").mkdir(parents=True)
     assert cache.list_images(root) == [] and cache.lookup(root, rec, digest) is None
+    damaged = _fake_entry(root, rec, "1" * 64, complete=False)
+    for text in ("{}", "[]", '{"name": "gpukit", "hash": "x", "size_bytes": "big"}'):  # JSON, not ours
+        (damaged / cache.META).write_text(text)
+        assert cache.list_images(root) == [], text
     _fake_entry(root, rec, digest, complete=True)
     found = cache.lookup(root, rec, digest)
     assert found is not None and found.rootfs.is_dir()

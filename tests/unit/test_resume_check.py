@@ -53,3 +53,14 @@ def test_a_forced_recovery_after_a_bad_restart_is_judged_against_the_run_before_
     # An attempt that merely failed (its steps are the run's) still overrides the ones before it.
     store = _Store({1: good, 2: wrong}, {1: "vm_lost", 2: "vm_lost"})
     assert merged_metrics(store, 3)[22] == wrong[22]  # type: ignore[arg-type]
+
+
+def test_a_nan_loss_never_passes_the_check() -> None:
+    """nan compares false with everything: a resumed nan loss (or a nan tolerance) must not read as equal."""
+    before = _steps(1, 25)
+    for bad in (float("nan"), float("inf")):
+        res = check_resume(before, {**_steps(21, 30), 22: {"step": 22, "loss": bad}}, 20, 25, 0.0)
+        assert not res.ok and "loss at step 22" in (res.problem or ""), res
+    nan_before = {**before, 23: {"step": 23, "loss": float("nan")}}
+    assert not check_resume(nan_before, {**_steps(21, 30), 23: {"step": 23, "loss": float("nan")}}, 20, 25, 0.0).ok
+    assert check_resume(before, _steps(21, 30), 20, 25, 0.0).ok

@@ -58,8 +58,15 @@ class LocalBucket:
                 self.cred_file,
                 json.dumps({"access_key": "gk" + secrets.token_hex(8), "secret_key": secrets.token_urlsafe(30)}),
             )
-        raw = json.loads(self.cred_file.read_text())
-        return BucketCredentials(access_key=raw["access_key"], secret_key=raw["secret_key"])
+        try:
+            raw = json.loads(self.cred_file.read_text())
+            return BucketCredentials(access_key=str(raw["access_key"]), secret_key=str(raw["secret_key"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            raise GlueError(
+                f"{self.cred_file} is damaged (not the {{access_key, secret_key}} object glue wrote): put the "
+                f"original back, or remove it and stop the bucket server (kill the pid in {self.state_file}); "
+                "the next command starts it with new credentials and `glue up` gives them to the VMs (the "
+                "bucket's data stays)") from None
 
     # -- server ------------------------------------------------------------------------------
     def _state(self) -> dict[str, int]:

@@ -105,7 +105,8 @@ def _foreground(runs: tuple[str, ...], interval: float, once: bool, keep_failed:
 @click.option("--run", "runs", multiple=True, help="Watch only this run (repeatable; default: every run in the "
               "bucket whose latest attempt had not ended when first seen).")
 @click.option("--interval", type=POLL_SECONDS, default=1.0, show_default=True, help="Seconds between polls.")
-@click.option("--once", is_flag=True, help="Poll once, act on what it finds, and exit (1 when a recovery failed).")
+@click.option("--once", is_flag=True, help="Poll once, act on what it finds, and exit (1 when a recovery failed "
+                                          "or a run or the bucket could not be read).")
 @click.option("--keep-failed", is_flag=True,
               help="Keep a failed VM that is still alive (stall, comm) for debugging; the run moves to a new VM.")
 @click.option("--tolerance", type=NON_NEGATIVE, default=0.0, show_default=True,
@@ -129,12 +130,13 @@ def watch(runs: tuple[str, ...], interval: float, once: bool, keep_failed: bool,
         if as_json:
             click.echo(json.dumps(st, indent=2))
             return
+        out = Console()  # a listing: on stdout, like `glue status`
         where = st.get("unit") or (f"pid {st['pid']}" if st.get("pid") else "")
-        err.print(f"watcher: {'[green]running[/]' if st['running'] else '[yellow]not running[/]'} {where}".rstrip()
+        out.print(f"watcher: {'[green]running[/]' if st['running'] else '[yellow]not running[/]'} {where}".rstrip()
                   + (f", log {st['log']}" if st.get("log") else ""))
         if st["table"]:
-            err.print(_table(st["table"]))
-            err.print(f"(as of {st['updated_at']})")
+            out.print(_table(st["table"]))
+            out.print(f"(as of {st['updated_at']})")
         return
     if stop:
         err.print(service.stop(home()))

@@ -24,7 +24,7 @@ from pydantic import (
     field_validator,
 )
 
-from glue.errors import GlueError
+from glue.errors import GlueError, yaml_problem
 from glue.paths import PROJECT_ROOT, tool
 
 IMAGES_DIR = PROJECT_ROOT / "images"
@@ -172,7 +172,7 @@ def load(name: str = "gpukit", images_dir: Path | None = None) -> Recipe:
     except (OSError, UnicodeDecodeError) as exc:
         raise GlueError(f"{path}: cannot read it ({exc})") from None
     except yaml.YAMLError as exc:
-        raise GlueError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+        raise GlueError(f"{path} is not valid YAML{yaml_problem(exc)}") from None
     if not isinstance(raw, dict):
         raise GlueError(f"{path}: expected a mapping (packages:, and optionally suite:, variant:, venv:, rclone:)")
     try:

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from glue.errors import GlueError
+from glue.errors import GlueError, yaml_problem
 
 TRAINER_MODULE = "glue.examples.tiny_gpt"
 MAX_VALUE = 2**31 - 1  # the largest size a trial can be asked for (torch takes sizes as 64-bit, products too)
@@ -44,7 +44,7 @@ def from_config_file(path: Path) -> Source:
         raise GlueError(f"{path} is not a UTF-8 text YAML file (undecodable byte at offset {exc.start}); "
                         "give a run config (run.yaml)") from exc
     except yaml.YAMLError as exc:
-        raise GlueError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        raise GlueError(f"{path} is not valid YAML{yaml_problem(exc)}") from exc
     if not isinstance(raw, dict):
         raise GlueError(f"{path} must be a run config mapping (command:, config:, ...)")
     from glue.runs import config as runconfig

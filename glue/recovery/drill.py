@@ -138,10 +138,6 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
           kill_at: int | None = None, tolerance: float = 0.0, timeout: float = 600,
           overrides: dict[str, Any] | None = None) -> DrillResult:
     runconfig.check_run_id(run_id)
-    hosts = state.hosts(home)
-    if len(hosts) < 2:
-        raise GlueError("the drill needs 2 VMs (one runs the reference, the other is destroyed); "
-                        "run `glue up --vms 2`")
     base = deploy_mod.open_store(home, run_id)
     if config_path is None:
         if not base.exists():
@@ -163,6 +159,10 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
         raise GlueError(f"--kill-at {at} must be after the first checkpoint (step {interval}) and before the last "
                         f"step ({total})")
     cfg = {**(overrides or {}), "steps": total, "checkpoint_interval": interval}
+    hosts = state.hosts(home)  # after the config: a bad one is said first, with or without a cluster
+    if len(hosts) < 2:
+        raise GlueError("the drill needs 2 VMs (one runs the reference, the other is destroyed); "
+                        "run `glue up --vms 2`")
     victim, ref_host = hosts[0], hosts[-1]
     console.print(f"drill: reference [bold]{ref_id}[/] on {ref_host.name}, drill [bold]{drill_id}[/] on "
                   f"{victim.name}; {total} steps, its VM destroyed at step {at}")

@@ -44,7 +44,7 @@ from pydantic import (
     model_validator,
 )
 
-from glue.errors import GlueError
+from glue.errors import GlueError, yaml_problem
 
 RUN_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 SECRET_NAME_RE = r"^[A-Z_][A-Z0-9_]*$"
@@ -333,7 +333,8 @@ def parse(raw: Any, run_id: str, bucket: str) -> RunConfig:
 
 def check_run_id(run_id: str) -> None:
     if not RUN_ID_RE.match(run_id):
-        raise GlueError(f"invalid run id {run_id!r}: use 1-63 lowercase letters, digits, '.', '_' or '-'")
+        raise GlueError(f"invalid run id {run_id!r}: use 1-63 lowercase letters, digits, '.', '_' or '-', "
+                        "starting with a letter or digit (e.g. r1)")
 
 
 def load(path: Path, run_id: str, bucket: str) -> RunConfig:
@@ -346,9 +347,7 @@ def load(path: Path, run_id: str, bucket: str) -> RunConfig:
         raise GlueError(f"{path} is not a text file (byte {exc.start} is not UTF-8): give the run config "
                         "(YAML), e.g. examples/tiny_gpt.yaml") from exc
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise GlueError(f"{path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
+        raise GlueError(f"{path} is not valid YAML{yaml_problem(exc)}") from exc
     if raw is None:
         raise GlueError(f"{path} is empty: a run config needs at least `outputs:` and `checkpoint:` "
                         "(see examples/tiny_gpt.yaml)")

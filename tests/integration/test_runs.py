@@ -430,12 +430,14 @@ def test_a_watcher_whose_recovery_resumes_wrongly_stops_the_run_as_a_bad_restart
     from glue.watch.state import WatchState
 
     kit, fast = cluster_kit, here(cluster_kit)
-    # A checkpoint every 2 steps: the wrong resume commits some before the check (5 steps) stops it.
-    cfg = run_config(tmp_path, config={"steps": 80, "step_sleep": 0.1, "broken_resume": "skip_rng",
-                                       "checkpoint_interval": 2}, checkpoint={"interval_steps": 2, "keep_last": 8},
-                     monitor={"heartbeat_seconds": 0.5})
+    # Attempt 1 holds after step 27 (as `glue drill` holds its victim): killed there, it leaves checkpoint 25
+    # and two steps past it to compare, every time. The wrong resume from 25 commits checkpoint 30 and
+    # later ones before the check stops it (keep_last: none of them prunes 25 away).
+    cfg = run_config(tmp_path, config={"steps": 80, "step_sleep": 0.1, "broken_resume": "skip_rng"},
+                     checkpoint={"interval_steps": 5, "keep_last": 30}, monitor={"heartbeat_seconds": 0.5},
+                     env={"OMP_NUM_THREADS": "1", "GPUKIT_HOLD_AT": "1:27"})
     kit.glue("deploy", "--run", "wbad", "--config", str(cfg), "--vm", "gpukit-2")
-    wait_for(fast, "wbad", lambda s: (s["step"] or 0) >= 25)
+    wait_for(fast, "wbad", lambda s: (s["step"] or 0) >= 27)
     rec = open_store(kit.home, "wbad").attempt(1)
     vm_exec(fast, "gpukit-2", "kill", "-9", str(rec["supervisor_pid"]), str(rec["trainer_pid"]))
     wait_for(fast, "wbad", lambda s: s["state"] == "killed", timeout=60)
@@ -447,6 +449,7 @@ def test_a_watcher_whose_recovery_resumes_wrongly_stops_the_run_as_a_bad_restart
     assert "recovery_failed" not in actions and status(fast, "wbad")["state"] == "bad_restart"
     store = open_store(kit.home, "wbad")
     ckpt = st.history[-2]["checkpoint_step"]
+    assert ckpt == 25 and st.history[-2]["failure_step"] == 27, st.history[-2]
     storage = monitor.checkpoint_storage(store, store.manifest())
     assert storage is not None
     after = {s: objs for s, objs in list_steps(storage).items() if s > ckpt}

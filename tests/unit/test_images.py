@@ -50,6 +50,9 @@ def test_bad_recipes_are_one_line(recipes: Path) -> None:
     path.write_text(path.read_text().replace("  - fuse3", "  - 'Fuse3; rm -rf /'"))
     with pytest.raises(GlueError, match="is not a Debian package name"):
         recipe.load("gpukit", recipes)
+    path.write_text("packages: [fuse3\n  bad: [")
+    with pytest.raises(GlueError, match=r"recipe.yaml is not valid YAML at line \d+, column \d+: "):
+        recipe.load("gpukit", recipes)
 
 
 def _fake_entry(root: Path, rec: recipe.Recipe, digest: str, complete: bool) -> Path:

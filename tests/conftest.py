@@ -56,6 +56,14 @@ SIDE_LANE = frozenset({
     "tests/integration/test_ckpt_kill.py",
     "tests/integration/test_ckpt_workers.py",
     "tests/integration/test_memprobe_run.py",
+    # The checkpoint library against a local S3 server: no VMs, no step timing (~35 s off the serial lane).
+    "tests/integration/test_ckpt_s3.py",
+    "tests/integration/test_ckpt_resume.py",
+    "tests/integration/test_ckpt_transfer.py",
+    "tests/integration/test_ckpt_ddp.py",
+    "tests/integration/test_ckpt_mount.py",
+    "tests/integration/test_restore_pipeline.py",
+    "tests/integration/test_bucket_reads.py",
 })
 # The unit tests too (~100 s, no VMs): after the qemu e2e they keep the side lane busy while the serial
 # lane, the longer one, goes on.

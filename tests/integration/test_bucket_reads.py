@@ -121,3 +121,35 @@ def test_records_of_another_shape_are_one_line_naming_them(local_bucket: BucketH
             store.attempt(n)
     store.put_json("manifest.json", {"config": {}, "checkpoint": {"target": "s3://gpukit/runs/shapes"}})
     assert store.manifest()["config"] == {} and store.attempt(9) == {}
+
+
+def test_a_damaged_server_record_adopts_the_running_server(tmp_path: Path) -> None:
+    """server.json lost or damaged while the bucket server runs: the next command finds that server (same
+    pid, same port: the VMs' endpoint) instead of starting a second one over the same data, whose first
+    could then never be found or stopped again."""
+    import os
+
+    from glue.cloud.local.bucket import LocalBucket
+
+    def serving() -> list[int]:
+        out = []
+        for p in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if str(server.data).encode() in Path(f"/proc/{p}/cmdline").read_bytes():
+                    out.append(int(p))
+            except OSError:  # gone meanwhile
+                continue
+        return out
+
+    server = LocalBucket(tmp_path)
+    first = server.ensure_running()
+    pid, port = json.loads(server.state_file.read_text())["pid"], int(first.endpoint.rsplit(":", 1)[1])
+    try:
+        for damage in ("garbage", "", '{"pid": 1}'):
+            server.state_file.write_text(damage)
+            assert server.ensure_running() == first
+            assert json.loads(server.state_file.read_text()) == {"pid": pid, "port": port}
+        assert serving() == [pid]
+    finally:
+        for p in serving():
+            os.kill(p, 15)

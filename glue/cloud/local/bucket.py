@@ -89,6 +89,12 @@ class LocalBucket:
         """Start the server if it is not answering; keep its port stable across restarts."""
         if self.running():
             return self.info()
+        found = self._server_of_this_data()
+        if found is not None:
+            # server.json lost or damaged while its server runs: adopt that server, never start a second one
+            # on the same folder (and lose the only record of the first).
+            self.state_file.write_text(json.dumps({"pid": found[0], "port": found[1]}))
+            return self.info()
         (self.data / BUCKET_NAME).mkdir(parents=True, exist_ok=True)
         st = self._state()
         port = st.get("port") or free_port()
@@ -116,6 +122,22 @@ class LocalBucket:
                 return self.info()
             time.sleep(0.05)
         raise GlueError(f"the local bucket server did not answer on {HOST}:{port} within {timeout:.0f}s")
+
+    def _server_of_this_data(self, proc: Path = Path("/proc")) -> tuple[int, int] | None:
+        """(pid, port) of a live `rclone serve s3` over this bucket's data folder that answers, if any."""
+        for d in proc.iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                argv = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if argv[1:4] != ["serve", "s3", str(self.data)] or "--addr" not in argv[:-1]:
+                continue
+            port = argv[argv.index("--addr") + 1].rpartition(":")[2]
+            if port.isdigit() and pid_alive(int(d.name)) and port_answers(int(port)):
+                return int(d.name), int(port)
+        return None
 
     def stop(self) -> None:
         """Stop the server process. The data folder stays: the bucket is durable."""

@@ -284,7 +284,10 @@ class Checkpointer:
         self.last_committed_step = job.step
         if self.rank == 0:
             t0 = time.monotonic()
-            prune(self.storage, job.step, keep_last=self.keep_last, stale_steps=self._stale_steps)
+            # The step this process resumed from is never its to prune: should the resume prove wrong (glue's
+            # resume check: bad_restart), that is the checkpoint to go back to.
+            keep = {self._restored_step} if self._restored_step is not None else set()
+            prune(self.storage, job.step, keep_last=self.keep_last, stale_steps=self._stale_steps, keep=keep)
             job.timings["prune_s"] = round(time.monotonic() - t0, 6)
         self.last_save_timings = dict(job.timings)
 

@@ -212,8 +212,9 @@ def collect_rank_parts(
     return parts, timings
 
 
-def prune(st: Storage, new_step: int, *, keep_last: int, stale_steps: set[int]) -> None:
-    """Keep the newest keep_last valid checkpoints (the new, committed one included).
+def prune(st: Storage, new_step: int, *, keep_last: int, stale_steps: set[int], keep: set[int] | None = None) -> None:
+    """Keep the newest keep_last valid checkpoints (the new, committed one included), and the valid ones
+    in `keep` (the step the process resumed from) besides.
 
     stale_steps: steps newer than new_step that restore saw invalid; they are deleted too (other
     newer step directories may be other ranks' saves in progress). Pruned steps leave the set.
@@ -232,7 +233,7 @@ def prune(st: Storage, new_step: int, *, keep_last: int, stale_steps: set[int]) 
             status = validate_step(st, s, steps[s], deep=False)
             (older_valid if status.valid else doomed).append(s)
         corrupt = {s for s in doomed if COMMIT in steps[s]}  # committed once, invalid now: evidence
-        doomed += older_valid[keep_last - 1 :]
+        doomed += [s for s in older_valid[keep_last - 1 :] if s not in (keep or set())]
         stamp = utc_now().strftime("%Y%m%dT%H%M%S.%fZ")
         for s in doomed:
             objs = steps[s]

@@ -182,6 +182,30 @@ def test_truncated_object_on_filesystem_falls_back(tmp_path: Path) -> None:
     assert moved.read_bytes() == truncated and not obj.exists()
 
 
+def test_a_resumed_process_keeps_the_checkpoint_it_resumed_from(tmp_path: Path) -> None:
+    """README: a resumed process never prunes the step it resumed from (keep_last besides it): should
+    glue's resume check find the resume wrong, that checkpoint is still there to go back to."""
+    m = Model()
+    with m.register(_ck(tmp_path, keep_last=2)) as ck:
+        for s in (1, 2, 3):
+            m.at(s)
+            ck.save(s, blocking=True)
+    assert _steps(tmp_path) == [2, 3]
+    resumed = Model()
+    with resumed.register(_ck(tmp_path, keep_last=2)) as ck:
+        assert ck.restore() == 3
+        for s in (4, 5, 6):
+            resumed.at(s)
+            ck.save(s, blocking=True)
+    assert _steps(tmp_path) == [3, 5, 6]  # 3: where it resumed; 5, 6: keep_last
+    later = Model()
+    with later.register(_ck(tmp_path, keep_last=2)) as ck:  # the next process resumes from 6: 3 may go
+        assert ck.restore() == 6
+        later.at(7)
+        ck.save(7, blocking=True)
+    assert _steps(tmp_path) == [6, 7]
+
+
 def test_a_rejected_checkpoint_is_never_resumed_and_kept_aside(tmp_path: Path) -> None:
     """README (bad_restart): the checkpoints a wrong resume wrote are marked rejected, so no later resume
     starts from them; their bytes are kept (moved aside by restore, like a corrupt one)."""

@@ -96,20 +96,23 @@ def configure_hosts(home: Path, console: Console, limit: list[str] | None = None
         raise GlueError(f"verify.yml: {', '.join(bad)} not ready; see `glue status`")
 
 
-def down(home: Path, console: Console, force: bool = False) -> None:
-    """Destroy the VMs once nothing would be lost (see glue.cluster.down_guard); the bucket is never destroyed."""
+def down(home: Path, console: Console, force: bool = False) -> int:
+    """Destroy the VMs once nothing would be lost (see glue.cluster.down_guard); the bucket is never destroyed.
+    Returns how many VMs there were to destroy."""
     cfg = ClusterConfig.load(home)
     preflight.check_terraform()
     for reason in down_guard.check(home, force):
         console.print(f"[yellow]--force:[/] {reason}")
     tf = Terraform(home, cfg.backend, console)
     with tf.locked():
+        had = len(tf.outputs().get("vms") or {})
         tf.apply(tf_vars(home, cfg), destroy=True)
         outputs = tf.outputs()
         removed = remove_orphans(home, cfg.backend, outputs, console)
     for vm_id in removed:
         forget_kept(home, vm_id)
     inventory.write(home, {"vms": {}, "bucket": outputs.get("bucket", {})})
+    return had + len(removed)
 
 
 def remove_orphans(home: Path, backend_name: str, outputs: dict[str, Any], console: Console,

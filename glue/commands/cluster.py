@@ -64,8 +64,10 @@ def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configu
 @click.option("--force", is_flag=True, help="Destroy even with runs unfinished or uploads pending.")
 def down(force: bool) -> None:
     """Destroy the cluster's VMs, once every run's outputs are in the bucket. The bucket stays."""
-    lifecycle.down(home(), err, force=force)
-    err.print("[green]cluster destroyed[/]; the bucket and its data are kept")
+    if lifecycle.down(home(), err, force=force):
+        err.print("[green]cluster destroyed[/]; the bucket and its data are kept")
+    else:
+        err.print("no VMs to destroy; the bucket and its data are kept")
 
 
 @click.command()

@@ -14,14 +14,24 @@ from glue.errors import GlueError
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
+class UsageLine(click.ClickException):
+    """A usage error as one line (click prints usage, a hint and a blank line before it): exit 2."""
+
+    exit_code = 2
+
+
 class GlueGroup(click.Group):
-    """Turns GlueError into one clear line on stderr and a non-zero exit, never a traceback."""
+    """Turns GlueError into one clear line on stderr and a non-zero exit, never a traceback; a bad option
+    or argument too, naming where the help is."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except GlueError as exc:
             raise click.ClickException(str(exc)) from None
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "glue"
+            raise UsageLine(f"{exc.format_message()} (see `{where} --help`)") from None
 
 
 @click.group(cls=GlueGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -87,3 +87,15 @@ def test_a_damaged_bucket_credentials_file_is_one_line_and_kept(tmp_path: Path) 
         code, _, err = _glue(tmp_path, "status", "--run", "r1")
         assert code == 1 and "credentials.json is damaged" in err and "Traceback" not in err, err
         assert len(err.strip().splitlines()) == 1 and creds.read_text() == text
+
+
+def test_a_usage_error_is_one_line_naming_the_help() -> None:
+    """A bad option is one line too (click alone prints usage, a hint, a blank line, then the error)."""
+    for args, needle, where in ((["logs", "--run", "x", "--attempt", "0"], "'--attempt': 0 is not in the range",
+                                 "glue logs --help"),
+                                (["lgs"], "No such command 'lgs'", "glue --help"),
+                                (["deploy"], "Missing option '--run'", "glue deploy --help"),
+                                (["image", "build", "--nope"], "No such option '--nope'", "glue image build --help")):
+        res = CliRunner().invoke(cli, args, prog_name="glue")
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1 and needle in lines[0] and where in lines[0], res.stderr

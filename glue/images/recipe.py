@@ -24,6 +24,7 @@ from pydantic import (
     field_validator,
 )
 
+from glue import yamlfile
 from glue.errors import GlueError, yaml_problem
 from glue.paths import PROJECT_ROOT, tool
 
@@ -166,7 +167,7 @@ def load(name: str = "gpukit", images_dir: Path | None = None) -> Recipe:
     directory = images_dir / name
     path = directory / "recipe.yaml"
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yamlfile.load(path.read_text())
     except FileNotFoundError:
         raise GlueError(f"no image recipe {name!r} (known: {_known(images_dir)})") from None
     except (OSError, UnicodeDecodeError) as exc:

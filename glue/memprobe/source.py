@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from glue import yamlfile
 from glue.errors import GlueError, yaml_problem
 
 TRAINER_MODULE = "glue.examples.tiny_gpt"
@@ -37,7 +38,7 @@ def from_config_file(path: Path) -> Source:
     if path.exists() and not path.is_file():  # a device or a pipe: reading may never end
         raise GlueError(f"{path} is not a regular file; give a run config file (run.yaml)")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yamlfile.load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise GlueError(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:

@@ -44,6 +44,7 @@ from pydantic import (
     model_validator,
 )
 
+from glue import yamlfile
 from glue.errors import GlueError, yaml_problem
 
 RUN_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
@@ -340,7 +341,7 @@ def check_run_id(run_id: str) -> None:
 def load(path: Path, run_id: str, bucket: str) -> RunConfig:
     check_run_id(run_id)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yamlfile.load(path.read_text())
     except OSError as exc:
         raise GlueError(f"cannot read run config {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:

@@ -128,6 +128,9 @@ def test_an_unknown_key_in_any_section_is_one_line_with_the_allowed_keys(extra: 
     (bytes(range(128, 256)), "is not a text file"),
     (b"", "is empty: a run config needs at least `outputs:` and `checkpoint:`"),
     (b"- a\n- b\n", "must be a mapping of settings"),
+    # YAML would keep the second `steps` without a word: which one did the user mean?
+    (b"config:\n  steps: 100\n  lr: 0.1\n  steps: 10\n",
+     "is not valid YAML at line 4, column 3: key 'steps' is given twice (first at line 2); keep one"),
 ])
 def test_a_file_that_is_no_run_config_is_one_line(tmp_path: Path, content: bytes, needle: str) -> None:
     path = tmp_path / "run.yaml"

@@ -35,9 +35,10 @@ def glue_command() -> str:
     if on_path and Path(on_path).resolve() == mine.resolve():
         return "glue"
     try:
-        return str(mine.relative_to(Path.cwd()))
+        rel = str(mine.relative_to(Path.cwd()))
     except ValueError:
         return str(mine)
+    return rel if "/" in rel else f"./{rel}"  # a bare name would be looked up on PATH
 
 
 def state_dir_error(path: Path, exc: OSError, env: str, base: str | None, unset: str) -> str:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -289,21 +290,36 @@ def check(store: RunStore, lost: Lost, failure: Failure, new_metrics: dict[int, 
 
 
 def flag_bad_restart(home: Path, store: RunStore, manifest: dict[str, Any], attempt_n: int,
-                     result: ResumeCheck, resumed_from: int | None) -> list[int]:
+                     result: ResumeCheck) -> tuple[list[int], str | None]:
     """Stop the wrongly resumed attempt and keep the evidence as a bad_restart incident. The checkpoints it
-    wrote (every one after `resumed_from`, the step it resumed from) continue the wrong trajectory: they
-    are marked rejected, so no later resume starts from them; nothing is deleted. The steps marked."""
-    from glue.train.ckpt_format import list_steps, reject  # the storage layer (boto3): only when needed
+    committed (COMMIT.json written since the attempt started: any step, also one it rewrote at or below
+    its resume point) continue the wrong trajectory: they are marked rejected, so no later resume starts
+    from them; nothing is deleted. Returns the steps marked, and why marking failed (None: it did not)."""
+    from glue.train.ckpt_format import check_checkpoints, reject  # the storage layer: only when needed
+    from glue.train.errors import CheckpointError
 
     attempt = store.attempt(attempt_n)
     kill_attempt(home, store, attempt)
     ev = monitor.Evidence(resume_problem=result.problem, heartbeat_step=result.first_step)
     monitor.write_incident(home, store, manifest, attempt, ev, monitor.classify(ev))
-    storage = monitor.checkpoint_storage(store, manifest)
-    if storage is None:
-        return []
-    after = [s for s in list_steps(storage) if s > (resumed_from or 0)]
-    return reject(storage, after, f"bad_restart of attempt {attempt_n}: {result.problem}", f"glue ({store.run})")
+    since = parse_iso(str(attempt["started_at"]))
+    try:
+        storage = monitor.checkpoint_storage(store, manifest)
+        if storage is None:
+            return [], None
+        mine = [st.step for st in check_checkpoints(storage, deep=False)
+                if st.commit is not None and _created_since(st.commit.created_at, since)]
+        why = f"bad_restart of attempt {attempt_n}: {result.problem}"
+        return reject(storage, mine, why, f"glue ({store.run})"), None
+    except CheckpointError as exc:  # the bucket failed us: say so, the evidence is already kept
+        return [], f"its checkpoints could not be marked rejected ({exc}); do not resume from one it committed"
+
+
+def _created_since(created_at: str, since: datetime) -> bool:
+    try:
+        return parse_iso(created_at) >= since
+    except ValueError:  # no readable time: a checkpoint of unknown origin is not marked
+        return False
 
 
 # -- record -------------------------------------------------------------------------------------------

@@ -117,17 +117,17 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
         "problem": verdict.problem, "tolerance": tolerance, "recorded_at": utc_iso(),
         "kept_vm": keep[0].as_dict() if keep else None, "kept_vms": [k.as_dict() for k in keep],
     }
-    rejected_steps: list[int] = []
-    if not verdict.ok:  # stopped first: the record then says which checkpoints the wrong resume had written
-        rejected_steps = phases.flag_bad_restart(home, store, manifest, new_n, verdict, ckpt)
-        result["rejected_checkpoints"] = rejected_steps
-    phases.record(store, result)
+    key = phases.record(store, result)
     print_table(console, result)
     if not verdict.ok:
-        rejected = ", ".join(map(str, rejected_steps))
-        marked = f"; the checkpoint(s) it wrote (step {rejected}) marked rejected" if rejected else ""
-        raise BadRestart(f"bad restart of run {run_id}: {verdict.problem}; the trainer was stopped{marked} and the "
-                         f"evidence kept (glue incidents --run {run_id})", result)
+        rejected, trouble = phases.flag_bad_restart(home, store, manifest, new_n, verdict)
+        result.update(rejected_checkpoints=rejected, reject_problem=trouble)
+        store.put_json(key, result)  # the record says which checkpoints the wrong resume had committed
+        marked = f"; the checkpoint(s) it committed (step {', '.join(map(str, rejected))}) marked rejected" \
+            if rejected else ""
+        raise BadRestart(f"bad restart of run {run_id}: {verdict.problem}; the trainer was stopped{marked}"
+                         f"{'; ' + trouble if trouble else ''} and the evidence kept (glue incidents --run {run_id})",
+                         result)
     return result
 
 

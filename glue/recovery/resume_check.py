@@ -6,6 +6,7 @@ recover, the drill and their unit tests judge a resume the same way.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,9 +38,9 @@ def merged_metrics(store: RunStore, before_attempt: int, rank: int = 0) -> dict[
 
 
 def losses_agree(a: float, b: float, tolerance: float) -> bool:
-    """Equal within the tolerance. A nan loss agrees with nothing (nan compares false with every number,
-    so `abs(a - b) > tolerance` would let it pass)."""
-    return a == b or abs(a - b) <= tolerance
+    """Equal within the tolerance. A nan loss agrees only with a nan (an exact resume of a run that diverged
+    reproduces it); `abs(a - b) > tolerance` alone would let a nan on one side pass."""
+    return a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= tolerance
 
 
 def check_resume(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]], ckpt: int | None,

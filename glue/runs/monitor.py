@@ -245,9 +245,11 @@ def check(home: Path, store: RunStore, record_incident: bool = True,
         return _check(home, store, record_incident, unreachable)
 
 
-def trainer_started(attempt: dict[str, Any]) -> bool:
-    """Whether the deploy (or recover) that recorded the attempt got as far as recording its trainer."""
-    return bool(attempt.get("trainer_pid") or any(nd.get("trainer_pid") for nd in attempt.get("nodes") or []))
+def trainer_started(attempt: dict[str, Any], heartbeat: dict[str, Any] | None) -> bool:
+    """Whether the attempt's trainer is known to have started: the deploy (or recover) that recorded the
+    attempt recorded its trainer too, or the trainer's own heartbeat names the attempt."""
+    return bool(attempt.get("trainer_pid") or any(nd.get("trainer_pid") for nd in attempt.get("nodes") or [])
+                or (heartbeat or {}).get("attempt") == attempt.get("attempt"))
 
 
 def _check(home: Path, store: RunStore, record_incident: bool, unreachable: frozenset[str]) -> Report:
@@ -259,7 +261,7 @@ def _check(home: Path, store: RunStore, record_incident: bool, unreachable: froz
     attempt = store.attempt(attempts[-1])
     ev, beat = gather(home, store, attempt, manifest, unreachable)
     verdict = classify(ev)
-    if verdict.outcome not in (Outcome.RUNNING, Outcome.COMPLETED) and not trainer_started(attempt):
+    if verdict.outcome not in (Outcome.RUNNING, Outcome.COMPLETED) and not trainer_started(attempt, beat):
         # The attempt is recorded a moment before its trainer starts: while the deploy (or recover) that
         # starts it holds the run's lease, nothing has failed yet; once it is gone, it was what was killed.
         holder = lease.held_elsewhere(store)

@@ -24,9 +24,11 @@ from boto3.s3.transfer import TransferConfig
 
 from glue.train import exit_hooks, invalid, mount_config
 from glue.train.ckpt_format import (
+    COMMIT,
     CheckpointStatus,
     Commit,
     check_checkpoints,
+    list_step,
     list_steps,
     object_key,
     validate_step,
@@ -180,6 +182,12 @@ class Checkpointer:
             # That exact state is already committed; rewriting it would briefly leave it invalid.
             log.info("step %d was just restored from a valid checkpoint; not saving it again", step)
             return
+        if self._restored_step is not None and step <= self._restored_step and COMMIT in list_step(self.storage, step):
+            # A trainer that restored its state but counts steps from the start again would replace the run's
+            # own history (the very checkpoint it resumed from, among others) with another trajectory.
+            raise CheckpointError(f"refusing to overwrite committed checkpoint step {step}: this process resumed "
+                                  f"from step {self._restored_step}, so its step counter went back; continue "
+                                  f"counting from {self._restored_step + 1}")
         nonce = self._agree_nonce()
         t1 = time.monotonic()
         mine = [c for c in self._components.values() if c.per_rank or self.rank == 0]
@@ -311,7 +319,8 @@ class Checkpointer:
         Interrupted saves and corrupt checkpoints are skipped (an incident is recorded for each;
         corrupt ones are moved aside to ckpt-invalid/). Returns the restored step, or None when the
         target holds no checkpoint. When committed checkpoints exist but none is valid it raises
-        NoValidCheckpointError and changes nothing, unless start_fresh=True. Nothing is loaded into
+        NoValidCheckpointError and changes nothing, unless start_fresh=True (rejected ones do not count:
+        with only those and interrupted saves left, the run starts fresh). Nothing is loaded into
         any component unless every component's state has been read, verified and checked to fit.
         """
         self._check_open()
@@ -340,7 +349,9 @@ class Checkpointer:
                 raise CorruptCheckpointError(f"checkpoint step {s} is not valid: {status.problems[0].what}")
         chosen = fetched.status if fetched is not None else None
         self._agree_step(chosen.step if chosen else None)
-        if chosen is None and not start_fresh and any(not invalid.interrupted(steps[s.step]) for s in skipped):
+        # Interrupted saves and rejected checkpoints (a wrong resume's) are no run state to miss: with only
+        # those left the run starts fresh; a committed checkpoint gone bad stops it.
+        if chosen is None and not start_fresh and any(invalid.corrupt(steps[s.step]) for s in skipped):
             invalid.record_skipped(self.storage, skipped, steps, None, self.rank, move=False)
             raise invalid.no_valid_error(self.storage.describe(), skipped)
         invalid.record_skipped(self.storage, skipped, steps, chosen.step if chosen else None, self.rank, move=True)

@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 
-from glue.train.ckpt_format import COMMIT, INCIDENTS, CheckpointStatus, record_incident, step_prefix
+from glue.train.ckpt_format import COMMIT, INCIDENTS, REJECTED, CheckpointStatus, record_incident, step_prefix
 from glue.train.errors import NoValidCheckpointError, StorageError
 from glue.train.storage import Storage
 from glue.train.utc import iso, utc_now
@@ -24,6 +24,11 @@ INVALID = "ckpt-invalid"
 
 def interrupted(listing: dict[str, int]) -> bool:
     return COMMIT not in listing
+
+
+def corrupt(listing: dict[str, int]) -> bool:
+    """Committed, and not rejected by glue: a checkpoint that was good and has gone bad."""
+    return COMMIT in listing and REJECTED not in listing
 
 
 def no_valid_error(where: str, skipped: list[CheckpointStatus]) -> NoValidCheckpointError:

@@ -155,7 +155,7 @@ class Watcher:
             self._lost_check_s = took if took > self._lost_check_s else (took + self._lost_check_s) / 2
         row.outcome, row.step, row.attempt = str(outcome), (report.heartbeat or {}).get("step"), n
         decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started,
-                                 st.failed_tries(n, not monitor.trainer_started(report.attempt)))
+                                 st.failed_tries(n, not monitor.trainer_started(report.attempt, report.heartbeat)))
         row.state, row.note = decision.action if decision.action != "none" else "running", decision.reason
         if decision.action == "none" and pending:
             row.note = pending
@@ -215,9 +215,9 @@ class Watcher:
             self._event(rc, st, "recovered", failed, outcome, recovery=summary)
             st.save(store)
             return
-        rejected = phases.flag_bad_restart(self.home, store, store.manifest(), new, verdict,
-                                           plan.get("checkpoint_step"))
-        st.note("resume_check_failed", **summary, problem=verdict.problem, rejected_checkpoints=rejected)
+        rejected, trouble = phases.flag_bad_restart(self.home, store, store.manifest(), new, verdict)
+        st.note("resume_check_failed", **summary, problem=verdict.problem, rejected_checkpoints=rejected,
+                reject_problem=trouble)
         decision = policy.decide(Outcome.BAD_RESTART, rc.recovery, st.used, time.time(), st.next_try_at, started)
         self._stop(store, rc, st, new, Outcome.BAD_RESTART, decision, str(verdict.problem),
                    store.attempt(new).get("incident"))
@@ -334,7 +334,7 @@ class Watcher:
         st = WatchState.load(store) or WatchState(store.run)
         if store.attempts()[-1] != n or st.stopped or st.done:
             return "already handled"
-        retry = st.failed_tries(n, not monitor.trainer_started(store.attempt(n)))
+        retry = st.failed_tries(n, not monitor.trainer_started(store.attempt(n), store.get_json("heartbeat.json")))
         decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started, retry)
         if decision.action != "recover" or decision.budget is None:
             return decision.reason
@@ -357,7 +357,8 @@ class Watcher:
             new = int(exc.result["new_attempt"])
             st.resume_plan = None
             st.note("resume_check_failed", **{k: exc.result.get(k) for k in SUMMARY_KEYS},
-                    problem=exc.result.get("problem"), rejected_checkpoints=exc.result.get("rejected_checkpoints"))
+                    problem=exc.result.get("problem"), rejected_checkpoints=exc.result.get("rejected_checkpoints"),
+                    reject_problem=exc.result.get("reject_problem"))
             decision = policy.decide(Outcome.BAD_RESTART, rc.recovery, st.used, time.time(), st.next_try_at, started)
             self._stop(store, rc, st, new, Outcome.BAD_RESTART, decision, str(exc.result.get("problem")),
                        store.attempt(new).get("incident"))

@@ -56,11 +56,13 @@ def test_a_forced_recovery_after_a_bad_restart_is_judged_against_the_run_before_
 
 
 def test_a_nan_loss_never_passes_the_check() -> None:
-    """nan compares false with everything: a resumed nan loss (or a nan tolerance) must not read as equal."""
+    """nan compares false with everything: a nan on one side must not read as equal (both nan: it does)."""
     before = _steps(1, 25)
     for bad in (float("nan"), float("inf")):
         res = check_resume(before, {**_steps(21, 30), 22: {"step": 22, "loss": bad}}, 20, 25, 0.0)
         assert not res.ok and "loss at step 22" in (res.problem or ""), res
     nan_before = {**before, 23: {"step": 23, "loss": float("nan")}}
-    assert not check_resume(nan_before, {**_steps(21, 30), 23: {"step": 23, "loss": float("nan")}}, 20, 25, 0.0).ok
+    assert not check_resume(nan_before, _steps(21, 30), 20, 25, 0.0).ok  # nan before, a number after
+    # An exact resume of a run that went nan reproduces the nan: that agrees.
+    assert check_resume(nan_before, {**_steps(21, 30), 23: {"step": 23, "loss": float("nan")}}, 20, 25, 0.0).ok
     assert check_resume(before, _steps(21, 30), 20, 25, 0.0).ok

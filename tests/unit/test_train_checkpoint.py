@@ -206,6 +206,44 @@ def test_a_resumed_process_keeps_the_checkpoint_it_resumed_from(tmp_path: Path) 
     assert _steps(tmp_path) == [6, 7]
 
 
+def test_a_resumed_process_may_not_overwrite_its_history(tmp_path: Path) -> None:
+    """A trainer that restored step 3 but counts from 1 again would rewrite the checkpoints it resumed
+    from with another trajectory: refused, and the committed checkpoint stays as it was."""
+    m = Model()
+    with m.register(_ck(tmp_path, keep_last=3)) as ck:
+        for s in (1, 2, 3):
+            m.at(s)
+            ck.save(s, blocking=True)
+    before = (tmp_path / "ckpt" / "step-2" / "COMMIT.json").read_bytes()
+    resumed = Model()
+    with resumed.register(_ck(tmp_path, keep_last=3)) as ck:
+        assert ck.restore() == 3
+        ck.save(3)  # the step it restored, first: already committed, skipped
+        with pytest.raises(CheckpointError, match="refusing to overwrite committed checkpoint step 2: this process "
+                                                  "resumed from step 3"):
+            ck.save(2, blocking=True)
+        resumed.at(4)
+        ck.save(4, blocking=True)  # counting on is fine
+    assert (tmp_path / "ckpt" / "step-2" / "COMMIT.json").read_bytes() == before and _steps(tmp_path) == [2, 3, 4]
+
+
+def test_only_rejected_checkpoints_left_start_fresh(tmp_path: Path) -> None:
+    """A from-scratch resume judged wrong leaves only rejected checkpoints: the next restore starts fresh
+    (they are moved aside), instead of refusing as it does for corrupt ones."""
+    from glue.train.ckpt_format import reject
+    from glue.train.storage import open_target
+
+    m = Model()
+    with m.register(_ck(tmp_path, keep_last=3)) as ck:
+        for s in (1, 2):
+            m.at(s)
+            ck.save(s, blocking=True)
+    assert reject(open_target(str(tmp_path)), [1, 2], "bad_restart of attempt 2: loss differs", "test") == [1, 2]
+    with Model().register(_ck(tmp_path)) as ck:
+        assert ck.restore() is None
+    assert _steps(tmp_path) == [] and len(list((tmp_path / "ckpt-invalid").glob("*/step-*"))) == 2
+
+
 def test_a_rejected_checkpoint_is_never_resumed_and_kept_aside(tmp_path: Path) -> None:
     """README (bad_restart): the checkpoints a wrong resume wrote are marked rejected, so no later resume
     starts from them; their bytes are kept (moved aside by restore, like a corrupt one)."""

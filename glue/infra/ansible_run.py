@@ -211,7 +211,38 @@ def run_playbook(
         with live(tracker, show=progress):
             runner.run()
         seconds = time.monotonic() - started
+        if runner.canceled or runner.timed_out or runner.errored:
+            kill_orphans(list(runner.config.command or []))
     return _result(tracker, runner, seconds)
+
+
+def kill_orphans(command: list[str], proc: Path = Path("/proc")) -> list[int]:
+    """SIGKILL what a stopped ansible-playbook left behind. ansible-runner stops it by killing its process
+    group, but Mitogen's connection multiplexer is a fork of it in a session of its own: it survives,
+    orphaned (its parent now init), and never exits. Only such orphans running this very command line
+    (`python .../ansible-playbook <the same arguments>`) are killed."""
+    if len(command) < 2:
+        return []
+    program, args = Path(command[0]).name, [a.encode() for a in command[1:]]
+    killed = []
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        head = argv[:len(argv) - len(args)]
+        if ppid != 1 or argv[len(head):] != args or not any(Path(a.decode(errors="replace")).name == program
+                                                              for a in head):
+            continue
+        try:
+            os.kill(int(d.name), signal.SIGKILL)
+            killed.append(int(d.name))
+        except ProcessLookupError:
+            continue
+    return killed
 
 
 @contextmanager

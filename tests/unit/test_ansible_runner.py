@@ -171,6 +171,13 @@ def test_fact_cache_is_dropped_for_new_or_replaced_vms(tmp_path: Path) -> None:
     assert {p.name for p in cache.iterdir()} == {".vm-ids.json", "s1_h10"}
 
 
+def _cmdline_has(proc_dir: Path, needle: str) -> bool:
+    try:
+        return needle.encode() in (proc_dir / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 SLOW_PLAY = """
 - name: A play that waits
   hosts: all
@@ -203,5 +210,10 @@ def test_signals_work_again_after_a_playbook_and_one_during_it_cancels_it(home: 
         assert time.monotonic() - t0 < 30 and not res.ok  # cancelled, not waited for
         assert seen == [signal.SIGTERM]  # and the signal reached the handler it was meant for
         assert signal.getsignal(signal.SIGTERM) is handler
+        # Nothing of the cancelled playbook is left running (Mitogen's multiplexer used to linger forever).
+        time.sleep(0.5)
+        mine = str(home.parent / "slow.yml")
+        left = [d.name for d in Path("/proc").iterdir() if d.name.isdigit() and _cmdline_has(d, mine)]
+        assert left == [], left
     finally:
         signal.signal(signal.SIGTERM, before)

@@ -24,16 +24,14 @@ from boto3.s3.transfer import TransferConfig
 
 from glue.train import exit_hooks, invalid, mount_config
 from glue.train.ckpt_format import (
-    COMMIT,
     CheckpointStatus,
     Commit,
     check_checkpoints,
-    list_step,
     list_steps,
     object_key,
     validate_step,
 )
-from glue.train.commit_protocol import IO_DEPTH, SaveJob, prune, write_step
+from glue.train.commit_protocol import IO_DEPTH, SaveJob, prune, refuse_rewind, write_step
 from glue.train.errors import CheckpointError, CorruptCheckpointError, SaveFailedError
 from glue.train.load_states import StepFetch, load_priority, pick_object
 from glue.train.retry import RetryPolicy
@@ -182,12 +180,7 @@ class Checkpointer:
             # That exact state is already committed; rewriting it would briefly leave it invalid.
             log.info("step %d was just restored from a valid checkpoint; not saving it again", step)
             return
-        if self._restored_step is not None and step <= self._restored_step and COMMIT in list_step(self.storage, step):
-            # A trainer that restored its state but counts steps from the start again would replace the run's
-            # own history (the very checkpoint it resumed from, among others) with another trajectory.
-            raise CheckpointError(f"refusing to overwrite committed checkpoint step {step}: this process resumed "
-                                  f"from step {self._restored_step}, so its step counter went back; continue "
-                                  f"counting from {self._restored_step + 1}")
+        refuse_rewind(self.storage, step, self._restored_step)
         nonce = self._agree_nonce()
         t1 = time.monotonic()
         mine = [c for c in self._components.values() if c.per_rank or self.rank == 0]
@@ -292,10 +285,9 @@ class Checkpointer:
         self.last_committed_step = job.step
         if self.rank == 0:
             t0 = time.monotonic()
-            # The step this process resumed from is never its to prune: should the resume prove wrong (glue's
-            # resume check: bad_restart), that is the checkpoint to go back to.
-            keep = {self._restored_step} if self._restored_step is not None else set()
-            prune(self.storage, job.step, keep_last=self.keep_last, stale_steps=self._stale_steps, keep=keep)
+            # Never the step this process resumed from: should the resume prove wrong, it is the one to go back to.
+            prune(self.storage, job.step, keep_last=self.keep_last, stale_steps=self._stale_steps,
+                  keep={s for s in (self._restored_step,) if s is not None})
             job.timings["prune_s"] = round(time.monotonic() - t0, 6)
         self.last_save_timings = dict(job.timings)
 

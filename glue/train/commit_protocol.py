@@ -212,6 +212,15 @@ def collect_rank_parts(
     return parts, timings
 
 
+def refuse_rewind(st: Storage, step: int, restored: int | None) -> None:
+    """A process that restored step `restored` may not save a step at or below it over a committed one: a
+    trainer that restored its state but counts steps from the start again would replace the run's own
+    history (the very checkpoint it resumed from, among others) with another trajectory."""
+    if restored is not None and step <= restored and COMMIT in list_step(st, step):
+        raise CheckpointError(f"refusing to overwrite committed checkpoint step {step}: this process resumed from "
+                              f"step {restored}, so its step counter went back; continue counting from {restored + 1}")
+
+
 def prune(st: Storage, new_step: int, *, keep_last: int, stale_steps: set[int], keep: set[int] | None = None) -> None:
     """Keep the newest keep_last valid checkpoints (the new, committed one included), and the valid ones
     in `keep` (the step the process resumed from) besides.

@@ -140,6 +140,11 @@ class RunStore:
                 out.setdefault(int(rec["attempt"]), {})[int(rec["step"])] = rec
         return out
 
+    def heartbeat(self, rank: int = 0) -> dict[str, Any] | None:
+        """The rank's last heartbeat (whichever attempt wrote it), or None."""
+        beat = self.get_json(heartbeat_key(rank))
+        return beat if isinstance(beat, dict) else None
+
     def heartbeats(self, attempt: int) -> list[dict[str, Any]]:
         """The last heartbeat of every rank of an attempt, rank 0 first."""
         beats = []

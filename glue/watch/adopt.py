@@ -41,7 +41,7 @@ def adopt(store: RunStore, latest: int, named: bool, say: Callable[[str], object
         # attempt has run far enough; without it (died in between) it runs unverified.
         plan = st.resume_plan if (st.resume_plan or {}).get("new_attempt") == latest else None
         st.resume_plan = plan
-        beat = store.get_json("heartbeat.json")
+        beat = store.heartbeat()
         unstarted = plan is None and not monitor.trainer_started(store.attempt(latest), beat)
         st.note("recovery_interrupted", attempt=st.handled_attempt, new_attempt=latest,
                 why="the watcher stopped mid-recovery; " + (

@@ -228,7 +228,7 @@ class Watcher:
         rec = store.attempt(latest)
         if len(rec.get("nodes") or []) > 1 or rec.get("failure_class") or rec.get("outcome"):
             return closer
-        beat = store.get_json("heartbeat.json")
+        beat = store.heartbeat()
         if not beat or beat.get("attempt") != latest or not beat.get("updated_at"):
             return closer
         beat_at = parse_iso(str(beat["updated_at"])).timestamp()
@@ -334,7 +334,7 @@ class Watcher:
         st = WatchState.load(store) or WatchState(store.run)
         if store.attempts()[-1] != n or st.stopped or st.done:
             return "already handled"
-        retry = st.failed_tries(n, not monitor.trainer_started(store.attempt(n), store.get_json("heartbeat.json")))
+        retry = st.failed_tries(n, not monitor.trainer_started(store.attempt(n), store.heartbeat()))
         decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started, retry)
         if decision.action != "recover" or decision.budget is None:
             return decision.reason

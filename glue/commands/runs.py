@@ -43,17 +43,32 @@ FOLLOW_CHECK_SECONDS = 15  # how often `logs -f` asks whether the attempt still 
 @click.option("--require-validated", is_flag=True,
               help="With --nodes N > 1: refuse unless a smaller run of the same code met its acceptance "
                    "criteria and a drill of it passed (without it: a warning).")
+@click.option("--workdir", type=click.Path(path_type=Path), default=None,
+              help="Your code's folder (overrides run.yaml's `workdir:`): packed, pinned in the bucket, "
+                   "unpacked on every VM as the command's working directory.")
+@click.option("--dry-run", is_flag=True,
+              help="Show what would ship (files, size, hash, ignored and refused files, requirements); "
+                   "upload and start nothing.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: print it as JSON.")
 def deploy(run_id: str, config_path: Path, vm: str | None, resume: bool, memory_limit_mb: int | None, nodes: int,
-           procs_per_node: int, max_restarts: int, require_validated: bool) -> None:
+           procs_per_node: int, max_restarts: int, require_validated: bool, workdir: Path | None, dry_run: bool,
+           as_json: bool) -> None:
     """Preflight (boundary guard, command, bucket, evaluation set), record the manifest, start the trainer.
 
     With --nodes N and/or --procs-per-node G the command runs under torchrun (c10d rendezvous on
     node 0, gloo on CPU, nccl on GPU) as one data-parallel group of N x G ranks. --nodes N > 1 passes
     the scale gate first (docs/report.md).
     """
+    if dry_run:
+        from glue.commands import dry_run as dry
+
+        dry.show(run_id, config_path, workdir, as_json)
+        return
+    if as_json:
+        raise GlueError("--json goes with --dry-run (a deploy prints its progress)")
     group = GroupSpec(nodes=nodes, procs_per_node=procs_per_node, max_restarts=max_restarts)
     deploy_mod.deploy(home(), run_id, config_path, vm, resume, err, memory_limit_mb=memory_limit_mb, group=group,
-                      require_validated=require_validated)
+                      require_validated=require_validated, workdir=workdir)
 
 
 def run_summary(report: monitor.Report) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from glue.runs import deploy as deploy_mod
 from glue.runs import lease, monitor
 from glue.runs.classify import Outcome
 from glue.runs.store import RunStore
+from glue.workdir.pin import Workspace
 
 
 @dataclass
@@ -139,6 +140,7 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
           overrides: dict[str, Any] | None = None) -> DrillResult:
     runconfig.check_run_id(run_id)
     base = deploy_mod.open_store(home, run_id)
+    pinned = None  # drilling an existing run: its code and requirements as its manifest pins them
     if config_path is None:
         if not base.exists():
             raise GlueError(f"run {run_id!r} does not exist; pass --config run.yaml to drill a new workload")
@@ -146,7 +148,9 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
         config_path.parent.mkdir(parents=True, exist_ok=True)
         import yaml
 
-        config_path.write_text(yaml.safe_dump(base.manifest()["config"]))
+        manifest = base.manifest()
+        config_path.write_text(yaml.safe_dump(manifest["config"]))
+        pinned = Workspace.from_manifest(manifest)
     k = 1
     while deploy_mod.open_store(home, f"{run_id}-drill{k}").exists():
         k += 1
@@ -166,11 +170,11 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
     victim, ref_host = hosts[0], hosts[-1]
     console.print(f"drill: reference [bold]{ref_id}[/] on {ref_host.name}, drill [bold]{drill_id}[/] on "
                   f"{victim.name}; {total} steps, its VM destroyed at step {at}")
-    deploy_mod.deploy(home, ref_id, config_path, ref_host.name, False, console, config_overrides=cfg)
+    deploy_mod.deploy(home, ref_id, config_path, ref_host.name, False, console, config_overrides=cfg, pinned=pinned)
     # The drill run's first attempt holds right after step `at` (glue.train.run: GPUKIT_HOLD_AT), so the
     # VM is destroyed at exactly that step; the recovered attempt (2) does not hold.
     deploy_mod.deploy(home, drill_id, config_path, victim.name, False, console, config_overrides=cfg,
-                      env_overrides={"GPUKIT_HOLD_AT": f"1:{at}"})
+                      env_overrides={"GPUKIT_HOLD_AT": f"1:{at}"}, pinned=pinned)
     ref, dr = deploy_mod.open_store(home, ref_id), deploy_mod.open_store(home, drill_id)
     with console.status(f"training {drill_id} to step {at}"):
         held = _wait(home, dr, lambda r: bool((r.heartbeat or {}).get("held")), f"the hold at step {at}", timeout)

@@ -32,6 +32,7 @@ from glue.runs import guard, monitor, remote
 from glue.runs.classify import Outcome
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.runs.vm_group import GroupSpec
+from glue.workdir.pin import Workspace
 
 REFUSE_WITHOUT_FORCE = {
     Outcome.OOM_GPU: "restarting does not repair a repeatable memory failure; investigate with "
@@ -84,6 +85,7 @@ class Lost:
     failure_step: int
     finished_before: bool  # the lost attempt had written every required output
     group: GroupSpec
+    ws: Workspace  # the user's code and requirements, as the manifest pins them (never the local folder)
 
 
 # -- detect -------------------------------------------------------------------------------------------
@@ -125,7 +127,8 @@ def validate(store: RunStore, manifest: dict[str, Any], failure: Failure, from_s
     old_metrics = merged_metrics(store, failure.number + 1)
     failure_step = max(old_metrics) if old_metrics else (failure.heartbeat.get("step") or 0)
     finished_before = bool(manifest.get("outputs", {}).get("required")) and not monitor.missing_outputs(store, manifest)
-    return Lost(rc, ckpt, old_metrics, failure_step, finished_before, GroupSpec.from_manifest(manifest))
+    return Lost(rc, ckpt, old_metrics, failure_step, finished_before, GroupSpec.from_manifest(manifest),
+                Workspace.from_manifest(manifest))
 
 
 # -- provision ----------------------------------------------------------------------------------------
@@ -246,7 +249,7 @@ def verify(home: Path, store: RunStore, lost: Lost, hosts: list[Host], fresh: li
             if on_vm != lost.ckpt:
                 raise GlueError(f"{host.name} sees latest valid checkpoint {on_vm}, the controller {lost.ckpt}; "
                                 "not resuming")
-    return [deploy_mod.check_command(home, host, lost.rc) for host in hosts]
+    return [deploy_mod.check_command(home, host, lost.rc, lost.ws) for host in hosts]
 
 
 # -- start --------------------------------------------------------------------------------------------
@@ -254,7 +257,8 @@ def start(home: Path, store: RunStore, lost: Lost, failure: Failure, hosts: list
           argvs: list[list[str]]) -> dict[str, Any]:
     """The next attempt, resuming, on the group's hosts. Returns its attempt record."""
     return deploy_mod.start_attempt(home, hosts, store, lost.rc, argvs, failure.number + 1, resume=True,
-                                    memory_limit_mb=failure.attempt.get("memory_limit_mb"), group=lost.group)
+                                    memory_limit_mb=failure.attempt.get("memory_limit_mb"), group=lost.group,
+                                    ws=lost.ws)
 
 
 # -- replay -------------------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ evaluation:
   dataset: {uri: "s3://gpukit/eval/heldout-v1.bin", sha256: "<64 hex>"}   # pinned in the manifest
   metrics: {val_loss: {max: 4.5}}                                          # acceptance thresholds
 pricing: {vm_hour: 2.1, currency: EUR}    # overrides the backend's price table
+workdir: .                                # your code: packed, pinned in the bucket, unpacked on every VM
+requirements: requirements.txt            # a file in the workdir, or a list; installed from a pinned wheelhouse
 ```
 """
 
@@ -201,6 +203,14 @@ class PricingSpec(_Strict):
     currency: Annotated[StrictStr, StringConstraints(pattern=r"^[A-Z]{3}$")] = "EUR"
 
 
+class WorkdirSpec(_Strict):
+    """The user's code: a folder (relative to the run config's folder) packed and shipped with every attempt."""
+
+    path: NonEmpty = "."
+    max_size_mb: Annotated[StrictInt, Field(ge=1, le=10_240)] = 256
+    secret_files: tuple[NonEmpty, ...] = ()  # secret-looking files shipped on purpose (paths in the workdir)
+
+
 class RunConfig(_Strict):
     """A whole run.yaml. `parse()` substitutes {run} and {bucket} in the locations."""
 
@@ -218,6 +228,22 @@ class RunConfig(_Strict):
     notify: NotifySpec = Field(default_factory=NotifySpec)
     evaluation: EvaluationSpec | None = None
     pricing: PricingSpec | None = None
+    workdir: WorkdirSpec | None = None
+    requirements: NonEmpty | tuple[NonEmpty, ...] | None = None
+
+    @field_validator("workdir", mode="before")
+    @classmethod
+    def _workdir(cls, v: Any) -> Any:
+        return {"path": v} if isinstance(v, str) else v
+
+    @field_validator("requirements", mode="before")
+    @classmethod
+    def _requirements(cls, v: Any) -> Any:
+        if v is None or isinstance(v, str):
+            return v
+        if not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v):
+            raise ValueError("must be a requirements file in the workdir, or a list of requirements")
+        return tuple(v)
 
     @field_validator("command", mode="before")
     @classmethod
@@ -249,6 +275,8 @@ class RunConfig(_Strict):
             raise ValueError("missing command: set `command:` (process runtime) or `image:` (docker runtime)")
         if self.runtime == "docker" and not self.image:
             raise ValueError("runtime docker needs `image:` (build it from images/trainer/Dockerfile)")
+        if self.runtime == "docker" and self.requirements:
+            raise ValueError("requirements: needs `runtime: process`; a docker trainer's packages belong in its image")
         return self
 
     def locations(self) -> dict[str, str]:

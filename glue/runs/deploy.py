@@ -25,12 +25,17 @@ from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.paths import PROJECT_ROOT
 from glue.runs import config as runconfig
-from glue.runs import gate, guard, lease, monitor, remote
+from glue.runs import gate, guard, lease, monitor, remote, workspace
 from glue.runs import vm_group as group_mod
 from glue.runs.classify import Outcome
 from glue.runs.store import RunStore, run_ids, utc_iso
 from glue.runs.vm_group import GroupSpec, Rendezvous
 from glue.train.notice import DEFAULT_NOTICE_FILE, NOTICE_FILE_ENV
+from glue.train.workspace.paths import CONTAINER_WORKDIR
+from glue.workdir import plan as wplan
+from glue.workdir import ship as ship_mod
+from glue.workdir import wheelhouse
+from glue.workdir.pin import Workspace
 
 
 def code_version() -> dict[str, Any]:
@@ -75,8 +80,10 @@ def refuse_live_or_done(home: Path, store: RunStore) -> None:
         raise GlueError(f"run {store.run} completed; its outputs are final. Deploy a new run id to train again")
 
 
-def check_command(home: Path, host: Host, rc: runconfig.RunConfig) -> list[str]:
-    """The argv to run on the VM; refuse when its program or module is not there."""
+def check_command(home: Path, host: Host, rc: runconfig.RunConfig, ws: Workspace | None = None) -> list[str]:
+    """The argv to run on the VM; refuse when its program or module is not there. A program in the run's
+    workdir package was checked against the package at deploy; a module may also come from the run's
+    requirements (installed only when the attempt is prepared)."""
     if rc.runtime == "docker":
         assert rc.image is not None
         res = ssh.run(home, host, f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(rc.image)}", timeout=60)
@@ -88,7 +95,11 @@ def check_command(home: Path, host: Host, rc: runconfig.RunConfig) -> list[str]:
     argv = list(rc.command)
     if argv[0] in ("python", "python3"):
         argv[0] = remote.python(host)
+    if ws is not None and ws.command_in_package:
+        return argv
     if len(argv) >= 3 and argv[0].endswith("python") and argv[1] == "-m":
+        if ws is not None and ws.requirements and ws.requirements.get("pins"):
+            return argv
         module = argv[2]
         code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
         probe = f"{shlex.quote(argv[0])} -c {shlex.quote(code)}"
@@ -159,8 +170,10 @@ def _image_digest(home: Path, host: Host, image: str | None) -> str | None:
 def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: bool, console: Console,
            memory_limit_mb: int | None = None, config_overrides: dict[str, Any] | None = None,
            group: GroupSpec | None = None, env_overrides: dict[str, str] | None = None,
-           require_validated: bool = False) -> dict[str, Any]:
-    """Preflight, record, start. Returns the attempt record."""
+           require_validated: bool = False, workdir: Path | None = None,
+           pinned: Workspace | None = None) -> dict[str, Any]:
+    """Preflight, record, start. Returns the attempt record. `workdir` overrides run.yaml's; `pinned` (a
+    drill of an existing run) ships that run's code and requirements instead of packing a folder."""
     group = group or GroupSpec()
     group.check()
     runconfig.check_run_id(run_id)
@@ -173,6 +186,19 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
     if group.distributed and rc.runtime == "docker":
         raise GlueError("--nodes/--procs-per-node need `runtime: process` (torchrun on the VM); "
                         "a docker trainer runs on one VM")
+    # The user's folder is read only for a new run, and checked before any VM work; a resumed run
+    # (and a drill of one) brings back what its manifest pins.
+    plan = wplan.make(rc, config_path, workdir) if not resume and pinned is None else wplan.Plan()
+    try:
+        return _deploy(home, store, rc, vm, resume, console, memory_limit_mb, group, require_validated, plan, pinned)
+    finally:
+        plan.close()
+
+
+def _deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, vm: str | None, resume: bool, console: Console,
+            memory_limit_mb: int | None, group: GroupSpec, require_validated: bool, plan: wplan.Plan,
+            pinned: Workspace | None) -> dict[str, Any]:
+    run_id = store.run
     hosts = group_mod.pick_hosts(home, vm, group.nodes)
     exists = store.exists()  # also: the bucket answers
     if exists and not resume:
@@ -182,6 +208,7 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
         raise GlueError(f"cannot resume run {run_id!r}: it does not exist in the bucket; deploy it without --resume")
     if resume:
         refuse_live_or_done(home, store)
+        pinned = Workspace.from_manifest(store.manifest())
     if not resume:
         scale_gate(store, group.nodes, require_validated, console)
     eval_pin = check_eval_set(store, rc) if not exists else None
@@ -189,12 +216,14 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
         if not ssh.reachable(home, host):
             raise GlueError(f"{host.name} does not answer SSH; check `glue status`")
     names = ", ".join(h.name for h in hosts)
+    checked = pinned or Workspace(package={"command_in_package": plan.command_in_package} if plan.package else None,
+                                  requirements={"pins": plan.requirements} if plan.requirements else None)
     with console.status(f"preflight on {names}: boundary guard, command, environment"):
         argvs = []
         for host in hosts:
             for what, location in rc.locations().items():
                 guard.check_location(home, host, store, what, location)
-            argvs.append(check_command(home, host, rc))
+            argvs.append(check_command(home, host, rc, checked))
         missing = [s for s in rc.secrets if s not in os.environ]
         if missing:
             raise GlueError(f"secret {missing[0]} is not set in your environment; export it (its value is handed "
@@ -202,15 +231,40 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
         env_info = remote.env_info(home, hosts[0])
         digest = _image_digest(home, hosts[0], rc.image)
         rdzv = group_mod.rendezvous(home, hosts, [remote.python(h) for h in hosts]) if group.distributed else None
+    ws = pinned if pinned is not None else ship(home, hosts[0], store, plan, console)
     with lease.held(store, "deploy", unless_exists=None if exists else "manifest.json"):
         return _record_and_start(home, store, rc, hosts, argvs, resume, env_info, digest, group, rdzv,
-                                 memory_limit_mb, console, eval_pin)
+                                 memory_limit_mb, console, eval_pin, ws)
+
+
+def ship(home: Path, host: Host, store: RunStore, plan: wplan.Plan, console: Console) -> Workspace:
+    """The requirements resolved on the first VM (a set that cannot be resolved: nothing uploaded), then
+    the code package into the bucket under its content address. Returns what the manifest pins."""
+    if plan.empty:
+        return Workspace()
+    req = None
+    if plan.requirements:
+        with console.status(f"requirements: resolving {len(plan.requirements)} for {host.name}'s Python and image"):
+            resolved = wheelhouse.pin(store.s3, store.info.name, plan.requirements, workspace.target(home, host))
+        req = resolved
+        how = "wheelhouse uploaded" if resolved.get("uploaded") else "wheelhouse already in the bucket"
+        console.print(f"requirements: {len(resolved['pins'])} pinned, set {resolved['set_sha256'][:12]} ({how})"
+                      if resolved["pins"] else "requirements: all satisfied by the image (nothing to install)")
+    pkg = None
+    if plan.package is not None:
+        with console.status(f"workdir: uploading {plan.package.size / 2**20:.1f} MiB"):
+            uploaded = ship_mod.upload(store.s3, store.info.name, plan.package)
+        pkg = plan.manifest_workdir(uploaded)
+        console.print(f"workdir: {len(plan.package.files)} files, {plan.package.size / 2**20:.2f} MiB, sha256 "
+                      f"{plan.package.sha256[:12]} ({'uploaded' if uploaded else 'already in the bucket'})")
+    return Workspace(package=pkg, requirements=req)
 
 
 def _record_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, hosts: list[Host],
                       argvs: list[list[str]], resume: bool, env_info: dict[str, Any], digest: str | None,
                       group: GroupSpec, rdzv: Rendezvous | None, memory_limit_mb: int | None,
-                      console: Console, eval_pin: dict[str, Any] | None = None) -> dict[str, Any]:
+                      console: Console, eval_pin: dict[str, Any] | None = None,
+                      ws: Workspace | None = None) -> dict[str, Any]:
     """Under the run's lease: check again that the run is (or is not) there, write the manifest, start."""
     run_id = store.run
     exists = store.exists()
@@ -235,9 +289,12 @@ def _record_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, host
             # are refused by `glue compare`.
             "evaluation": {"dataset": eval_pin,
                            "metrics": rc.evaluation.model_dump()["metrics"] if rc.evaluation else {}},
+            # The user's code and resolved requirements by content hash: every later attempt (recovery,
+            # glue watch, another node) brings back exactly these, from the bucket.
+            "workdir": ws.package if ws else None, "requirements": ws.requirements if ws else None,
         })
     record = start_attempt(home, hosts, store, rc, argvs, attempt, resume=resume or attempt > 1,
-                           memory_limit_mb=memory_limit_mb, group=group, rdzv=rdzv)
+                           memory_limit_mb=memory_limit_mb, group=group, rdzv=rdzv, ws=ws)
     where = f"{group.nodes} nodes ({names}) x {group.procs_per_node} processes, rendezvous " \
             f"{record['rendezvous']}" if group.distributed else hosts[0].name
     console.print(f"[green]run {run_id}[/] attempt {attempt} started on {where} "
@@ -255,32 +312,36 @@ def docker_gpus(home: Path, host: Host) -> bool:
     return ssh.run(home, host, GPU_PROBE, timeout=30).exit_code == 0
 
 
-def docker_argv(run: str, attempt: int, image: str, argv: list[str], env_file: str, gpus: bool = True) -> list[str]:
+def docker_argv(run: str, attempt: int, image: str, argv: list[str], env_file: str, gpus: bool = True,
+                code_dir: str | None = None) -> list[str]:
     """`docker run` of the trainer (runtime: docker): the bucket mount, the credentials file (read-only,
     refreshed in place by the controller) and the termination notice directory are the VM's own, so a
     notice file the backend writes on the VM is seen in the container (docker creates the directory
     when it is missing). The VM's network (`--network host`): the bucket endpoint the run is given may be
     the VM's loopback (the qemu backend's forwarder on 127.0.0.1), which a container of its own network
-    namespace would not reach. `--gpus all` only where the VM has GPUs (`docker_gpus`)."""
+    namespace would not reach. `--gpus all` only where the VM has GPUs (`docker_gpus`). A run's workdir
+    (`code_dir` on the VM) is mounted read-only at CONTAINER_WORKDIR, the container's working directory."""
     notice_dir = DEFAULT_NOTICE_FILE.rpartition("/")[0]
+    code = ["-v", f"{code_dir}:{CONTAINER_WORKDIR}:ro", "-w", CONTAINER_WORKDIR] if code_dir else []
     return ["docker", "run", "--rm", "--name", f"gpukit-{run}-{attempt}", *(["--gpus", "all"] if gpus else []),
             "--network", "host",
             "-v", "/mnt/s3:/mnt/s3", "-v", f"{remote.CREDENTIALS_PATH}:{remote.CREDENTIALS_PATH}:ro",
             "-v", f"{notice_dir}:{notice_dir}:ro", "--env-file", env_file,
-            "--env", f"{NOTICE_FILE_ENV}={DEFAULT_NOTICE_FILE}", image, *argv]
+            "--env", f"{NOTICE_FILE_ENV}={DEFAULT_NOTICE_FILE}", *code, image, *argv]
 
 
 def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.RunConfig, argvs: list[list[str]],
                   attempt: int, resume: bool, memory_limit_mb: int | None = None,
-                  group: GroupSpec | None = None, rdzv: Rendezvous | None = None) -> dict[str, Any]:
+                  group: GroupSpec | None = None, rdzv: Rendezvous | None = None,
+                  ws: Workspace | None = None) -> dict[str, Any]:
     """Hand credentials and the launch spec to each VM (0600, tmpfs) and start its supervisor detached.
 
     One supervisor per node; with a distributed group each runs the command under torchrun (at `rdzv`,
-    probed here when not given).
+    probed here when not given). A run with a workdir or requirements (`ws`) has them prepared on each
+    node first, from the bucket by the manifest's hashes.
     """
     group = group or GroupSpec()
-    creds = json.dumps({"access_key": store.creds.access_key, "secret_key": store.creds.secret_key,
-                        "session_token": store.creds.session_token, "expires_at": store.creds.expires_at}).encode()
+    ws = ws or Workspace()
     sdir = remote.state_dir(store.run)
     env = {
         **rc.env,
@@ -308,24 +369,32 @@ def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.
         "rendezvous": rdzv.endpoint if rdzv else None,
     }
     store.put_json(f"attempts/{attempt}.json", record)
+    docker = rc.runtime == "docker"
     for k, host in enumerate(hosts):
-        ssh.put_file(home, host, remote.CREDENTIALS_PATH, creds)
-        argv = argvs[k]
+        workspace.push_credentials(home, host, store)
+        ready = workspace.prepare(home, host, store, ws, attempt) if ws.needs_prepare else None
+        if ready:
+            record["nodes"][k].update(code_sha256=ready["package_sha256"],
+                                      requirements_set=ready["requirements_set"])
+        argv, node_env, cwd = workspace.launch(argvs[k], remote.python(host), env, ready, docker)
         if rdzv is not None:
-            argv = group_mod.torchrun_argv(remote.python(host), argv, group, rdzv, k, store.run, attempt)
+            argv = group_mod.torchrun_argv(argv[0] if ready else remote.python(host), argv, group, rdzv, k,
+                                           store.run, attempt)
         # The interface gloo/nccl bind to comes first: a user's own setting in run.yaml `env` wins.
-        node_env = {**(group_mod.node_env(rdzv, k) if rdzv is not None else {}), **env,
+        node_env = {**(group_mod.node_env(rdzv, k) if rdzv is not None else {}), **node_env,
                     "GPUKIT_NODE": str(k), "GPUKIT_VM": host.name}
-        if rc.runtime == "docker":
+        if docker:
             gpus = docker_gpus(home, host)
             record["nodes"][k]["docker_gpus"] = gpus
-            argv = docker_argv(store.run, attempt, str(rc.image), argv, f"{sdir}/attempt-{attempt}.env", gpus=gpus)
+            argv = docker_argv(store.run, attempt, str(rc.image), argv, f"{sdir}/attempt-{attempt}.env", gpus=gpus,
+                               code_dir=cwd)
             ssh.put_file(home, host, f"{sdir}/attempt-{attempt}.env",
                          "".join(f"{k}={v}\n" for k, v in node_env.items()).encode())
         spec = {"run": store.run, "attempt": attempt, "node": k, "command": argv, "env": node_env,
                 "memory_limit_mb": memory_limit_mb, "credentials_file": remote.CREDENTIALS_PATH,
-                "cwd": remote.SCRATCH, "bucket": {"endpoint": store.info.endpoint, "name": store.info.name,
-                                                  "region": env["GPUKIT_BUCKET_REGION"]}}
+                "cwd": (cwd if cwd and not docker else remote.SCRATCH),
+                "bucket": {"endpoint": store.info.endpoint, "name": store.info.name,
+                           "region": env["GPUKIT_BUCKET_REGION"]}}
         spec_path = f"{sdir}/attempt-{attempt}.json"
         ssh.put_file(home, host, spec_path, json.dumps(spec).encode())
         py = shlex.quote(remote.python(host))
@@ -336,7 +405,8 @@ def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.
             raise GlueError(f"{host.name}: could not start the trainer: {res.stderr.strip()}")
     for k, host in enumerate(hosts):
         record["nodes"][k].update(_wait_started(home, host, store.run, attempt))
-    record.update({key: record["nodes"][0][key] for key in ("supervisor_pid", "trainer_pid", "started_at")
+    record.update({key: record["nodes"][0][key] for key in ("supervisor_pid", "trainer_pid", "started_at",
+                                                            "code_sha256", "requirements_set")
                    if key in record["nodes"][0]})
     store.put_json(f"attempts/{attempt}.json", record)
     return record

@@ -1,21 +1,23 @@
 """Before the first step every rank must agree on what it is about to train.
 
-`agree()` all-gathers each rank's view (config hash, world size, code version, restored checkpoint
-step) and raises `AgreementError` naming the first rank and field that differ from rank 0, on every
-rank, so the whole group stops before one wrong rank can poison the others' gradients.
+`agree()` all-gathers each rank's view (config hash, world size, code version, the user's code package
+as verified on its node, restored checkpoint step) and raises `AgreementError` naming the first rank
+and field that differ from rank 0, on every rank, so the whole group stops before one wrong rank can
+poison the others' gradients.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
-FIELDS = ("config_hash", "world_size", "code_version", "restored_step")
+FIELDS = ("config_hash", "world_size", "code_version", "workdir_sha256", "restored_step")
 
 
 class AgreementError(RuntimeError):
@@ -45,11 +47,23 @@ def code_version() -> str:
     return h.hexdigest()[:16]
 
 
+def workdir_sha256() -> str | None:
+    """The sha256 of the run's code package as `glue.train.workspace` verified it on this node (the
+    record beside the unpacked code, GPUKIT_WORKDIR); None for a run without a workdir."""
+    code = os.environ.get("GPUKIT_WORKDIR")
+    if not code:
+        return None
+    try:
+        return str(json.loads((Path(code).parent / "package.json").read_text())["sha256"])
+    except (OSError, ValueError, KeyError):
+        return "unreadable"  # differs from every real hash: this rank's code is not the verified one
+
+
 def view(config: dict[str, Any], restored_step: int | None, world_size: int | None = None) -> dict[str, Any]:
     """This rank's view of the workload."""
     ws = world_size if world_size is not None else (dist.get_world_size() if dist.is_initialized() else 1)
     return {"config_hash": config_hash(config), "world_size": ws, "code_version": code_version(),
-            "restored_step": restored_step}
+            "workdir_sha256": workdir_sha256(), "restored_step": restored_step}
 
 
 def find_mismatch(views: list[dict[str, Any]]) -> str | None:

@@ -1,0 +1,85 @@
+"""The user's job on a VM, from the controller: what the VM installs (for resolving the requirements
+on the first deploy), and the code and virtualenv prepared before every attempt (glue.train.workspace
+does the work on the VM).
+
+Nothing here reads the user's folder: the VM is handed the hashes the manifest pins and fetches the
+package and the wheels from the bucket itself.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from glue.errors import GlueError
+from glue.infra import ssh
+from glue.infra.inventory import Host
+from glue.runs import remote
+from glue.runs.store import RunStore
+from glue.train.workspace.paths import CONTAINER_WORKDIR
+from glue.workdir.pin import Workspace
+
+# Preparing fetches the package and installs the wheels from the bucket (minutes for a large set).
+PREPARE_TIMEOUT_S = 1800
+
+
+def credentials_doc(store: RunStore) -> bytes:
+    c = store.creds
+    return json.dumps({"access_key": c.access_key, "secret_key": c.secret_key, "session_token": c.session_token,
+                       "expires_at": c.expires_at}).encode()
+
+
+def push_credentials(home: Path, host: Host, store: RunStore) -> None:
+    """The bucket credentials for the VM's own S3 calls (0600, on its tmpfs)."""
+    ssh.put_file(home, host, remote.CREDENTIALS_PATH, credentials_doc(store))
+
+
+def _bucket(store: RunStore) -> dict[str, Any]:
+    return {"bucket": {"endpoint": store.info.endpoint, "name": store.info.name,
+                       "region": store.info.region if store.info.region != "local" else "us-east-1"},
+            "credentials_file": remote.CREDENTIALS_PATH}
+
+
+def _call(home: Path, host: Host, store: RunStore, verb: str, spec: dict[str, Any], name: str,
+          timeout: float) -> dict[str, Any]:
+    path = f"{remote.state_dir(store.run)}/{name}"
+    ssh.put_file(home, host, path, json.dumps({**spec, **_bucket(store)}).encode())
+    res = ssh.run(home, host, f"{shlex.quote(remote.python(host))} -m glue.train.workspace {verb} "
+                  f"{shlex.quote(path)}", timeout=timeout)
+    if res.exit_code != 0:
+        lines = res.stderr.strip().splitlines()
+        raise GlueError(f"{host.name}: {lines[-1] if lines else f'glue.train.workspace {verb} exited {res.exit_code}'}")
+    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+def target(home: Path, host: Host) -> dict[str, Any]:
+    """The VM's interpreter (Python, ABIs, platforms) and its image's packages (glue.train.workspace.target)."""
+    res = ssh.run(home, host, f"{shlex.quote(remote.python(host))} -m glue.train.workspace target", timeout=120)
+    if res.exit_code != 0:
+        lines = res.stderr.strip().splitlines()
+        raise GlueError(f"{host.name}: {lines[-1] if lines else 'the trainer runtime does not answer'}")
+    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+def prepare(home: Path, host: Host, store: RunStore, ws: Workspace, attempt: int) -> dict[str, Any]:
+    """Code unpacked and venv ready on `host` for `attempt`: {python, code_dir, package_sha256, requirements_set}."""
+    return _call(home, host, store, "prepare", ws.prepare_spec(store.run, attempt), f"workspace-{attempt}.json",
+                 PREPARE_TIMEOUT_S)
+
+
+def launch(argv: list[str], image_python: str, env: dict[str, str], ready: dict[str, Any] | None,
+           docker: bool) -> tuple[list[str], dict[str, str], str | None]:
+    """The command, environment and cwd of a prepared attempt: the run's python, the code as cwd and
+    first on PYTHONPATH (in a container: at CONTAINER_WORKDIR, where it is mounted read-only)."""
+    if not ready:
+        return argv, env, None
+    if argv and argv[0] == image_python and not docker:
+        argv = [str(ready["python"]), *argv[1:]]
+    code = CONTAINER_WORKDIR if docker else ready.get("code_dir")
+    if code:
+        extra = env.get("PYTHONPATH")
+        env = {**env, "GPUKIT_WORKDIR": code, "GPUKIT_CODE_SHA256": str(ready["package_sha256"]),
+               "PYTHONPATH": f"{code}:{extra}" if extra else code}
+    return argv, env, ready.get("code_dir")

@@ -1,0 +1,45 @@
+"""Where a run's code and virtualenv live on the VM: one owner of the file names (like submitit's JobPaths).
+
+The VM's own disk is wiped with the VM; everything here is rebuilt from the bucket on a new one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+WORK_ROOT = Path("/var/lib/gpukit/work")
+# Where a docker trainer sees the code (bind-mounted read-only); README "Your own job".
+CONTAINER_WORKDIR = "/gpukit/workdir"
+
+
+@dataclass(frozen=True)
+class WorkPaths:
+    run: str
+    attempt: int
+    root: Path = WORK_ROOT
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / self.run
+
+    @property
+    def attempt_dir(self) -> Path:
+        return self.run_dir / f"attempt-{self.attempt}"
+
+    @property
+    def code_dir(self) -> Path:
+        """The unpacked package: the trainer's cwd and first PYTHONPATH entry."""
+        return self.attempt_dir / "code"
+
+    @property
+    def package_record(self) -> Path:
+        """The package's sha256 as verified on this node (read by the ranks' agreement check)."""
+        return self.attempt_dir / "package.json"
+
+    def venv_dir(self, set_sha256: str) -> Path:
+        """One virtualenv per run and dependency set (a --same-vm recovery reuses it once checked)."""
+        return self.run_dir / f"venv-{set_sha256[:16]}"
+
+    def wheelhouse_dir(self, set_sha256: str) -> Path:
+        return self.run_dir / f"wheels-{set_sha256[:16]}"

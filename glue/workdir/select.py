@@ -1,0 +1,111 @@
+"""Which files of a workdir ship: every file not ignored by a `.gitignore` (at any level, as git reads
+them) or the root's `.gpukitignore`; `.git/` and `__pycache__/` never. Files that look like secrets are
+refused by name unless the run config lists them in `workdir.secret_files`."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import pathspec
+
+from glue.errors import GlueError
+
+IGNORE_FILES = (".gitignore", ".gpukitignore")
+NEVER = (".git", "__pycache__")
+# Basenames (or paths ending so) that usually hold credentials. README "Your own job" lists them.
+SECRET_PATTERNS = (".env", ".env.*", "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*", "id_dsa*", "id_ecdsa*",
+                   "id_ed25519*", ".netrc", "_netrc", ".pypirc", ".git-credentials", ".s3cfg", ".boto",
+                   "credentials.json", "application_default_credentials.json", ".aws/credentials",
+                   ".aws/config", ".docker/config.json", ".kube/config")
+NOT_SECRET_SUFFIXES = (".example", ".sample", ".template", ".dist")
+
+
+@dataclass
+class Selection:
+    root: Path
+    files: list[str] = field(default_factory=list)      # posix paths relative to root, sorted
+    links: list[str] = field(default_factory=list)      # in-tree symlinks (kept as links)
+    ignored: list[str] = field(default_factory=list)    # by an ignore file (folders end in '/')
+    secrets: list[str] = field(default_factory=list)    # secret-looking, shipped because listed
+    refused: list[str] = field(default_factory=list)    # secret-looking, not listed
+
+
+def looks_secret(rel: str) -> bool:
+    name = PurePosixPath(rel).name
+    if name.endswith(NOT_SECRET_SUFFIXES):
+        return False
+    return any(fnmatch.fnmatch(name, p) or rel == p or rel.endswith("/" + p) for p in SECRET_PATTERNS)
+
+
+def _spec(folder: Path, name: str) -> pathspec.PathSpec | None:
+    f = folder / name
+    if not f.is_file():
+        return None
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(f.read_text().splitlines())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise GlueError(f"cannot read {f}: {exc}; fix or remove it") from exc
+
+
+def _ignored(specs: list[tuple[str, pathspec.PathSpec]], rel: str, is_dir: bool) -> bool:
+    """Each spec applies to paths below its folder; as in git, a later (deeper) file's verdict wins."""
+    verdict = False
+    for base, spec in specs:
+        if base and not rel.startswith(base + "/"):
+            continue
+        sub = rel[len(base) + 1:] if base else rel
+        res = spec.check_file(sub + ("/" if is_dir else ""))
+        if res.include is not None:
+            verdict = bool(res.include)
+    return verdict
+
+
+def select(root: Path, secret_files: tuple[str, ...] = ()) -> Selection:
+    """Walk `root` in sorted order and sort every path into files, ignored, secret and refused."""
+    sel = Selection(root=root)
+    allowed = {s.removeprefix("./") for s in secret_files}
+    root_specs: list[tuple[str, pathspec.PathSpec]] = [
+        ("", s) for s in (_spec(root, ".gitignore"), _spec(root, ".gpukitignore")) if s is not None]
+
+    def walk(folder: Path, rel_dir: str, specs: list[tuple[str, pathspec.PathSpec]]) -> None:
+        if rel_dir:
+            nested = _spec(folder, ".gitignore")
+            specs = [*specs, (rel_dir, nested)] if nested else specs
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for e in entries:
+            rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
+            is_dir = e.is_dir(follow_symlinks=False)
+            if e.name in NEVER and is_dir:
+                continue
+            if _ignored(specs, rel, is_dir):
+                sel.ignored.append(rel + ("/" if is_dir else ""))
+                continue
+            if is_dir:
+                walk(Path(e.path), rel, specs)
+                continue
+            if looks_secret(rel) and rel not in allowed:
+                sel.refused.append(rel)
+                continue
+            if looks_secret(rel):
+                sel.secrets.append(rel)
+            if e.is_symlink():
+                _check_link(root, Path(e.path), rel)
+                sel.links.append(rel)
+            elif e.is_file(follow_symlinks=False):
+                sel.files.append(rel)
+            # sockets, fifos, devices: nothing to ship
+
+    walk(root, "", root_specs)
+    return sel
+
+
+def _check_link(root: Path, path: Path, rel: str) -> None:
+    target = os.readlink(path)
+    resolved = (path.parent / target).resolve()
+    if os.path.isabs(target) or not resolved.is_relative_to(root.resolve()):
+        raise GlueError(f"workdir: {rel} is a link to {target}, outside the workdir; copy the file in, or "
+                        "ignore the link in .gpukitignore")

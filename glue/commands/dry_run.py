@@ -57,8 +57,8 @@ def show(run_id: str, config_path: Path, workdir: Path | None, as_json: bool) ->
             if git.get("commit"):
                 t.add_row("git", f"{git['commit'][:12]}{' + uncommitted changes' if git['dirty'] else ''} "
                                  f"({escape(str(git['repository']))})")
-        t.add_row("requirements", escape("; ".join(d["requirements"])) + " (resolved at deploy for the VM's Python and image)"
-                  if d["requirements"] else "—")
+        reqs = escape("; ".join(d["requirements"]))
+        t.add_row("requirements", f"{reqs} (resolved at deploy for the VM's Python and image)" if reqs else "—")
         out.print(t)
     if d["refused"]:
         raise GlueError(f"deploy would refuse: {d['refused'][0]} looks like a secret; ignore it in .gpukitignore, or "

@@ -1,5 +1,6 @@
 """The phases of `glue recover`, one function each, in the order of the recovery table:
-detect, validate, provision, configure, verify, start, replay, check, record.
+detect, validate, provision, configure, verify, prepare (a run with a workdir or requirements), start,
+replay, check, record.
 
 Each phase takes what earlier phases found and returns what later ones need; `recover()` in
 recover.py strings them together and times them (`Timings`).
@@ -252,13 +253,21 @@ def verify(home: Path, store: RunStore, lost: Lost, hosts: list[Host], fresh: li
     return [deploy_mod.check_command(home, host, lost.rc, lost.ws) for host in hosts]
 
 
+# -- prepare ------------------------------------------------------------------------------------------
+def prepare(home: Path, store: RunStore, lost: Lost, failure: Failure,
+            hosts: list[Host]) -> list[dict[str, Any] | None]:
+    """The run's code and requirements on every node, from the bucket by the manifest's hashes (never
+    from the controller's folder): a package or wheel that does not match refuses here."""
+    return deploy_mod.prepare_nodes(home, hosts, store, lost.ws, failure.number + 1)
+
+
 # -- start --------------------------------------------------------------------------------------------
 def start(home: Path, store: RunStore, lost: Lost, failure: Failure, hosts: list[Host],
-          argvs: list[list[str]]) -> dict[str, Any]:
+          argvs: list[list[str]], ready: list[dict[str, Any] | None] | None = None) -> dict[str, Any]:
     """The next attempt, resuming, on the group's hosts. Returns its attempt record."""
     return deploy_mod.start_attempt(home, hosts, store, lost.rc, argvs, failure.number + 1, resume=True,
                                     memory_limit_mb=failure.attempt.get("memory_limit_mb"), group=lost.group,
-                                    ws=lost.ws)
+                                    ws=lost.ws, ready=ready)
 
 
 # -- replay -------------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ Phases, one function each in glue/recovery/phases.py (timed into runs/<run>/reco
   provision  terraform replaces the VM (a lost VM is drift; a live one is -replace'd)
   configure  the Ansible playbook on the new VM (bucket mount, trainer runtime)
   verify     boundary guard, checkpoint read back on the new VM, command present
+  prepare    the run's code package and requirements from the bucket by the manifest's hashes, checked
+             (only for a run with a workdir or requirements)
   start      the next attempt on the group's hosts, resuming
   restore    trainer start -> first resumed step (process start + checkpoint load + one step)
   replay     first resumed step -> the step the failed attempt had reached (work redone)
@@ -81,7 +83,12 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
         phases.configure(home, console, fresh)
     with timed.phase(console, "verify", f"mount live and checkpoint {lost.ckpt} reads back on {', '.join(fresh)}"):
         argvs = phases.verify(home, store, lost, hosts, fresh)
-    started = phases.start(home, store, lost, failure, hosts, argvs)
+    ready = None
+    if lost.ws.needs_prepare:
+        names = ", ".join(h.name for h in hosts)
+        with timed.phase(console, "prepare", f"code and requirements from the bucket on {names}"):
+            ready = phases.prepare(home, store, lost, failure, hosts)
+    started = phases.start(home, store, lost, failure, hosts, argvs, ready)
     new_n = failure.number + 1
     upto = max((lost.ckpt or 0) + verify_steps, lost.failure_step)
     if on_started is not None:

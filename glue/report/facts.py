@@ -11,7 +11,7 @@ from typing import Any
 from glue.runs.store import RunStore, parse_iso
 from glue.runs.verdict import Verdict, evaluations, final_evaluation, judge, recorded_state, thresholds_of
 
-RECOVERY_VM_PHASES = ("provision", "configure", "verify")  # the new VM bills from its creation to its start
+RECOVERY_VM_PHASES = ("provision", "configure", "verify", "prepare")  # the new VM bills from its creation to its start
 
 
 def when(text: Any) -> datetime | None:

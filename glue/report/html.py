@@ -10,7 +10,7 @@ from glue.report import svg
 from glue.report.cost import Resources, money, resources
 from glue.report.facts import RECOVERY_VM_PHASES, RunFacts, when
 
-PHASES = ("detect", "validate", "provision", "configure", "verify", "restore", "replay")
+PHASES = ("detect", "validate", "provision", "configure", "verify", "prepare", "restore", "replay")
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:820px;color:#222}

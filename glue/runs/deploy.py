@@ -25,13 +25,11 @@ from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.paths import PROJECT_ROOT
 from glue.runs import config as runconfig
-from glue.runs import gate, guard, lease, monitor, remote, workspace
+from glue.runs import docker_run, gate, guard, lease, monitor, remote, workspace
 from glue.runs import vm_group as group_mod
 from glue.runs.classify import Outcome
 from glue.runs.store import RunStore, run_ids, utc_iso
 from glue.runs.vm_group import GroupSpec, Rendezvous
-from glue.train.notice import DEFAULT_NOTICE_FILE, NOTICE_FILE_ENV
-from glue.train.workspace.paths import CONTAINER_WORKDIR
 from glue.workdir import plan as wplan
 from glue.workdir import ship as ship_mod
 from glue.workdir import wheelhouse
@@ -302,46 +300,32 @@ def _record_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, host
     return record
 
 
-# True when the VM has an NVIDIA GPU the container can be given: the driver answers, or its device exists.
-GPU_PROBE = "nvidia-smi -L >/dev/null 2>&1 || test -e /dev/nvidia0"
-
-
-def docker_gpus(home: Path, host: Host) -> bool:
-    """Whether `docker run` gets `--gpus all` on this VM: probed on the VM, not taken from the inventory (a
-    GPU-less VM, e.g. qemu, has no NVIDIA runtime and docker refuses the flag there)."""
-    return ssh.run(home, host, GPU_PROBE, timeout=30).exit_code == 0
-
-
-def docker_argv(run: str, attempt: int, image: str, argv: list[str], env_file: str, gpus: bool = True,
-                code_dir: str | None = None) -> list[str]:
-    """`docker run` of the trainer (runtime: docker): the bucket mount, the credentials file (read-only,
-    refreshed in place by the controller) and the termination notice directory are the VM's own, so a
-    notice file the backend writes on the VM is seen in the container (docker creates the directory
-    when it is missing). The VM's network (`--network host`): the bucket endpoint the run is given may be
-    the VM's loopback (the qemu backend's forwarder on 127.0.0.1), which a container of its own network
-    namespace would not reach. `--gpus all` only where the VM has GPUs (`docker_gpus`). A run's workdir
-    (`code_dir` on the VM) is mounted read-only at CONTAINER_WORKDIR, the container's working directory."""
-    notice_dir = DEFAULT_NOTICE_FILE.rpartition("/")[0]
-    code = ["-v", f"{code_dir}:{CONTAINER_WORKDIR}:ro", "-w", CONTAINER_WORKDIR] if code_dir else []
-    return ["docker", "run", "--rm", "--name", f"gpukit-{run}-{attempt}", *(["--gpus", "all"] if gpus else []),
-            "--network", "host",
-            "-v", "/mnt/s3:/mnt/s3", "-v", f"{remote.CREDENTIALS_PATH}:{remote.CREDENTIALS_PATH}:ro",
-            "-v", f"{notice_dir}:{notice_dir}:ro", "--env-file", env_file,
-            "--env", f"{NOTICE_FILE_ENV}={DEFAULT_NOTICE_FILE}", *code, image, *argv]
+def prepare_nodes(home: Path, hosts: list[Host], store: RunStore, ws: Workspace,
+                  attempt: int) -> list[dict[str, Any] | None]:
+    """Each node gets the bucket credentials and, for a run with a workdir or requirements, its code and
+    virtualenv for `attempt`, from the bucket by the manifest's hashes. Starts nothing: a node that
+    cannot (a package that does not match its hash) refuses before any attempt is recorded."""
+    ready: list[dict[str, Any] | None] = []
+    for host in hosts:
+        workspace.push_credentials(home, host, store)
+        ready.append(workspace.prepare(home, host, store, ws, attempt) if ws.needs_prepare else None)
+    return ready
 
 
 def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.RunConfig, argvs: list[list[str]],
                   attempt: int, resume: bool, memory_limit_mb: int | None = None,
                   group: GroupSpec | None = None, rdzv: Rendezvous | None = None,
-                  ws: Workspace | None = None) -> dict[str, Any]:
+                  ws: Workspace | None = None, ready: list[dict[str, Any] | None] | None = None) -> dict[str, Any]:
     """Hand credentials and the launch spec to each VM (0600, tmpfs) and start its supervisor detached.
 
     One supervisor per node; with a distributed group each runs the command under torchrun (at `rdzv`,
     probed here when not given). A run with a workdir or requirements (`ws`) has them prepared on each
-    node first, from the bucket by the manifest's hashes.
+    node first (`prepare_nodes`, unless the caller did: `ready`).
     """
     group = group or GroupSpec()
     ws = ws or Workspace()
+    if ready is None:
+        ready = prepare_nodes(home, hosts, store, ws, attempt)
     sdir = remote.state_dir(store.run)
     env = {
         **rc.env,
@@ -371,23 +355,22 @@ def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.
     store.put_json(f"attempts/{attempt}.json", record)
     docker = rc.runtime == "docker"
     for k, host in enumerate(hosts):
-        workspace.push_credentials(home, host, store)
-        ready = workspace.prepare(home, host, store, ws, attempt) if ws.needs_prepare else None
-        if ready:
-            record["nodes"][k].update(code_sha256=ready["package_sha256"],
-                                      requirements_set=ready["requirements_set"])
-        argv, node_env, cwd = workspace.launch(argvs[k], remote.python(host), env, ready, docker)
+        node_ready = ready[k]
+        if node_ready:
+            record["nodes"][k].update(code_sha256=node_ready["package_sha256"],
+                                      requirements_set=node_ready["requirements_set"])
+        argv, node_env, cwd = workspace.launch(argvs[k], remote.python(host), env, node_ready, docker)
         if rdzv is not None:
-            argv = group_mod.torchrun_argv(argv[0] if ready else remote.python(host), argv, group, rdzv, k,
+            argv = group_mod.torchrun_argv(argv[0] if node_ready else remote.python(host), argv, group, rdzv, k,
                                            store.run, attempt)
         # The interface gloo/nccl bind to comes first: a user's own setting in run.yaml `env` wins.
         node_env = {**(group_mod.node_env(rdzv, k) if rdzv is not None else {}), **node_env,
                     "GPUKIT_NODE": str(k), "GPUKIT_VM": host.name}
         if docker:
-            gpus = docker_gpus(home, host)
+            gpus = docker_run.docker_gpus(home, host)
             record["nodes"][k]["docker_gpus"] = gpus
-            argv = docker_argv(store.run, attempt, str(rc.image), argv, f"{sdir}/attempt-{attempt}.env", gpus=gpus,
-                               code_dir=cwd)
+            argv = docker_run.docker_argv(store.run, attempt, str(rc.image), argv, f"{sdir}/attempt-{attempt}.env",
+                                          gpus=gpus, code_dir=cwd)
             ssh.put_file(home, host, f"{sdir}/attempt-{attempt}.env",
                          "".join(f"{k}={v}\n" for k, v in node_env.items()).encode())
         spec = {"run": store.run, "attempt": attempt, "node": k, "command": argv, "env": node_env,

@@ -12,8 +12,8 @@ from pathlib import Path
 from glue.errors import GlueError
 
 # Options that say where packages come from: passed to pip as they are.
-INDEX_OPTIONS = ("--index-url", "-i", "--extra-index-url", "--find-links", "-f", "--trusted-host", "--pre",
-                 "--only-binary", "--prefer-binary", "--no-binary")
+INDEX_OPTIONS = ("--index-url", "-i", "--extra-index-url", "--no-index", "--find-links", "-f", "--trusted-host",
+                 "--pre", "--only-binary", "--prefer-binary")
 REFUSED_OPTIONS = ("-r", "--requirement", "-c", "--constraint", "-e", "--editable")
 LOCAL = re.compile(r"^(\.{1,2}/|/|~|file:)")
 

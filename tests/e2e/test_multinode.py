@@ -57,7 +57,11 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
     client = s3(fast)
     # Same training config; the pause per step (which does not change any loss) keeps the reference ahead.
     ref_cfg = run_config(tmp_path, "ref.yaml", config={**CONFIG, "step_sleep": 0.05}, checkpoint={"interval_steps": 10})
-    cfg = run_config(tmp_path, config={**CONFIG, "step_sleep": 0.3}, checkpoint={"interval_steps": 10})
+    # The group's run ships a workdir: every node prepares the same package, by its hash, from the bucket.
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "NOTES.md").write_text("the 2-node group's own files\n")
+    cfg = run_config(tmp_path, config={**CONFIG, "step_sleep": 0.3}, checkpoint={"interval_steps": 10},
+                     workdir=str(tmp_path / "work"))
     for bad, says in ((["--nodes", "3"], "needs 3 VMs but the cluster has 2; run `glue up --vms 3`"),
                       (["--nodes", "2", "--vm", "gpukit-2"], "uses the first N VMs"),
                       (["--nodes", "0"], "0 is not in the range x>=1")):
@@ -69,6 +73,8 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
     assert "rendezvous 127.0.0.1:" in out.stderr
     record = get_json(client, "runs/mn/attempts/1.json")
     assert [n["vm"] for n in record["nodes"]] == ["gpukit-1", "gpukit-2"]
+    code = get_json(client, "runs/mn/manifest.json")["workdir"]["sha256"]
+    assert [n["code_sha256"] for n in record["nodes"]] == [code, code]
 
     # A worker dies: torchrun restarts both nodes' workers, and every rank resumes from the checkpoint.
     wait_beat(client, "mn", lambda b: (b.get("step") or 0) >= 12)
@@ -104,7 +110,9 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
     rec = get_json(client, "runs/mn/recoveries/1.json")
     assert rec["verified"] and rec["world_size"] == 2 and rec["old_vm"]["name"] == "gpukit-2"
     assert [n["replaced"] for n in rec["nodes"]] == [False, True]
-    assert set(rec["seconds"]) == {"detect", "validate", "provision", "configure", "verify", "restore", "replay"}
+    assert set(rec["seconds"]) == {"detect", "validate", "provision", "configure", "verify", "prepare", "restore",
+                                   "replay"}
+    assert [n["code_sha256"] for n in get_json(client, "runs/mn/attempts/2.json")["nodes"]] == [code, code]
 
     for run in ("mn-ref", "mn"):
         deadline = time.monotonic() + 180

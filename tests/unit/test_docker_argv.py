@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from glue.infra.inventory import Host
-from glue.runs import deploy
-from glue.runs.deploy import GPU_PROBE, docker_argv, docker_gpus
+from glue.runs import docker_run
+from glue.runs.docker_run import GPU_PROBE, docker_argv, docker_gpus
 
 
 def _opts(argv: list[str], image: str) -> list[str]:
@@ -47,7 +47,7 @@ def test_docker_gpus_probes_the_vm(monkeypatch: pytest.MonkeyPatch, code: int, e
         seen.append(command)
         return _Res(code)
 
-    monkeypatch.setattr(deploy.ssh, "run", run)
+    monkeypatch.setattr(docker_run.ssh, "run", run)
     host = Host("gpukit-1", "id", "127.0.0.1", 2222, "root", "key", "none", 0, "qemu")
     assert docker_gpus(Path("/nowhere"), host) is expected
     assert seen == [GPU_PROBE] and "nvidia-smi -L" in GPU_PROBE and "/dev/nvidia0" in GPU_PROBE

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from glue.runs.deploy import docker_argv
+from glue.runs.docker_run import docker_argv
 from glue.runs.remote import CREDENTIALS_PATH
 from glue.train.notice import DEFAULT_NOTICE_FILE, NOTICE_FILE_ENV
 

@@ -89,7 +89,7 @@ def test_links_inside_ship_as_links_and_outside_are_refused(tmp_path: Path) -> N
         assert tar.getmember("alias.py").issym() and tar.getmember("alias.py").linkname == "train.py"
     pkg.close()
     (root / "escape").symlink_to(tmp_path)
-    with pytest.raises(GlueError, match="escape is a link to .*, outside the workdir"):
+    with pytest.raises(GlueError, match=r"escape is a link to .*, outside the workdir"):
         select(root)
 
 
@@ -123,7 +123,7 @@ def test_requirements_from_a_file_or_a_list_and_what_is_refused(tmp_path: Path) 
                      (("--user",), "unknown option")]:
         with pytest.raises(GlueError, match=why):
             requirements.lines_of(bad, None, set())
-    with pytest.raises(GlueError, match="requirements file .*nope.txt does not exist"):
+    with pytest.raises(GlueError, match=r"requirements file .*nope\.txt does not exist"):
         requirements.lines_of("nope.txt", root, shipped)
     with pytest.raises(GlueError, match="is ignored by the workdir's ignore files"):
         requirements.lines_of("requirements.txt", root, set())

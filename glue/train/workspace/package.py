@@ -61,8 +61,12 @@ def unpack(data: bytes, dest: Path) -> int:
     files = 0
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         members = tar.getmembers()
+        links = {PurePosixPath(m.name) for m in members if m.issym()}
         for m in members:
             _check_member(m)
+            # Nothing under a link: a chain of links (`d -> ..`, then `d/e -> ..`) would walk out of the tree.
+            if any(parent in links for parent in PurePosixPath(m.name).parents):
+                raise WorkspaceError(f"the code package holds {m.name!r} below a link; not unpacking it")
             files += m.isfile()
         tar.extractall(dest, members=members)  # every member checked above
     return files

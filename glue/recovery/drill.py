@@ -135,6 +135,22 @@ def compare_final(ref: RunStore, drill: RunStore, step: int) -> tuple[str | None
     return None, tensors
 
 
+def run_neutral(config: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """A deployed run's config with its run id put back as `{run}` in the locations, so the drill and its
+    reference write under their own prefixes. A location that does not name the run would be shared
+    with it (the drill's checkpoints pruning the run's own): refused."""
+    out = {**config}
+    for section, key in (("checkpoint", "target"), ("outputs", "destination")):
+        where = str(config[section][key])
+        named = where.replace(f"/runs/{run_id}/", "/runs/{run}/")
+        named = named[: -len(f"/runs/{run_id}")] + "/runs/{run}" if named.endswith(f"/runs/{run_id}") else named
+        if "{run}" not in named:
+            raise GlueError(f"run {run_id}'s {section}.{key} {where} does not name the run: a drill of it would "
+                            "write there too; pass --config with {run} in its locations")
+        out[section] = {**config[section], key: named}
+    return out
+
+
 def drill(home: Path, run_id: str, config_path: Path | None, console: Console, steps: int | None = None,
           kill_at: int | None = None, tolerance: float = 0.0, timeout: float = 600,
           overrides: dict[str, Any] | None = None) -> DrillResult:
@@ -149,7 +165,7 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
         import yaml
 
         manifest = base.manifest()
-        config_path.write_text(yaml.safe_dump(manifest["config"]))
+        config_path.write_text(yaml.safe_dump(run_neutral(manifest["config"], run_id)))
         pinned = Workspace.from_manifest(manifest)
     k = 1
     while deploy_mod.open_store(home, f"{run_id}-drill{k}").exists():

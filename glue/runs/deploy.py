@@ -30,6 +30,7 @@ from glue.runs import vm_group as group_mod
 from glue.runs.classify import Outcome
 from glue.runs.store import RunStore, run_ids, utc_iso
 from glue.runs.vm_group import GroupSpec, Rendezvous
+from glue.storage import bucket as bucket_store
 from glue.workdir import plan as wplan
 from glue.workdir import ship as ship_mod
 from glue.workdir import wheelhouse
@@ -132,8 +133,6 @@ def check_eval_set(store: RunStore, rc: runconfig.RunConfig) -> dict[str, Any] |
 
 def _read_object(store: RunStore, key: str) -> bytes | None:
     from botocore.exceptions import BotoCoreError, ClientError
-
-    from glue.storage import bucket as bucket_store
 
     try:
         return bucket_store.read(store.s3, store.info.name, key)
@@ -251,7 +250,8 @@ def ship(home: Path, host: Host, store: RunStore, plan: wplan.Plan, console: Con
     pkg = None
     if plan.package is not None:
         with console.status(f"workdir: uploading {plan.package.size / 2**20:.1f} MiB"):
-            uploaded = ship_mod.upload(store.s3, store.info.name, plan.package)
+            s3 = bucket_store.client(store.info, store.creds, timeout=60, checksums=False)
+            uploaded = ship_mod.upload(s3, store.info.name, plan.package)
         pkg = plan.manifest_workdir(uploaded)
         console.print(f"workdir: {len(plan.package.files)} files, {plan.package.size / 2**20:.2f} MiB, sha256 "
                       f"{plan.package.sha256[:12]} ({'uploaded' if uploaded else 'already in the bucket'})")

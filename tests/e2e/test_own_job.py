@@ -30,7 +30,8 @@ def project(tmp_path: Path) -> tuple[Path, Path]:
     make_wheel(index, "gpukit-probe-dep", "0.1", "gpukit_probe_dep", "VALUE = 'from-the-wheelhouse'\n")
     reqs = (proj / "requirements.txt").read_text()
     (proj / "requirements.txt").write_text(f"{reqs}--find-links {index}\ngpukit-probe-dep==0.1\n")
-    (proj / "train.py").write_text(PROBE + (proj / "train.py").read_text())
+    train = (proj / "train.py").read_text()
+    (proj / "train.py").write_text(train.replace("\n\ndef main", f"\n{PROBE}\n\ndef main", 1))
     cfg = yaml.safe_load((proj / "run.yaml").read_text())
     cfg["config"].update(steps=400, step_sleep=0.1)
     (proj / "run.yaml").write_text(yaml.safe_dump(cfg))
@@ -58,7 +59,8 @@ def test_own_project_recovers_from_the_bucket_after_the_local_copy_is_gone(clust
     again = kit.glue("deploy", "--run", "own-again", "--config", str(proj / "run.yaml"), "--vm", "gpukit-1")
     assert "already in the bucket" in again.stderr and "wheelhouse already in the bucket" in again.stderr
     assert bucket_json(client, "runs/own-again/manifest.json")["workdir"]["sha256"] == code["sha256"]
-    fast.glue("ssh", "gpukit-1", "--", "pkill", "-9", "-f", "glue.train.supervise")
+    fast.glue("ssh", "gpukit-1", "--", "kill", "-9", str(bucket_json(client, "runs/own-again/attempts/1.json")
+                                                         ["trainer_pid"]))
     try:
         wait_for(fast, "own", lambda s: (s["step"] or 0) >= 25)
         vm = next(v["id"] for v in json.loads(fast.glue("status", "--json").stdout)["vms"] if v["name"] == "gpukit-2")

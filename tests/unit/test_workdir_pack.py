@@ -129,3 +129,26 @@ def test_requirements_from_a_file_or_a_list_and_what_is_refused(tmp_path: Path) 
         requirements.lines_of("requirements.txt", root, set())
     with pytest.raises(GlueError, match="has no `workdir:`"):
         requirements.lines_of("requirements.txt", None, set())
+
+
+@pytest.mark.parametrize(("name", "size", "mode", "link"), [
+    ("train.py", 123, 0o644, None), ("a/b/run.sh", 0, 0o755, None), ("alias.py", 0, 0o777, "train.py"),
+    ("données/ü.py", 7, 0o644, None), ("x" * 150, 5, 0o644, None), ("big.bin", 8**11, 0o644, None),
+])
+def test_our_tar_headers_are_tarfiles_own(name: str, size: int, mode: int, link: str | None) -> None:
+    from glue.workdir.tarheader import _tarinfo, header
+
+    want = _tarinfo(name, size, mode, link).tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
+    assert header(name, size, mode, link) == want
+
+
+def test_the_package_unpacks_to_the_same_files(tmp_path: Path) -> None:
+    files = {**PROJECT, "deep/" + "n" * 120 + ".py": "long = True\n", "empty.txt": "", "bin.dat": bytes(range(256)) * 9}
+    root = tree(tmp_path / "w", files)
+    pkg = pack(select(root), 256)
+    with tarfile.open(pkg.path) as tar:
+        tar.extractall(tmp_path / "out")
+    for rel, body in files.items():
+        assert (tmp_path / "out" / rel).read_bytes() == (body if isinstance(body, bytes) else body.encode())
+    assert pkg.size % tarfile.RECORDSIZE == 0
+    pkg.close()

@@ -55,8 +55,11 @@ def pip_problem(res: subprocess.CompletedProcess[str]) -> str:
 
 
 def install_offline(venv_dir: Path, wheelhouse: Path, pins: list[str]) -> None:
-    """Install exactly `pins` from the wheelhouse folder, never from a package index."""
-    res = pip(venv_dir, "install", "--no-index", "--find-links", str(wheelhouse), "--no-deps", *pins)
+    """Install exactly `pins` from the wheelhouse folder, never from a package index, into the venv itself
+    (--ignore-installed: a pin the image happens to have too still lands in the venv, so the venv holds
+    exactly the pinned set)."""
+    res = pip(venv_dir, "install", "--no-index", "--find-links", str(wheelhouse), "--no-deps", "--ignore-installed",
+              *pins)
     if res.returncode != 0:
         raise WorkspaceError(f"installing the pinned requirements from the wheelhouse failed: {pip_problem(res)}")
 

@@ -140,18 +140,21 @@ def _read_object(store: RunStore, key: str) -> bytes | None:
         raise GlueError(f"bucket {store.info.name} did not answer (get {key}): {str(exc).splitlines()[0]}") from exc
 
 
-def scale_gate(store: RunStore, nodes: int, require_validated: bool, console: Console) -> None:
-    """--nodes N > 1: a smaller run of the same code must have met its acceptance criteria and a drill of
-    it passed; otherwise warn, or refuse with --require-validated."""
+def scale_gate(store: RunStore, nodes: int, require_validated: bool, console: Console,
+               workdir_sha256: str | None = None) -> None:
+    """--nodes N > 1: a smaller run of the same code (the same workdir package, else gpukit's commit) must
+    have met its acceptance criteria and a drill of it passed; otherwise warn, or refuse with
+    --require-validated."""
     if nodes <= 1:
         return
     sha = code_version().get("git_sha")
-    found = gate.validation(store.info, store.creds, sha, nodes)
+    found = gate.validation(store.info, store.creds, sha, nodes, workdir_sha256)
+    code = f"workdir {workdir_sha256[:12]}" if workdir_sha256 else f"commit {str(sha)[:12]}"
     if found.ok:
         console.print(f"scale gate: validated by run {found.accepted_run} (acceptance) and drill "
-                      f"{found.passed_drill} of commit {str(sha)[:12]}")
+                      f"{found.passed_drill} of {code}")
         return
-    what = f"--nodes {nodes} for unvalidated code (commit {str(sha)[:12]}): {found.missing()}"
+    what = f"--nodes {nodes} for unvalidated code ({code}): {found.missing()}"
     if require_validated:
         raise GlueError(f"scale gate: refusing {what}; validate a smaller run first, or drop --require-validated")
     console.print(f"[yellow]scale gate: warning: {what}[/]")
@@ -207,7 +210,8 @@ def _deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, vm: str | None
         refuse_live_or_done(home, store)
         pinned = Workspace.from_manifest(store.manifest())
     if not resume:
-        scale_gate(store, group.nodes, require_validated, console)
+        shipped = plan.package.sha256 if plan.package else (pinned.package or {}).get("sha256") if pinned else None
+        scale_gate(store, group.nodes, require_validated, console, shipped)
     eval_pin = check_eval_set(store, rc) if not exists else None
     for host in hosts:
         if not ssh.reachable(home, host):

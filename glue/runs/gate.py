@@ -1,10 +1,12 @@
 """The scale gate: a group of N > 1 VMs only after a smaller run of the same code met its acceptance
 criteria and a drill of the same code passed (issue 17: scale only once the small run and its recovery
-are both proven). Same code = the same git commit recorded in the manifests (`code.git_sha`)."""
+are both proven). Same code = the same workdir package (`workdir.sha256`) for a run that ships one, else the same gpukit
+git commit recorded in the manifests (`code.git_sha`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from glue.records import BucketCredentials, BucketInfo
 from glue.runs.store import RunStore, run_ids
@@ -29,21 +31,28 @@ class Validation:
         return " and ".join(gaps)
 
 
+def _same_code(manifest: dict[str, Any], git_sha: str | None, workdir_sha256: str | None) -> bool:
+    if workdir_sha256:
+        return bool((manifest.get("workdir") or {}).get("sha256") == workdir_sha256)
+    return bool(not manifest.get("workdir") and (manifest.get("code") or {}).get("git_sha") == git_sha)
+
+
 def nodes_of_manifest(manifest: dict[str, object]) -> int:
     dist = manifest.get("distributed")
     return int(dist.get("nodes", 1)) if isinstance(dist, dict) else 1
 
 
-def validation(info: BucketInfo, creds: BucketCredentials, git_sha: str | None, nodes: int) -> Validation:
-    """The first accepted smaller run and passed drill of commit `git_sha` in the bucket."""
+def validation(info: BucketInfo, creds: BucketCredentials, git_sha: str | None, nodes: int,
+               workdir_sha256: str | None = None) -> Validation:
+    """The first accepted smaller run and passed drill of the same code in the bucket: the same workdir
+    package (`workdir_sha256`: the user's own code) when the run ships one, else gpukit's commit `git_sha`."""
     found = Validation(None, None)
-    if not git_sha:
+    if not git_sha and not workdir_sha256:
         return found
     for rid in run_ids(info, creds):
         store = RunStore(info, creds, rid)
         manifest = store.get_json("manifest.json")
-        if not manifest or (manifest.get("code") or {}).get("git_sha") != git_sha \
-                or nodes_of_manifest(manifest) >= nodes:
+        if not manifest or not _same_code(manifest, git_sha, workdir_sha256) or nodes_of_manifest(manifest) >= nodes:
             continue
         if found.passed_drill is None and (store.get_json("drill.json") or {}).get("passed"):
             found.passed_drill = rid

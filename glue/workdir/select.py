@@ -1,6 +1,7 @@
-"""Which files of a workdir ship: every file not ignored by a `.gitignore` (at any level, as git reads
-them) or the root's `.gpukitignore`; `.git/` and `__pycache__/` never. Files that look like secrets are
-refused by name unless the run config lists them in `workdir.secret_files`."""
+"""Which files of a workdir ship: every file not ignored by a `.gitignore` (at any level of the workdir,
+and above it up to its git repository's top, as git reads them) or the root's `.gpukitignore`; `.git/`
+and `__pycache__/` never. Files that look like secrets are refused by name unless the run config lists
+them in `workdir.secret_files`."""
 
 from __future__ import annotations
 
@@ -57,30 +58,56 @@ def _spec(folder: Path, name: str) -> pathspec.PathSpec | None:
         raise GlueError(f"cannot read {f}: {exc}; fix or remove it") from exc
 
 
-def _ignored(specs: list[tuple[str, pathspec.PathSpec]], rel: str, is_dir: bool) -> bool:
+# (base, prefix, spec): the spec's folder is `base` below the workdir (""), or the workdir is `prefix`
+# below the spec's folder (a .gitignore of the repository above the workdir).
+Spec = tuple[str, str, pathspec.PathSpec]
+
+
+def _ignored(specs: list[Spec], rel: str, is_dir: bool) -> bool:
     """Each spec applies to paths below its folder; as in git, a later (deeper) file's verdict wins."""
     verdict = False
-    for base, spec in specs:
+    for base, prefix, spec in specs:
         if base and not rel.startswith(base + "/"):
             continue
-        sub = rel[len(base) + 1:] if base else rel
+        sub = prefix + (rel[len(base) + 1:] if base else rel)
         res = spec.check_file(sub + ("/" if is_dir else ""))
         if res.include is not None:
             verdict = bool(res.include)
     return verdict
 
 
+def _repository_specs(root: Path) -> list[Spec]:
+    """The .gitignore files of the folders above the workdir, up to its git repository's top (outermost
+    first), as git applies them; none outside a repository."""
+    root = root.resolve()
+    ancestors = []
+    for folder in root.parents:
+        ancestors.append(folder)
+        if (folder / ".git").exists():
+            break
+    else:
+        return []
+    if (root / ".git").exists():
+        return []
+    specs: list[Spec] = []
+    for folder in reversed(ancestors):
+        spec = _spec(folder, ".gitignore")
+        if spec is not None:
+            specs.append(("", root.relative_to(folder).as_posix() + "/", spec))
+    return specs
+
+
 def select(root: Path, secret_files: tuple[str, ...] = ()) -> Selection:
     """Walk `root` in sorted order and sort every path into files, ignored, secret and refused."""
     sel = Selection(root=root)
     allowed = {s.removeprefix("./") for s in secret_files}
-    root_specs: list[tuple[str, pathspec.PathSpec]] = [
-        ("", s) for s in (_spec(root, ".gitignore"), _spec(root, ".gpukitignore")) if s is not None]
+    root_specs: list[Spec] = [*_repository_specs(root), *(
+        ("", "", s) for s in (_spec(root, ".gitignore"), _spec(root, ".gpukitignore")) if s is not None)]
 
-    def walk(folder: Path, rel_dir: str, specs: list[tuple[str, pathspec.PathSpec]]) -> None:
+    def walk(folder: Path, rel_dir: str, specs: list[Spec]) -> None:
         if rel_dir:
             nested = _spec(folder, ".gitignore")
-            specs = [*specs, (rel_dir, nested)] if nested else specs
+            specs = [*specs, (rel_dir, "", nested)] if nested else specs
         with os.scandir(folder) as it:
             entries = sorted(it, key=lambda e: e.name)
         for e in entries:

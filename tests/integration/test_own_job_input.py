@@ -23,7 +23,7 @@ def _keys(client: object, prefix: str) -> list[str]:
 def _config(tmp_path: Path, **extra: object) -> Path:
     cfg = yaml.safe_load((ROOT / "examples" / "my_project" / "run.yaml").read_text())
     cfg.update(extra)
-    path = tmp_path / "cfg" / "run.yaml"
+    path = tmp_path / "cfg" / f"run-{len(list(tmp_path.glob('cfg/*.yaml')))}.yaml"
     path.parent.mkdir(exist_ok=True)
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -55,7 +55,8 @@ def test_bad_workdirs_and_requirements_are_one_line_and_ship_nothing(cluster_kit
         (_config(tmp_path, workdir=str(_project(tmp_path, "dep", {
             "requirements.txt": f"--no-index\n--find-links {tmp_path}\ngpukit-no-such-package==9.9\n"}))), None,
          "a requirement cannot be resolved for the VM"),  # and pip's reason names it (below)
-        (_config(tmp_path), tmp_path / "missing", "does not exist"),  # --workdir
+        (_config(tmp_path, workdir=str(_project(tmp_path, "fine", ok))), tmp_path / "missing",
+         "does not exist"),  # --workdir
     ]
     for i, (cfg, workdir, says) in enumerate(cases):
         args = ["deploy", "--run", f"bad-{i}", "--config", str(cfg), *(["--workdir", str(workdir)] if workdir else [])]

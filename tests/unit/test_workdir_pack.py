@@ -152,3 +152,14 @@ def test_the_package_unpacks_to_the_same_files(tmp_path: Path) -> None:
         assert (tmp_path / "out" / rel).read_bytes() == (body if isinstance(body, bytes) else body.encode())
     assert pkg.size % tarfile.RECORDSIZE == 0
     pkg.close()
+
+
+def test_the_repositorys_gitignore_above_the_workdir_applies_as_in_git(tmp_path: Path) -> None:
+    repo = tree(tmp_path / "repo", {".gitignore": "*.ckpt\nsrc/scratch/\n", ".git/HEAD": "ref",
+                                    "src/.gitignore": "!keep.ckpt\n"})
+    work = tree(repo / "src", {**PROJECT, "a.ckpt": "x", "keep.ckpt": "x", "scratch/t.txt": "x"})
+    sel = select(work)
+    assert "a.ckpt" in sel.ignored and "scratch/" in sel.ignored and "keep.ckpt" in sel.files
+    outside = tree(tmp_path / "plain" / "src", {**PROJECT, "a.ckpt": "x"})
+    (tmp_path / "plain" / ".gitignore").write_text("*.ckpt\n")  # not a repository: its .gitignore is not ours
+    assert "a.ckpt" in select(outside).files

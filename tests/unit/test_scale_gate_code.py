@@ -1,0 +1,13 @@
+"""The scale gate's "same code": a run that ships a workdir is validated by smaller runs of the same
+package (the user's code), whatever gpukit's commit; a run without one by gpukit's commit."""
+
+from glue.runs.gate import _same_code
+
+
+def test_same_code_is_the_workdir_package_when_there_is_one() -> None:
+    mine = {"workdir": {"sha256": "a" * 64}, "code": {"git_sha": "g1"}}
+    assert _same_code(mine, "g2", "a" * 64)               # gpukit moved on: the user's code is the same
+    assert not _same_code(mine, "g1", "b" * 64)           # same gpukit, other user code
+    assert not _same_code({"code": {"git_sha": "g1"}}, "g1", "a" * 64)   # tiny_gpt does not validate a package
+    assert _same_code({"code": {"git_sha": "g1"}}, "g1", None)
+    assert not _same_code(mine, "g1", None)               # a package run does not validate a run without one

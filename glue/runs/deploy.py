@@ -32,8 +32,6 @@ from glue.runs.store import RunStore, run_ids, utc_iso
 from glue.runs.vm_group import GroupSpec, Rendezvous
 from glue.storage import bucket as bucket_store
 from glue.workdir import plan as wplan
-from glue.workdir import ship as ship_mod
-from glue.workdir import wheelhouse
 from glue.workdir.pin import Workspace
 
 
@@ -232,34 +230,10 @@ def _deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, vm: str | None
         env_info = remote.env_info(home, hosts[0])
         digest = _image_digest(home, hosts[0], rc.image)
         rdzv = group_mod.rendezvous(home, hosts, [remote.python(h) for h in hosts]) if group.distributed else None
-    ws = pinned if pinned is not None else ship(home, hosts[0], store, plan, console)
+    ws = pinned if pinned is not None else workspace.ship(home, hosts[0], store, plan, console)
     with lease.held(store, "deploy", unless_exists=None if exists else "manifest.json"):
         return _record_and_start(home, store, rc, hosts, argvs, resume, env_info, digest, group, rdzv,
                                  memory_limit_mb, console, eval_pin, ws)
-
-
-def ship(home: Path, host: Host, store: RunStore, plan: wplan.Plan, console: Console) -> Workspace:
-    """The requirements resolved on the first VM (a set that cannot be resolved: nothing uploaded), then
-    the code package into the bucket under its content address. Returns what the manifest pins."""
-    if plan.empty:
-        return Workspace()
-    req = None
-    if plan.requirements:
-        with console.status(f"requirements: resolving {len(plan.requirements)} for {host.name}'s Python and image"):
-            resolved = wheelhouse.pin(store.s3, store.info.name, plan.requirements, workspace.target(home, host))
-        req = resolved
-        how = "wheelhouse uploaded" if resolved.get("uploaded") else "wheelhouse already in the bucket"
-        console.print(f"requirements: {len(resolved['pins'])} pinned, set {resolved['set_sha256'][:12]} ({how})"
-                      if resolved["pins"] else "requirements: all satisfied by the image (nothing to install)")
-    pkg = None
-    if plan.package is not None:
-        with console.status(f"workdir: uploading {plan.package.size / 2**20:.1f} MiB"):
-            s3 = bucket_store.client(store.info, store.creds, timeout=60, checksums=False)
-            uploaded = ship_mod.upload(s3, store.info.name, plan.package)
-        pkg = plan.manifest_workdir(uploaded)
-        console.print(f"workdir: {len(plan.package.files)} files, {plan.package.size / 2**20:.2f} MiB, sha256 "
-                      f"{plan.package.sha256[:12]} ({'uploaded' if uploaded else 'already in the bucket'})")
-    return Workspace(package=pkg, requirements=req)
 
 
 def _record_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, hosts: list[Host],

@@ -13,12 +13,18 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.runs import remote
 from glue.runs.store import RunStore
+from glue.storage import bucket as bucket_store
 from glue.train.workspace.paths import CONTAINER_WORKDIR
+from glue.workdir import plan as wplan
+from glue.workdir import ship as ship_mod
+from glue.workdir import wheelhouse
 from glue.workdir.pin import Workspace
 
 # Preparing fetches the package and installs the wheels from the bucket (minutes for a large set).
@@ -83,3 +89,27 @@ def launch(argv: list[str], image_python: str, env: dict[str, str], ready: dict[
         env = {**env, "GPUKIT_WORKDIR": code, "GPUKIT_CODE_SHA256": str(ready["package_sha256"]),
                "PYTHONPATH": f"{code}:{extra}" if extra else code}
     return argv, env, ready.get("code_dir")
+
+
+def ship(home: Path, host: Host, store: RunStore, plan: wplan.Plan, console: Console) -> Workspace:
+    """The requirements resolved on the first VM (a set that cannot be resolved: nothing uploaded), then
+    the code package into the bucket under its content address. Returns what the manifest pins."""
+    if plan.empty:
+        return Workspace()
+    req = None
+    if plan.requirements:
+        with console.status(f"requirements: resolving {len(plan.requirements)} for {host.name}'s Python and image"):
+            resolved = wheelhouse.pin(store.s3, store.info.name, plan.requirements, target(home, host))
+        req = resolved
+        how = "wheelhouse uploaded" if resolved.get("uploaded") else "wheelhouse already in the bucket"
+        console.print(f"requirements: {len(resolved['pins'])} pinned, set {resolved['set_sha256'][:12]} ({how})"
+                      if resolved["pins"] else "requirements: all satisfied by the image (nothing to install)")
+    pkg = None
+    if plan.package is not None:
+        with console.status(f"workdir: uploading {plan.package.size / 2**20:.1f} MiB"):
+            s3 = bucket_store.client(store.info, store.creds, timeout=60, checksums=False)
+            uploaded = ship_mod.upload(s3, store.info.name, plan.package)
+        pkg = plan.manifest_workdir(uploaded)
+        console.print(f"workdir: {len(plan.package.files)} files, {plan.package.size / 2**20:.2f} MiB, sha256 "
+                      f"{plan.package.sha256[:12]} ({'uploaded' if uploaded else 'already in the bucket'})")
+    return Workspace(package=pkg, requirements=req)

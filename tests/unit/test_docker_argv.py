@@ -51,3 +51,29 @@ def test_docker_gpus_probes_the_vm(monkeypatch: pytest.MonkeyPatch, code: int, e
     host = Host("gpukit-1", "id", "127.0.0.1", 2222, "root", "key", "none", 0, "qemu")
     assert docker_gpus(Path("/nowhere"), host) is expected
     assert seen == [GPU_PROBE] and "nvidia-smi -L" in GPU_PROBE and "/dev/nvidia0" in GPU_PROBE
+
+
+def test_a_docker_run_gets_the_workdir_read_only_as_its_working_directory() -> None:
+    from glue.train.workspace.paths import CONTAINER_WORKDIR
+
+    argv = docker_argv("r1", 2, "img", ["python", "train.py"], "/e.env", gpus=False,
+                       code_dir="/var/lib/gpukit/work/r1/attempt-2/code")
+    opts = _opts(argv, "img")
+    assert f"/var/lib/gpukit/work/r1/attempt-2/code:{CONTAINER_WORKDIR}:ro" in opts
+    assert opts[opts.index("-w") + 1] == CONTAINER_WORKDIR == "/gpukit/workdir"
+    assert argv[-2:] == ["python", "train.py"]
+    assert "-w" not in _opts(docker_argv("r1", 2, "img", ["python"], "/e.env"), "img")  # no workdir: as before
+
+
+def test_launch_puts_the_code_first_on_pythonpath_and_runs_the_runs_python() -> None:
+    from glue.runs.workspace import launch
+
+    ready = {"python": "/w/venv/bin/python", "code_dir": "/w/code", "package_sha256": "ab" * 32,
+             "requirements_set": "cd" * 32}
+    argv, env, cwd = launch(["/opt/gpukit/venv/bin/python", "train.py"], "/opt/gpukit/venv/bin/python",
+                            {"PYTHONPATH": "/extra"}, ready, docker=False)
+    assert argv == ["/w/venv/bin/python", "train.py"] and cwd == "/w/code"
+    assert env["PYTHONPATH"] == "/w/code:/extra" and env["GPUKIT_WORKDIR"] == "/w/code"
+    argv, env, _ = launch(["python", "train.py"], "/opt/gpukit/venv/bin/python", {}, ready, docker=True)
+    assert argv == ["python", "train.py"] and env["PYTHONPATH"] == env["GPUKIT_WORKDIR"] == "/gpukit/workdir"
+    assert launch(["x"], "/p", {"A": "1"}, None, docker=False) == (["x"], {"A": "1"}, None)

@@ -101,6 +101,9 @@ def test_links_inside_ship_as_links_and_outside_are_refused(tmp_path: Path) -> N
     (["python", "-m", "glue.examples.tiny_gpt"], False),  # the image's: the VM is asked
     (["torchrun", "train.py"], False),
     (["python", "/opt/train.py"], False),
+    (["python", "-u", "-X", "dev", "-m", "mylib.model"], True),
+    (["python", "-W", "ignore", "train.py"], True),
+    (["python", "-c", "print(1)"], False),
 ])
 def test_the_command_is_found_in_the_package(argv: list[str], expected: bool) -> None:
     files = set(PROJECT)

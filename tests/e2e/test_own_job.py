@@ -69,7 +69,9 @@ def test_own_project_recovers_from_the_bucket_after_the_local_copy_is_gone(clust
         res = kit.glue("recover", "--run", "own", timeout=600)
         assert "resume verified" in res.stderr, res.stderr
         rec = bucket_json(client, "runs/own/recoveries/1.json")
-        assert rec["verified"] and rec["compared_steps"] and "prepare" in rec["seconds"]
+        assert rec["verified"] and "prepare" in rec["seconds"]
+        if rec["failure_step"] > rec["checkpoint_step"]:  # the VM can die right at a checkpoint: nothing to replay
+            assert rec["compared_steps"][0] == rec["checkpoint_step"] + 1
         second = bucket_json(client, "runs/own/attempts/2.json")
         assert second["code_sha256"] == code["sha256"] and second["requirements_set"] == req["set_sha256"]
 

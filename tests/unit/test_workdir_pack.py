@@ -166,3 +166,24 @@ def test_the_repositorys_gitignore_above_the_workdir_applies_as_in_git(tmp_path:
     outside = tree(tmp_path / "plain" / "src", {**PROJECT, "a.ckpt": "x"})
     (tmp_path / "plain" / ".gitignore").write_text("*.ckpt\n")  # not a repository: its .gitignore is not ours
     assert "a.ckpt" in select(outside).files
+
+
+def test_the_users_repository_is_recorded_not_gpukits(tmp_path: Path) -> None:
+    import subprocess
+
+    from glue.workdir.gitinfo import repo_info
+
+    repo = tree(tmp_path / "repo", {"src/train.py": "print(1)\n"})
+    assert repo_info(repo / "src") == {"repository": None, "commit": None, "dirty": None, "diff_sha256": None}
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    clean = repo_info(repo / "src")
+    assert clean == {"repository": str(repo.resolve()), "commit": head, "dirty": False, "diff_sha256": None}
+    (repo / "src" / "train.py").write_text("print(2)\n")
+    dirty = repo_info(repo / "src")
+    assert dirty["dirty"] is True and dirty["commit"] == head and len(dirty["diff_sha256"]) == 64
+    (repo / "src" / "train.py").write_text("print(3)\n")
+    assert repo_info(repo / "src")["diff_sha256"] != dirty["diff_sha256"]

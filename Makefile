@@ -48,6 +48,8 @@ lint: bootstrap ## ruff, mypy, import layers, terraform fmt, ansible-lint, yamll
 	@$(VENV)/bin/ruff check glue tests bench
 	@$(VENV)/bin/mypy
 	@$(VENV)/bin/lint-imports --no-cache
+	@if grep -rnE "[\"']attempts/" glue --include='*.py' | grep -v '^glue/train/layout.py:'; then \
+	  echo "lint: an attempt's bucket keys are built in glue/train/layout.py only"; exit 1; fi
 	@TF_CLI_CONFIG_FILE=/dev/null terraform fmt -check -recursive terraform
 	@shellcheck $$(grep -lE '^#!/bin/(ba)?sh' ansible/roles/*/files/*)
 	@if [ -d ansible/roles ] && [ -n "$$(ls -A ansible/roles)" ]; then \

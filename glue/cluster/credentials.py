@@ -2,7 +2,7 @@
 
 Some backends' bucket credentials expire (Lyceum's); the backend refreshes the controller's copy
 (<home>/bucket/credentials.json). Each VM holds two copies that must follow:
-- the trainer's file (glue.runs.remote.CREDENTIALS_PATH), which the checkpointer re-reads whenever
+- the trainer's file (glue.train.credentials.TRAINER_FILE), which the checkpointer re-reads whenever
   its credentials near expiry: rewriting it is enough;
 - the /mnt/s3 mount's rclone config (the bucket_mount role's /etc/gpukit/rclone.conf): rclone reads
   it at start, so its three credential lines are rewritten and the mount is reloaded.
@@ -24,8 +24,8 @@ from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.records import BucketCredentials
+from glue.train.credentials import TRAINER_FILE, credentials_doc
 
-TRAINER_FILE = "/run/gpukit/bucket-credentials.json"  # = glue.runs.remote.CREDENTIALS_PATH
 RCLONE_CONF = "/etc/gpukit/rclone.conf"  # bucket_mount_rclone_config
 RCLONE_REMOTE = "gpukit"  # bucket_mount_remote_name
 MOUNT_SCRIPT = "/usr/local/sbin/gpukit-mount"  # bucket_mount_script
@@ -77,8 +77,7 @@ def _fingerprint(creds: BucketCredentials) -> str:
 
 def push(home: Path, hosts: Iterable[Host], creds: BucketCredentials) -> dict[str, str]:
     """Write `creds` into every VM's copies. Returns {vm: "updated" | "no-mount" | error}."""
-    trainer_doc = json.dumps({"access_key": creds.access_key, "secret_key": creds.secret_key,
-                              "session_token": creds.session_token, "expires_at": creds.expires_at}).encode()
+    trainer_doc = credentials_doc(creds)
     lines = f"{creds.access_key}\n{creds.secret_key}\n{creds.session_token or ''}\n".encode()
     results: dict[str, str] = {}
     for host in hosts:

@@ -131,7 +131,7 @@ def logs(run_id: str, follow: bool, attempt: int | None) -> None:
         if not follow:
             return
         last = attempt or max(store.attempts() or [0])
-        if store.get_json(f"attempts/{last}.exit.json") is not None:
+        if store.exit_record(last) is not None:
             click.echo(store.log_text(attempt)[shown:], nl=False)
             return
         why = _ended(store, last)

@@ -29,7 +29,7 @@ from glue.infra.terraform import Terraform, vm_address
 from glue.recovery.resume_check import ResumeCheck, check_all_ranks, merged_metrics
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
-from glue.runs import guard, monitor, remote
+from glue.runs import guard, monitor, remote, workspace
 from glue.runs.classify import Outcome
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.runs.vm_group import GroupSpec
@@ -223,10 +223,7 @@ def configure(home: Path, console: Console, fresh: list[str]) -> None:
 # -- verify -------------------------------------------------------------------------------------------
 def checkpoint_on_vm(home: Path, host: Host, store: RunStore, target: str) -> int | None:
     """Read the newest valid checkpoint back FROM THE NEW VM (deep: sizes and sha256)."""
-    creds = store.creds
-    ssh.put_file(home, host, remote.CREDENTIALS_PATH, json.dumps({
-        "access_key": creds.access_key, "secret_key": creds.secret_key, "session_token": creds.session_token,
-        "expires_at": creds.expires_at}).encode())
+    workspace.push_credentials(home, host, store)
     env = (f"GPUKIT_CREDENTIALS_FILE={remote.CREDENTIALS_PATH} "
            f"GPUKIT_BUCKET_ENDPOINT={shlex.quote(store.info.endpoint)}")
     res = ssh.run(home, host, f"{env} {shlex.quote(remote.python(host))} -m glue.train.ckptcheck "
@@ -279,7 +276,7 @@ def replay(store: RunStore, attempt: int, upto: int, timeout: float) -> dict[int
         steps = store.metrics().get(attempt, {})
         if steps and max(steps) >= upto:
             return steps
-        exit_rec = store.get_json(f"attempts/{attempt}.exit.json")
+        exit_rec = store.exit_record(attempt)
         if exit_rec is not None:
             time.sleep(0.5)
             steps = store.metrics().get(attempt, {})

@@ -150,7 +150,7 @@ def _steps(records: dict[int, dict[str, Any]]) -> list[StepPoint]:
 
 def _attempt(store: RunStore, n: int, steps: list[StepPoint]) -> AttemptFacts:
     rec = store.attempt(n)
-    exit_rec = store.get_json(f"attempts/{n}.exit.json") or {}
+    exit_rec = store.exit_record(n) or {}
     ended, source = when(exit_rec.get("ended_at")), "exit record"
     state = str(rec.get("outcome") or rec.get("failure_class") or "")
     if ended is None and state:

@@ -330,7 +330,7 @@ def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.
         "nodes": [{"node": k, "vm": h.name, "vm_id": h.id} for k, h in enumerate(hosts)],
         "rendezvous": rdzv.endpoint if rdzv else None,
     }
-    store.put_json(f"attempts/{attempt}.json", record)
+    store.put_attempt(record)
     docker = rc.runtime == "docker"
     for k, host in enumerate(hosts):
         node_ready = ready[k]
@@ -369,7 +369,7 @@ def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.
     record.update({key: record["nodes"][0][key] for key in ("supervisor_pid", "trainer_pid", "started_at",
                                                             "code_sha256", "requirements_set")
                    if key in record["nodes"][0]})
-    store.put_json(f"attempts/{attempt}.json", record)
+    store.put_attempt(record)
     return record
 
 

@@ -184,9 +184,9 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     # for every run; it only decides the class when the trainer is stuck or its error is about /mnt/s3.
     states = [_node_state(home, store, n, backend, nd, uses_mount=True, unreachable=unreachable,
                           started_at=attempt.get("started_at")) for nd in nodes_of(attempt)]
-    errors = [e for e in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.error"))) if e]
+    errors = store.errors(n)
     beats = store.heartbeats(n)
-    notices = [d for d in (store.get_json(k) for k in sorted(store.keys(f"attempts/{n}.notice."))) if d]
+    notices = store.notices(n)
     ev.notice = notices[0] if notices else None
     log_node = combine(ev, states, errors, beats, attempt.get("started_at"))
     ev.log_tail = "\n".join(store.log_text(n, log_node if len(states) > 1 else None).splitlines()[-80:])
@@ -280,7 +280,7 @@ def _check(home: Path, store: RunStore, record_incident: bool, unreachable: froz
     if verdict.outcome is Outcome.COMPLETED:
         attempt.update(outcome="completed", ended_at=utc_iso(), exit=0,
                        last_step=last_completed_step(store, int(attempt["attempt"]), ev))
-        store.put_json(f"attempts/{attempt['attempt']}.json", attempt)
+        store.put_attempt(attempt)
         return report
     if record_incident:
         report.incident_key = write_incident(home, store, manifest, attempt, ev, verdict)
@@ -341,7 +341,7 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
     store.put_json(key, incident)
     attempt.update(failure_class=str(verdict.outcome), reason=verdict.reason, ended_at=now, exit=ev.exit_code,
                    signal=ev.exit_signal, last_step=incident["last_completed_step"], incident=key)
-    store.put_json(f"attempts/{attempt['attempt']}.json", attempt)
+    store.put_attempt(attempt)
     return key
 
 

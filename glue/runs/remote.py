@@ -10,9 +10,10 @@ from typing import Any
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
+from glue.train.credentials import TRAINER_FILE
 
 RUN_STATE_ROOT = "/run/gpukit/runs"        # tmpfs on the VM: launch specs (0600), pids, local log
-CREDENTIALS_PATH = "/run/gpukit/bucket-credentials.json"
+CREDENTIALS_PATH = TRAINER_FILE
 SCRATCH = "/var/lib/gpukit/scratch"
 REAL_VM_VENV = "/opt/gpukit/venv"
 

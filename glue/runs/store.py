@@ -15,6 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from glue.errors import GlueError
 from glue.records import BucketCredentials, BucketInfo
 from glue.storage import bucket as bucket_store
+from glue.train import layout
 from glue.train.layout import heartbeat_key
 
 
@@ -107,16 +108,30 @@ class RunStore:
         return m
 
     def attempts(self) -> list[int]:
-        return sorted(int(k.split("/")[1].split(".")[0]) for k in self.keys("attempts/")
-                      if k.count(".") == 1 and k.endswith(".json"))
+        return sorted(n for n in map(layout.attempt_of, self.keys(layout.ATTEMPTS_PREFIX)) if n is not None)
 
     def attempt(self, n: int) -> dict[str, Any]:
-        rec = self.get_json(f"attempts/{n}.json")
+        rec = self.get_json(layout.attempt_key(n))
         if rec is None:
             return {}
         if not isinstance(rec, dict) or rec.get("attempt") != n:
-            raise self._not_glue(f"attempts/{n}.json", f"an attempt record is an object with \"attempt\": {n}")
+            raise self._not_glue(layout.attempt_key(n), f"an attempt record is an object with \"attempt\": {n}")
         return rec
+
+    def put_attempt(self, record: dict[str, Any]) -> None:
+        """The attempt record, under its key (layout.attempt_key)."""
+        self.put_json(layout.attempt_key(int(record["attempt"])), record)
+
+    def exit_record(self, n: int, node: int = 0) -> dict[str, Any] | None:
+        """The supervisor's exit record of attempt n on a node (None while it runs, or when its VM died)."""
+        return self.get_json(layout.exit_key(n, node))
+
+    def errors(self, n: int) -> list[dict[str, Any]]:
+        """Every rank's error files of attempt n, in key order."""
+        return [e for e in (self.get_json(k) for k in sorted(self.keys(layout.errors_prefix(n)))) if e]
+
+    def notices(self, n: int) -> list[dict[str, Any]]:
+        return [d for d in (self.get_json(k) for k in sorted(self.keys(layout.notices_prefix(n)))) if d]
 
     def _not_glue(self, key: str, shape: str) -> GlueError:
         return GlueError(f"{self.prefix}{key} in bucket {self.info.name} is not a record glue wrote ({shape}); it "

@@ -98,7 +98,7 @@ def recorded_state(store: RunStore) -> str:
     att = store.attempt(attempts[-1])
     if att.get("outcome") or att.get("failure_class"):
         return str(att.get("outcome") or att.get("failure_class"))
-    exit_rec = store.get_json(f"attempts/{attempts[-1]}.exit.json")
+    exit_rec = store.exit_record(attempts[-1])
     if exit_rec is None:
         return "running"
     return "completed" if exit_rec.get("exit_code") == 0 else f"exited {exit_rec.get('exit_code')}"

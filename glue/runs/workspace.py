@@ -21,6 +21,7 @@ from glue.infra.inventory import Host
 from glue.runs import remote
 from glue.runs.store import RunStore
 from glue.storage import bucket as bucket_store
+from glue.train.credentials import credentials_doc
 from glue.train.workspace.paths import CONTAINER_WORKDIR
 from glue.workdir import plan as wplan
 from glue.workdir import ship as ship_mod
@@ -31,15 +32,9 @@ from glue.workdir.pin import Workspace
 PREPARE_TIMEOUT_S = 1800
 
 
-def credentials_doc(store: RunStore) -> bytes:
-    c = store.creds
-    return json.dumps({"access_key": c.access_key, "secret_key": c.secret_key, "session_token": c.session_token,
-                       "expires_at": c.expires_at}).encode()
-
-
 def push_credentials(home: Path, host: Host, store: RunStore) -> None:
     """The bucket credentials for the VM's own S3 calls (0600, on its tmpfs)."""
-    ssh.put_file(home, host, remote.CREDENTIALS_PATH, credentials_doc(store))
+    ssh.put_file(home, host, remote.CREDENTIALS_PATH, credentials_doc(store.creds))
 
 
 def _bucket(store: RunStore) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from glue.train.ckpt_format import COMMIT
 from glue.train.errors import CheckpointError
-from glue.train.layout import attempt_of
+from glue.train.layout import ATTEMPTS_PREFIX, attempt_of
 from glue.train.storage import Storage
 
 
@@ -32,7 +32,7 @@ class FencedStorage:
         self.attempt = attempt
 
     def newest_attempt(self) -> int:
-        found = (attempt_of(k) for k in self.run_store.list("attempts/"))
+        found = (attempt_of(k) for k in self.run_store.list(ATTEMPTS_PREFIX))
         return max((n for n in found if n is not None), default=self.attempt)
 
     def _fenced(self, key: str, done: str) -> FencedError | None:

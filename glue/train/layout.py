@@ -30,6 +30,24 @@ def log_prefix(attempt: int, node: int) -> str:
     return f"logs/{attempt:03d}-" + (f"n{node}-" if node else "")
 
 
+ATTEMPTS_PREFIX = "attempts/"
+
+
+def errors_prefix(attempt: int) -> str:
+    """Every rank's and restart round's error file of an attempt (error_key) starts so."""
+    return f"attempts/{attempt}.error"
+
+
+def notices_prefix(attempt: int) -> str:
+    """Every rank's termination-notice record of an attempt (notice_key) starts so."""
+    return f"attempts/{attempt}.notice."
+
+
+def notice_key(attempt: int, rank: int) -> str:
+    """What rank `rank` did on a termination notice: checkpointed at a step, exited PREEMPTED_EXIT."""
+    return f"{notices_prefix(attempt)}rank{rank}.json"
+
+
 def attempt_key(attempt: int) -> str:
     """The attempt record `glue deploy` / recovery write for attempt n (before its trainer starts)."""
     return f"attempts/{attempt}.json"

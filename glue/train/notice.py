@@ -28,11 +28,6 @@ PREEMPTED_EXIT = 75  # EX_TEMPFAIL: stopped on purpose, try again elsewhere
 POLL_S = 0.25
 
 
-def notice_key(attempt: int, rank: int) -> str:
-    """runs/<run>/attempts/<n>.notice.rank<r>.json: what the trainer did on the notice."""
-    return f"attempts/{attempt}.notice.rank{rank}.json"
-
-
 class TerminationNotice:
     """A flag set by SIGTERM or by the notice file appearing; checked at step boundaries."""
 

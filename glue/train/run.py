@@ -35,9 +35,9 @@ from glue.train.checkpoint import Checkpointer
 from glue.train.credentials import credentials_from_file
 from glue.train.errors import StorageError
 from glue.train.fence import FencedStorage
-from glue.train.layout import error_key, heartbeat_key, metrics_key
+from glue.train.layout import error_key, heartbeat_key, metrics_key, notice_key
 from glue.train.mount import MOUNT, bucket_url
-from glue.train.notice import PREEMPTED_EXIT, TerminationNotice, notice_key
+from glue.train.notice import PREEMPTED_EXIT, TerminationNotice
 from glue.train.storage import Storage, open_target
 from glue.train.utc import iso, utc_now
 

@@ -45,3 +45,14 @@ def test_a_run_store_renews_credentials_that_near_expiry() -> None:
     assert store.s3 is client and len(issued) == 1  # fresh ones are kept until they near expiry too
     lasting = RunStore(info, BucketCredentials("AKIA1", SECRET), "r", refresh=fresh)  # no expiry: never renewed
     assert lasting.s3 is lasting.s3 and len(issued) == 1
+
+
+def test_the_trainer_credentials_file_has_one_writer_and_one_reader(tmp_path) -> None:
+    from glue.records import BucketCredentials
+    from glue.train.credentials import credentials_doc, credentials_from_file
+
+    creds = BucketCredentials("AK", "SK-secret", "TOKEN", 1234.5)
+    path = tmp_path / "c.json"
+    path.write_bytes(credentials_doc(creds))
+    back = credentials_from_file(str(path))
+    assert (back.access_key, back.secret_key, back.session_token, back.expires_at) == ("AK", "SK-secret", "TOKEN", 1234.5)

@@ -55,4 +55,5 @@ def test_the_trainer_credentials_file_has_one_writer_and_one_reader(tmp_path) ->
     path = tmp_path / "c.json"
     path.write_bytes(credentials_doc(creds))
     back = credentials_from_file(str(path))
-    assert (back.access_key, back.secret_key, back.session_token, back.expires_at) == ("AK", "SK-secret", "TOKEN", 1234.5)
+    got = (back.access_key, back.secret_key, back.session_token, back.expires_at)
+    assert got == ("AK", "SK-secret", "TOKEN", 1234.5)

@@ -107,7 +107,9 @@ def timeline_chart(f: RunFacts) -> str:
 
 def recovery_chart(f: RunFacts) -> str:
     rows = [f"recovery {k}" for k in range(1, len(f.recoveries) + 1)]
-    stacks = [svg.Bars(p, [float((r.get("seconds") or {}).get(p) or 0) for r in f.recoveries]) for p in PHASES]
+    # `prepare` is timed only for a run with a workdir or requirements: a phase no recovery had is not drawn.
+    shown = [p for p in PHASES if any(p in (r.get("seconds") or {}) for r in f.recoveries)]
+    stacks = [svg.Bars(p, [float((r.get("seconds") or {}).get(p) or 0) for r in f.recoveries]) for p in shown]
     return svg.bar_chart("recovery-phases", "Where recovery time went (seconds per phase)", rows, stacks, "seconds")
 
 

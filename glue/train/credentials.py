@@ -5,21 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+
+from glue.train.s3_client import CredentialsLike
 
 # Where every VM keeps it (0600, on its tmpfs); the controller writes it, the trainer re-reads it.
 TRAINER_FILE = "/run/gpukit/bucket-credentials.json"
 
 
-class _Credentials(Protocol):
-    @property
-    def access_key(self) -> str: ...
-    @property
-    def secret_key(self) -> str: ...
-    @property
-    def session_token(self) -> str | None: ...
-    @property
-    def expires_at(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -36,7 +28,7 @@ def credentials_from_file(path: str) -> FileCredentials:
     return FileCredentials(raw["access_key"], raw["secret_key"], raw.get("session_token"), raw.get("expires_at"))
 
 
-def credentials_doc(creds: _Credentials) -> bytes:
+def credentials_doc(creds: CredentialsLike) -> bytes:
     """The file's bytes for `creds` (the controller's BucketCredentials): the one writer of its format."""
     return json.dumps({"access_key": creds.access_key, "secret_key": creds.secret_key,
                        "session_token": creds.session_token, "expires_at": creds.expires_at}).encode()

@@ -20,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from glue.errors import GlueError
 from glue.train.workspace.keys import wheelhouse_index_key, wheelhouse_prefix
 from glue.train.workspace.pins import canonical, set_hash
+from glue.train.workspace.venv import pip_problem
 from glue.workdir import image_stubs
 from glue.workdir.pack import sha256_of
 
@@ -33,13 +34,6 @@ def _pip(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise GlueError(f"pip did not finish within {PIP_TIMEOUT_S}s ({args[0]}); check your package index") from None
-
-
-def pip_problem(res: subprocess.CompletedProcess[str]) -> str:
-    """pip's own reason, one line (its first ERROR line)."""
-    lines = [ln.strip() for ln in (res.stderr + res.stdout).splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith("ERROR:")]
-    return (errors[0] if errors else (lines[-1] if lines else f"exit {res.returncode}")).removeprefix("ERROR: ")
 
 
 def _tags(target: dict[str, Any]) -> list[str]:

@@ -36,7 +36,7 @@ down: bootstrap ## Destroy the cluster's VMs (the bucket and its data are kept)
 	@$(GLUE) down
 
 demo: bootstrap ## The whole loop on the local backend: up, train, lose a VM, recover, verify, down
-	@$(PY) -m glue.recovery.demo
+	@$(PY) -m glue.operations.recovery.demo
 
 test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e); two lanes; TEST_WORKERS=0 serially, =N files on N workers
 	@$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)

@@ -43,8 +43,8 @@ import torch
 from glue.cloud.local.bucket import LocalBucket
 from glue.paths import tool
 from glue.train import Checkpointer
-from glue.train.s3_client import make_s3_client
-from glue.train.s3_storage import DEFAULT_TRANSFER
+from glue.train.storage.s3 import DEFAULT_TRANSFER
+from glue.train.storage.s3_client import make_s3_client
 
 MB = 1e6
 

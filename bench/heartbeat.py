@@ -43,7 +43,7 @@ def main() -> None:
         "GPUKIT_BUCKET_ENDPOINT": info.endpoint, "GPUKIT_CREDENTIALS_FILE": str(cred_file),
         "GPUKIT_HEARTBEAT_SECONDS": "1",
     })
-    from glue.train.run import RunContext
+    from glue.train.run.context import RunContext
 
     cfg = {**tiny_gpt.DEFAULTS, "steps": 150, "threads": 1}
     with_hb: list[float] = []

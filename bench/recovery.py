@@ -20,10 +20,11 @@ from rich.console import Console
 
 from glue.cloud.local.backend import LocalBackend
 from glue.cloud.local.bucket import LocalBucket
-from glue.cluster import lifecycle, state
+from glue.cluster import current
 from glue.infra import ansible_run
+from glue.operations import lifecycle
+from glue.operations.recovery import recover as recover_mod
 from glue.paths import PROJECT_ROOT
-from glue.recovery import recover as recover_mod
 from glue.runs import deploy as deploy_mod
 from glue.runs.store import parse_iso
 from glue.runs.vm_group import GroupSpec
@@ -114,7 +115,7 @@ def main() -> None:
     cfg_path = PROJECT_ROOT / "examples" / "tiny_gpt.yaml"
     overrides = {"steps": 400, "step_sleep": 0.05}
     try:
-        lifecycle.up(home, state.ClusterConfig(vms=2), console)
+        lifecycle.up(home, current.ClusterConfig(vms=2), console)
         # Baseline: cold start of the same trainer on a configured VM (deploy -> first step).
         cold, deploy_total = cold_start(home, console, "bench-cold", "gpukit-2")
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from recovery import cold_start, lose_last_vm_and_recover, remove_everything, temp_home  # bench/recovery.py
 from rich.console import Console
 
-from glue.cluster import lifecycle, state
+from glue.cluster import current
+from glue.operations import lifecycle
 from glue.paths import PROJECT_ROOT
 from glue.runs import deploy as deploy_mod
 from glue.runs.vm_group import GroupSpec
@@ -25,7 +26,7 @@ def main() -> None:
     cfg_path = PROJECT_ROOT / "examples" / "tiny_gpt.yaml"
     group = GroupSpec(nodes=2)
     try:
-        lifecycle.up(home, state.ClusterConfig(vms=2), console)
+        lifecycle.up(home, current.ClusterConfig(vms=2), console)
         cold, deploy_total = cold_start(home, console, "bench-grp-cold", None, group)
         deploy_mod.deploy(home, "bench-grp", cfg_path, None, False, console,
                           config_overrides={"steps": 400, "step_sleep": 0.05}, group=group)

@@ -29,9 +29,10 @@ from rich.console import Console
 
 from glue.cloud.local.backend import LocalBackend
 from glue.cloud.local.bucket import LocalBucket
-from glue.cluster import lifecycle, state
+from glue.cluster import current
+from glue.operations import lifecycle
+from glue.operations.recovery import recover as recover_mod
 from glue.paths import PROJECT_ROOT
-from glue.recovery import recover as recover_mod
 from glue.runs import deploy as deploy_mod
 from glue.runs.store import RunStore, parse_iso
 
@@ -108,7 +109,7 @@ def main() -> None:
     os.environ["GPUKIT_HOME"] = str(home)
     console = Console(stderr=True, quiet=True)
     try:
-        lifecycle.up(home, state.ClusterConfig(vms=2), console)
+        lifecycle.up(home, current.ClusterConfig(vms=2), console)
         base = baseline(home, console, "bench-manual")
         plain = watched(home, "bench-watch", notice=False)
         announced = watched(home, "bench-notice", notice=True)

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glue.cloud.local.bucket import LocalBucket
 from glue.storage.bucket import client as bucket_client
-from glue.train.storage import open_target
+from glue.train.storage.target import open_target
 from glue.train.workspace import venv, wheelhouse
 from glue.train.workspace.keys import code_index_key, code_key, wheelhouse_index_key, wheelhouse_prefix
 from glue.train.workspace.pins import set_hash

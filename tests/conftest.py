@@ -12,9 +12,9 @@ import boto3
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
+from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud.local.bucket import LocalBucket
 from glue.paths import PROJECT_ROOT
-from glue.records import BucketCredentials, BucketInfo
 
 # Every test's kit home is fresh, but they share one image cache per clone: the image is baked once
 # (`glue image build`, minutes), then reused while its recipe is unchanged.

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from glue.bucket_access import BucketInfo
 from glue.cloud import get_backend
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local.backend import LocalBackend
 from glue.infra import inventory
 from glue.infra.ssh_keys import public_key
-from glue.records import BucketInfo
 
 
 @dataclass

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from glue.train import ResumableLoader, ResumableSampler, RNGState, TrainState
-from glue.train.run import RunContext
+from glue.train import RunContext
 from mylib.data import make_dataset
 from mylib.model import Regressor
 

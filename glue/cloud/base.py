@@ -1,13 +1,13 @@
 """The one small interface every backend implements, and the VM records at its boundary. The bucket
-records live in glue.records: storage uses them too, and must not depend on the cloud layer."""
+records live in glue.bucket_access: storage uses them too, and must not depend on the cloud layer."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.errors import GlueError
-from glue.records import BucketCredentials, BucketInfo
 
 
 @dataclass(frozen=True)

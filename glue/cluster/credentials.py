@@ -2,7 +2,7 @@
 
 Some backends' bucket credentials expire (Lyceum's); the backend refreshes the controller's copy
 (<home>/bucket/credentials.json). Each VM holds two copies that must follow:
-- the trainer's file (glue.train.credentials.TRAINER_FILE), which the checkpointer re-reads whenever
+- the trainer's file (glue.train.storage.credentials.TRAINER_FILE), which the checkpointer re-reads whenever
   its credentials near expiry: rewriting it is enough;
 - the /mnt/s3 mount's rclone config (the bucket_mount role's /etc/gpukit/rclone.conf): rclone reads
   it at start, so its three credential lines are rewritten and the mount is reloaded.
@@ -19,12 +19,14 @@ import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
+from glue.bucket_access import BucketCredentials
+from glue.cloud import get_backend
 from glue.cloud.base import Backend
+from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
-from glue.records import BucketCredentials
-from glue.train.credentials import TRAINER_FILE, credentials_doc
+from glue.train.storage.credentials import TRAINER_FILE, credentials_doc
 
 RCLONE_CONF = "/etc/gpukit/rclone.conf"  # bucket_mount_rclone_config
 RCLONE_REMOTE = "gpukit"  # bucket_mount_remote_name
@@ -107,3 +109,11 @@ def push_if_refreshed(home: Path, hosts: list[Host], backend: Backend) -> dict[s
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({h.id: pushed[h.id] for h in hosts if h.id in pushed}))
     return results
+
+
+def refresh(home: Path) -> None:
+    """Expiring bucket credentials (lyceum's are STS-style): refresh them near expiry and push the new
+    ones to every VM's trainer file and /mnt/s3 mount. A no-op for backends whose keys do not expire."""
+    backend = get_backend(current.ClusterConfig.load(home).backend, home)
+    if backend.credentials_expire:
+        push_if_refreshed(home, current.hosts(home), backend)

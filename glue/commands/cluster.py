@@ -12,9 +12,10 @@ from rich.console import Console
 from rich.table import Table
 
 from glue.cloud import BACKENDS
-from glue.cluster import lifecycle, state
+from glue.cluster import current
 from glue.commands import doctor
 from glue.infra import ssh
+from glue.operations import lifecycle
 from glue.paths import home
 
 err = Console(stderr=True)
@@ -43,7 +44,7 @@ def _check_prefix(ctx: click.Context, param: click.Parameter, value: str | None)
 def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configure: bool, force: bool) -> None:
     """Create (or repair) the cluster: terraform apply, pin host keys, run the playbook."""
     h = home()
-    cfg = state.ClusterConfig.load(h)
+    cfg = current.ClusterConfig.load(h)
     if vms is not None:
         cfg.vms = vms
     if backend is not None:
@@ -128,7 +129,7 @@ def ssh_cmd(vm: str, command: tuple[str, ...]) -> None:
     glue ssh gpukit-1 -- sh -c 'findmnt /mnt/s3; df -h /'"""
     h = home()
     kept = {k.id: k for k in lifecycle.kept(h)}
-    target = lifecycle.kept_host(kept[vm]) if vm in kept else state.host(h, vm)
+    target = lifecycle.kept_host(kept[vm]) if vm in kept else current.host(h, vm)
     result = ssh.run(h, target, shlex.join(command), stream=True)
     sys.exit(result.exit_code)
 

@@ -21,15 +21,15 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.markup import escape
 
+from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud import BACKENDS
 from glue.cloud.checks import Check
-from glue.cluster.state import ClusterConfig
+from glue.cluster.current import ClusterConfig
 from glue.errors import GlueError
 from glue.infra import preflight
 from glue.infra.ssh_keys import ssh_dir
 from glue.infra.terraform import ENVS_DIR
 from glue.paths import home
-from glue.records import BucketCredentials, BucketInfo
 from glue.storage import bucket as bucket_store
 from glue.tfprovider.install import install
 from glue.tfprovider.provider import SOURCE, VERSION

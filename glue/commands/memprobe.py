@@ -15,9 +15,9 @@ from rich.console import Console
 
 from glue.commands.options import POSITIVE_INT, FiniteFloatRange
 from glue.errors import GlueError
-from glue.memprobe import probe as probe_mod
+from glue.memprobe import investigate as probe_mod
+from glue.memprobe import output as report_mod
 from glue.memprobe import remedies as rem
-from glue.memprobe import report as report_mod
 from glue.memprobe import source as source_mod
 from glue.memprobe.limits import MECHANISMS, safety_limit_mb, total_mb
 from glue.memprobe.runner import TrialOutcome

@@ -28,7 +28,7 @@ err = Console(stderr=True)
 def recover(run_id: str, force: bool, from_scratch: bool, same_vm: bool, verify_steps: int, tolerance: float,
             wait_timeout: float) -> None:
     """Recover a failed run onto a new VM from its last valid checkpoint, and verify the resume."""
-    from glue.recovery import recover as recover_mod
+    from glue.operations.recovery import recover as recover_mod
 
     recover_mod.recover(home(), run_id, err, force=force, from_scratch=from_scratch, same_vm=same_vm,
                         verify_steps=verify_steps, tolerance=tolerance, wait_timeout=wait_timeout)
@@ -50,7 +50,7 @@ COMMANDS = [recover]
 def drill(run_id: str, config_path: Path | None, steps: int | None, kill_at: int | None, tolerance: float,
           timeout: float) -> None:
     """Reference run vs. a run whose VM is destroyed mid-run and recovered; pass/fail."""
-    from glue.recovery import drill as drill_mod
+    from glue.operations.recovery import drill as drill_mod
 
     result = drill_mod.drill(home(), run_id, config_path, err, steps=steps, kill_at=kill_at, tolerance=tolerance,
                              timeout=timeout)
@@ -75,7 +75,7 @@ def advise(run_id: str | None, mtbf: float | None, restore_seconds: float | None
     from rich.table import Table
 
     from glue.errors import GlueError
-    from glue.recovery import advise as advise_mod
+    from glue.operations.recovery import advise as advise_mod
     from glue.runs.deploy import open_store
 
     if example:

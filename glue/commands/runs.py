@@ -85,7 +85,7 @@ def run_summary(report: monitor.Report) -> dict[str, Any]:
 
 
 def show_run(run_id: str, as_json: bool) -> None:
-    from glue.runs.verdict import run_verdict
+    from glue.runs.acceptance import run_verdict
 
     store = deploy_mod.open_store(home(), run_id)
     summary = run_summary(monitor.check(home(), store))

@@ -8,7 +8,7 @@ loss, heartbeat and metrics to the bucket. Standalone:
 Sized by config (d_model, n_layer, seq_len, batch_size) so it can be made to run out of memory.
 Under torchrun (WORLD_SIZE > 1) it trains data parallel (DDP; gloo on CPU, nccl on CUDA): every rank
 reads its own shard, and before the first step the ranks all-gather config hash, world size, code
-version and restored checkpoint step (glue.train.agreement) and stop on any difference.
+version and restored checkpoint step (glue.train.run.agreement) and stop on any difference.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from glue.examples.corpus import generate
 from glue.train import Checkpointer, ResumableSampler, RNGState, TrainState
-from glue.train.agreement import agree
-from glue.train.evaluation import load_eval_set, record_evaluation
-from glue.train.process_group import join, under_torchrun
+from glue.train.run.agreement import agree
+from glue.train.run.evaluation import load_eval_set, record_evaluation
+from glue.train.run.process_group import join, under_torchrun
 
 DEFAULTS: dict[str, Any] = {
     "steps": 100, "batch_size": 8, "seq_len": 64, "d_model": 64, "n_layer": 2, "n_head": 4, "dropout": 0.1,
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _deployed(args: argparse.Namespace, cfg: dict[str, Any]) -> int:
     """A run deployed by glue: the run's config, checkpointer, reports and outputs from its RunContext."""
-    from glue.train.run import RunContext
+    from glue.train.run.context import RunContext
 
     with RunContext.from_env() as ctx:
         own = {**ctx.config, **json.loads(args.config)}

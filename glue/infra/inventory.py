@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
+from glue.bucket_access import BucketInfo
 from glue.infra.ssh_keys import client_key, ssh_dir
-from glue.records import BucketInfo
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The memory limit a trial process runs under, so that "does not fit" is observable.
 
 Host memory (device cpu): a memory cgroup (v2, or v1 at /sys/fs/cgroup/memory) per trial, made by
-glue.train.supervise.MemoryLimit — the same limit `glue deploy --memory-limit-mb` puts on a
+glue.train.run.supervise.MemoryLimit — the same limit `glue deploy --memory-limit-mb` puts on a
 trainer, so an overrun is a SIGKILL with an `oom_kill` record, exactly as in the run. Without a
 writable cgroup (or with mechanism "rlimit") RLIMIT_AS caps the address space instead; that is
 virtual memory (torch alone maps ~0.7 GB), so the same number means less room.
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from glue.errors import GlueError
-from glue.train.supervise import MemoryLimit
+from glue.train.run.supervise import MemoryLimit
 
 MECHANISMS = ("auto", "cgroup", "rlimit")
 _seq = itertools.count(1)

@@ -1,7 +1,7 @@
 """`glue budget`: the projected cost of a whole run of N steps, failures included.
 
 With the run's measured step time s, checkpoint interval k steps, save stall C, restore R and mean time
-between failures M (all as `glue advise` measures them, glue/recovery/advise.py):
+between failures M (all as `glue advise` measures them, glue/operations/recovery/advise.py):
 
   train      = N · s                          the steps themselves
   saves      = floor(N / k) · C               checkpoint overhead
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from glue.errors import GlueError
-from glue.recovery import advise
+from glue.operations.recovery import advise
 from glue.report.cost import price_for
 from glue.runs.store import RunStore
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from glue.runs.acceptance import Verdict, evaluations, final_evaluation, judge, recorded_state, thresholds_of
 from glue.runs.store import RunStore, parse_iso
-from glue.runs.verdict import Verdict, evaluations, final_evaluation, judge, recorded_state, thresholds_of
 
 RECOVERY_VM_PHASES = ("provision", "configure", "verify", "prepare")  # the new VM bills from its creation to its start
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from glue.train.notice import PREEMPTED_EXIT
+from glue.train.run.notice import PREEMPTED_EXIT
 
 
 class Outcome(StrEnum):
@@ -89,7 +89,7 @@ class Evidence:
     storage_problem: str | None = None         # the run writes through /mnt/s3 and that mount is dead
     lost_vms: list[str] = field(default_factory=list)          # a group's VMs the backend reports gone
     failure_events: list[dict[str, Any]] = field(default_factory=list)  # across ranks, earliest (the cause) first
-    notice: dict[str, Any] | None = None       # the trainer's record of a termination notice (glue.train.notice)
+    notice: dict[str, Any] | None = None       # the trainer's record of a termination notice (glue.train.run.notice)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 
 from glue.cloud import get_backend
-from glue.cluster import state
+from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
@@ -51,16 +51,16 @@ def code_version() -> dict[str, Any]:
 
 def open_store(home: Path, run_id: str) -> RunStore:
     runconfig.check_run_id(run_id)  # before any bucket call: a bad id is a usage error, not an S3 one
-    cfg = state.ClusterConfig.load(home)
-    info = state.bucket_info(home)
+    cfg = current.ClusterConfig.load(home)
+    info = current.bucket_info(home)
     backend = get_backend(cfg.backend, home)
     return RunStore(info, backend.bucket_credentials(), run_id, refresh=backend.bucket_credentials)
 
 
 def all_run_ids(home: Path) -> list[str]:
     """Every run in the cluster's bucket."""
-    cfg = state.ClusterConfig.load(home)
-    return run_ids(state.bucket_info(home), get_backend(cfg.backend, home).bucket_credentials())
+    cfg = current.ClusterConfig.load(home)
+    return run_ids(current.bucket_info(home), get_backend(cfg.backend, home).bucket_credentials())
 
 
 def refuse_live_or_done(home: Path, store: RunStore) -> None:
@@ -318,7 +318,7 @@ def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.
         "GPUKIT_CREDENTIALS_FILE": remote.CREDENTIALS_PATH, "PYTHONUNBUFFERED": "1",
     }
     ds = rc.evaluation.dataset if rc.evaluation else None
-    if ds is not None:  # glue.train.evaluation.load_eval_set reads it, through the S3 API, and checks the pin
+    if ds is not None:  # glue.train.run.evaluation.load_eval_set reads it, through the S3 API, and checks the pin
         key = monitor.as_s3_prefix(ds.uri, store.info.name)
         env.update(GPUKIT_EVAL_URI=f"s3://{store.info.name}/{key}", GPUKIT_EVAL_SHA256=ds.sha256)
     if group.distributed and rdzv is None:
@@ -359,7 +359,7 @@ def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.
         spec_path = f"{sdir}/attempt-{attempt}.json"
         ssh.put_file(home, host, spec_path, json.dumps(spec).encode())
         py = shlex.quote(remote.python(host))
-        start = (f"mkdir -p {remote.SCRATCH} && cd {remote.SCRATCH} && setsid {py} -m glue.train.supervise "
+        start = (f"mkdir -p {remote.SCRATCH} && cd {remote.SCRATCH} && setsid {py} -m glue.train.run.supervise "
                  f"{shlex.quote(spec_path)} </dev/null >{sdir}/supervisor-{attempt}.log 2>&1 &")
         res = ssh.run(home, host, start, timeout=30)
         if res.exit_code != 0:

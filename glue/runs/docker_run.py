@@ -7,7 +7,7 @@ from pathlib import Path
 from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.runs import remote
-from glue.train.notice import DEFAULT_NOTICE_FILE, NOTICE_FILE_ENV
+from glue.train.run.notice import DEFAULT_NOTICE_FILE, NOTICE_FILE_ENV
 from glue.train.workspace.paths import CONTAINER_WORKDIR
 
 # True when the VM has an NVIDIA GPU the container can be given: the driver answers, or its device exists.

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from glue.records import BucketCredentials, BucketInfo
+from glue.bucket_access import BucketCredentials, BucketInfo
+from glue.runs.acceptance import run_verdict, thresholds_of
 from glue.runs.store import RunStore, run_ids
-from glue.runs.verdict import run_verdict, thresholds_of
 
 
 @dataclass

@@ -14,7 +14,7 @@ contender computes the same winner from the same listing; a claim that lands aft
 listed is later by the server's clock and loses.
 
 The lease keeps controllers apart. The trainer is fenced separately: before each checkpoint commit it
-checks that no newer attempt of its run exists (glue.train.fence), so an attempt that was replaced
+checks that no newer attempt of its run exists (glue.train.checkpoint.fence), so an attempt that was replaced
 while paused can never commit again.
 """
 

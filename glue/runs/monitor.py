@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from glue.cloud import get_backend
-from glue.cluster import state
+from glue.cluster import credentials as cluster_credentials
+from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
@@ -26,7 +27,7 @@ from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.train.layout import exit_key
 
 if TYPE_CHECKING:
-    from glue.train.storage import Storage
+    from glue.train.storage.target import Storage
 
 
 @dataclass
@@ -65,7 +66,7 @@ def nodes_of(attempt: dict[str, Any]) -> list[dict[str, Any]]:
 
 def host_for(home: Path, node: dict[str, Any]) -> Host | None:
     """The inventory host of an attempt's (or node's) VM, if that very VM is still in the cluster."""
-    for h in state.hosts(home):
+    for h in current.hosts(home):
         if h.name == node.get("vm") and h.id == node.get("vm_id"):
             return h
     return None
@@ -204,7 +205,7 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
 def checkpoint_storage(store: RunStore, manifest: dict[str, Any]) -> Storage | None:
     """The run's checkpoint target in the bucket, as the trainer's own storage layer sees it (None: the
     target is not in the bucket)."""
-    from glue.train.storage import open_target
+    from glue.train.storage.target import open_target
 
     prefix = as_s3_prefix(manifest["checkpoint"]["target"], store.info.name)
     if prefix is None:
@@ -216,7 +217,7 @@ def checkpoint_storage(store: RunStore, manifest: dict[str, Any]) -> Storage | N
 
 def last_valid_checkpoint(store: RunStore, manifest: dict[str, Any], deep: bool = False) -> int | None:
     """Newest checkpoint step whose COMMIT.json and objects check out (sizes; sha256 when deep)."""
-    from glue.train.ckpt_format import check_checkpoints
+    from glue.train.checkpoint.format import check_checkpoints
 
     storage = checkpoint_storage(store, manifest)
     if storage is None:
@@ -254,7 +255,7 @@ def trainer_started(attempt: dict[str, Any], heartbeat: dict[str, Any] | None) -
 
 def _check(home: Path, store: RunStore, record_incident: bool, unreachable: frozenset[str]) -> Report:
     manifest = store.manifest()
-    state.refresh_credentials(home)  # a watched run must not lose the bucket when credentials expire
+    cluster_credentials.refresh(home)  # a watched run must not lose the bucket when credentials expire
     attempts = store.attempts()
     if not attempts:
         raise GlueError(f"run {store.run!r} has no attempts")

@@ -10,7 +10,7 @@ from typing import Any
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
-from glue.train.credentials import TRAINER_FILE
+from glue.train.storage.credentials import TRAINER_FILE
 
 RUN_STATE_ROOT = "/run/gpukit/runs"        # tmpfs on the VM: launch specs (0600), pids, local log
 CREDENTIALS_PATH = TRAINER_FILE
@@ -36,7 +36,7 @@ def python(host: Host) -> str:
 
 
 def env_info(home: Path, host: Host) -> dict[str, Any]:
-    res = ssh.run(home, host, f"{shlex.quote(python(host))} -m glue.train.envinfo", timeout=120)
+    res = ssh.run(home, host, f"{shlex.quote(python(host))} -m glue.train.run.envinfo", timeout=120)
     if res.exit_code != 0:
         raise GlueError(f"{host.name}: the trainer runtime does not start ({res.stderr.strip().splitlines()[-1:]}); "
                         "re-run the playbook with `glue up`")

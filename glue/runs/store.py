@@ -12,8 +12,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.errors import GlueError
-from glue.records import BucketCredentials, BucketInfo
 from glue.storage import bucket as bucket_store
 from glue.train import layout
 from glue.train.layout import heartbeat_key

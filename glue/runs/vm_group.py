@@ -1,7 +1,7 @@
 """A multi-VM run: which VMs form the group, where they meet, and the torchrun command each one runs.
 
 Node 0 (the head) hosts the c10d rendezvous store, bound to its address towards the group (see
-glue.train.process_group); glue picks that address and a free port on it.
+glue.train.run.process_group); glue picks that address and a free port on it.
 Every node runs `torchrun --nnodes=N --nproc-per-node=G --rdzv-backend=c10d --max-restarts=R` under
 its own supervisor; torchrun restarts all workers of the group together when one fails, and the
 restarted workers resume from the last valid checkpoint (TORCHELASTIC_RESTART_COUNT > 0).
@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from glue.cluster import state
+from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
@@ -83,11 +83,11 @@ class Rendezvous:
 
 def pick_hosts(home: Path, vm: str | None, nodes: int) -> list[Host]:
     """One VM (--vm or the first) for a single-node run; the first N VMs (name order) for N nodes."""
-    hosts = state.hosts(home)
+    hosts = current.hosts(home)
     if not hosts:
         raise GlueError("no VMs in the cluster; run `glue up` first")
     if nodes == 1:
-        return [state.host(home, vm) if vm else hosts[0]]
+        return [current.host(home, vm) if vm else hosts[0]]
     if vm:
         raise GlueError("--vm picks the VM of a single-node run; a run with --nodes N uses the first N VMs")
     if len(hosts) < nodes:
@@ -134,10 +134,10 @@ def torchrun_argv(python: str, argv: list[str], spec: GroupSpec, rdzv: Rendezvou
     """The user's command under torchrun on node `node`.
 
     torch's own rendezvous host would listen on every interface of the head, unauthenticated. Instead
-    the head runs torchrun's agent under glue.train.process_group, which serves the store bound to
+    the head runs torchrun's agent under glue.train.run.process_group, which serves the store bound to
     the group's address only (loopback on the local backend); every agent, the head's too, is a client.
     """
-    host = [python, "-m", "glue.train.process_group", f"--host-store={rdzv.endpoint}", "--"]
+    host = [python, "-m", "glue.train.run.process_group", f"--host-store={rdzv.endpoint}", "--"]
     launcher = [
         *(host if node == 0 else [python, "-m", "torch.distributed.run"]),
         f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.procs_per_node}",

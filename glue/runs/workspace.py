@@ -21,7 +21,7 @@ from glue.infra.inventory import Host
 from glue.runs import remote
 from glue.runs.store import RunStore
 from glue.storage import bucket as bucket_store
-from glue.train.credentials import credentials_doc
+from glue.train.storage.credentials import credentials_doc
 from glue.train.workspace.paths import CONTAINER_WORKDIR
 from glue.workdir import plan as wplan
 from glue.workdir import ship as ship_mod

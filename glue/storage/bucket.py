@@ -17,8 +17,8 @@ from botocore.exceptions import (
     ResponseStreamingError,
 )
 
-from glue.records import BucketCredentials, BucketInfo
-from glue.train import s3_errors
+from glue.bucket_access import BucketCredentials, BucketInfo
+from glue.train.storage import s3_errors
 
 
 def client(info: BucketInfo, creds: BucketCredentials, timeout: float = 10.0, checksums: bool = True) -> Any:

@@ -1,7 +1,7 @@
 """Runs on the VM: checkpoints, state, heartbeat. Imports nothing from glue.infra / glue.cloud.
 
 The names below load on first use: the controller's CLI imports light modules of this package
-(glue.train.layout, glue.train.supervise) and must not pay for importing torch on every command.
+(glue.train.layout, glue.train.run.supervise) and must not pay for importing torch on every command.
 """
 
 from __future__ import annotations
@@ -10,8 +10,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from glue.train.checkpoint import Checkpointer, RestoreReport, Stateful
-    from glue.train.ckpt_format import CheckpointStatus, Commit, ObjectRef, Problem, check_checkpoints
+    from glue.train.checkpoint.checkpointer import Checkpointer, RestoreReport, Stateful
+    from glue.train.checkpoint.fence import FencedError
+    from glue.train.checkpoint.format import (
+        CheckpointStatus,
+        Commit,
+        ObjectRef,
+        Problem,
+        check_checkpoints,
+        validate_checkpoints,
+    )
+    from glue.train.data.loader import LoaderRNG, ResumableLoader, WorkerRNG
+    from glue.train.data.sampler import ResumableSampler
     from glue.train.errors import (
         CheckpointError,
         CorruptCheckpointError,
@@ -22,26 +32,28 @@ if TYPE_CHECKING:
         StorageError,
         TargetError,
     )
-    from glue.train.evaluation import EvalSetError, load_eval_set, record_evaluation
-    from glue.train.fence import FencedError
-    from glue.train.loader import LoaderRNG, ResumableLoader, WorkerRNG
-    from glue.train.retry import RetryPolicy
-    from glue.train.sampler import ResumableSampler
-    from glue.train.state import RNGState, TrainState
-    from glue.train.storage import Storage, open_target
+    from glue.train.loop_state import RNGState, TrainState
+    from glue.train.run.agreement import agree
+    from glue.train.run.context import RunContext
+    from glue.train.run.evaluation import EvalSetError, load_eval_set, record_evaluation
+    from glue.train.storage.retry import RetryPolicy
+    from glue.train.storage.target import Storage, open_target
 
 _WHERE = {
-    "checkpoint": ("Checkpointer", "RestoreReport", "Stateful"),
+    "checkpoint.checkpointer": ("Checkpointer", "RestoreReport", "Stateful"),
     "errors": ("CheckpointError", "CorruptCheckpointError", "NoValidCheckpointError", "ObjectMissingError",
                "SaveFailedError", "StateMismatchError", "StorageError", "TargetError"),
-    "evaluation": ("EvalSetError", "load_eval_set", "record_evaluation"),
-    "fence": ("FencedError",),
-    "ckpt_format": ("CheckpointStatus", "Commit", "ObjectRef", "Problem", "check_checkpoints"),
-    "loader": ("LoaderRNG", "ResumableLoader", "WorkerRNG"),
-    "sampler": ("ResumableSampler",),
-    "state": ("RNGState", "TrainState"),
-    "retry": ("RetryPolicy",),
-    "storage": ("Storage", "open_target"),
+    "run.evaluation": ("EvalSetError", "load_eval_set", "record_evaluation"),
+    "checkpoint.fence": ("FencedError",),
+    "checkpoint.format": ("CheckpointStatus", "Commit", "ObjectRef", "Problem", "check_checkpoints",
+                          "validate_checkpoints"),
+    "data.loader": ("LoaderRNG", "ResumableLoader", "WorkerRNG"),
+    "data.sampler": ("ResumableSampler",),
+    "loop_state": ("RNGState", "TrainState"),
+    "storage.retry": ("RetryPolicy",),
+    "storage.target": ("Storage", "open_target"),
+    "run.context": ("RunContext",),
+    "run.agreement": ("agree",),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 
@@ -51,14 +63,6 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'glue.train' has no attribute {name!r}")
     return getattr(importlib.import_module(f"glue.train.{module}"), name)
-
-
-def validate_checkpoints(target: str, *, deep: bool = True, **target_args: object) -> list[CheckpointStatus]:
-    """List and validate every checkpoint under a target (`glue recover` uses this), newest first."""
-    from glue.train.ckpt_format import check_checkpoints
-    from glue.train.storage import open_target
-
-    return check_checkpoints(open_target(target, **target_args), deep=deep)  # type: ignore[arg-type]
 
 
 __all__ = [
@@ -79,6 +83,7 @@ __all__ = [
     "ResumableLoader",
     "ResumableSampler",
     "RetryPolicy",
+    "RunContext",
     "SaveFailedError",
     "StateMismatchError",
     "Stateful",
@@ -87,6 +92,7 @@ __all__ = [
     "TargetError",
     "TrainState",
     "WorkerRNG",
+    "agree",
     "check_checkpoints",
     "load_eval_set",
     "open_target",

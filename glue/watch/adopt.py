@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from glue.runs import lease, monitor
 from glue.runs.store import RunStore
-from glue.watch.state import WatchState
+from glue.watch.watch_state import WatchState
 
 LEFT_ALONE = "before a watcher saw the run"  # a watcher of every run leaves such a run alone
 

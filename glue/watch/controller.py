@@ -3,7 +3,7 @@
 One poll of one run:
   fast path   single-node attempt, its VM there, a heartbeat on time, step younger than the stall
               timeout, no exit record -> running, without SSH or reading logs. A late heartbeat starts
-              an SSH probe in the background (glue.watch.probe); while it has not been answered the
+              an SSH probe in the background (glue.watch.ssh_probe); while it has not been answered the
               run counts as running, and the watcher polls again when its window closes, so a VM the
               backend still reports but that does not answer is lost by monitor.lost_after_seconds
               after its last heartbeat
@@ -28,10 +28,10 @@ from typing import Any
 from rich.console import Console
 
 from glue.cloud import get_backend
-from glue.cluster import state as cluster_state
+from glue.cluster import credentials as cluster_credentials
 from glue.errors import GlueError
-from glue.recovery import phases
-from glue.recovery import recover as recover_mod
+from glue.operations.recovery import phases
+from glue.operations.recovery import recover as recover_mod
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import lease, monitor
@@ -39,9 +39,9 @@ from glue.runs.classify import Outcome
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.train.layout import exit_key
 from glue.watch import interrupted, notify, policy
-from glue.watch import probe as probe_mod
+from glue.watch import ssh_probe as probe_mod
 from glue.watch.adopt import adopt
-from glue.watch.state import Row, WatchState, describe, record_budget_incident
+from glue.watch.watch_state import Row, WatchState, describe, record_budget_incident
 
 
 def _age_s(ts: str | None) -> float | None:
@@ -93,7 +93,7 @@ class Watcher:
         rows: list[Row] = []
         self.wake_at = None
         try:
-            cluster_state.refresh_credentials(self.home)  # with nothing else polling, credentials still follow
+            cluster_credentials.refresh(self.home)  # with nothing else polling, credentials still follow
             names = list(self.runs) or self._all_runs()
         except GlueError as exc:
             return [Row(run="*", state="error", note=str(exc))]
@@ -176,7 +176,7 @@ class Watcher:
     def _verify_interrupted(self, store: RunStore, rc: runconfig.RunConfig, started: float | None,
                             st: WatchState) -> str | None:
         """The resume check of a recovery whose watcher died after the new attempt started (the same
-        check as `glue recover`'s, glue.recovery.resume_check), once the attempt passed the plan's step.
+        check as `glue recover`'s, glue.operations.recovery.resume_check), once the attempt passed the plan's step.
         A failed check is a bad restart: the attempt is stopped, an incident recorded, the run stopped
         and `bad_restart` notified. Returns what it waits for, or None."""
         plan = dict(st.resume_plan or {})

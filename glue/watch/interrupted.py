@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from glue.recovery import phases
-from glue.recovery.resume_check import ResumeCheck, check_all_ranks, merged_metrics
+from glue.operations.recovery import phases
+from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, merged_metrics
 from glue.runs.store import RunStore, utc_iso
 from glue.train.layout import exit_key
 

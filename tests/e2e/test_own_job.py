@@ -88,7 +88,7 @@ def test_own_project_recovers_from_the_bucket_after_the_local_copy_is_gone(clust
         assert "probe dependency: from-the-wheelhouse" in log and "edited" not in log
         assert status(fast, "own")["state"] in ("running", "completed")
     finally:
-        fast.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "glue.train.supervise", check=False)
+        fast.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "glue.train.run.supervise", check=False)
 
 
 def test_a_changed_package_in_the_bucket_is_refused_before_an_attempt_starts(cluster_kit: Kit, tmp_path: Path) -> None:
@@ -114,4 +114,4 @@ def test_a_changed_package_in_the_bucket_is_refused_before_an_attempt_starts(clu
         assert bucket_store.read_json(client, "gpukit", "runs/tampered/attempts/2.json") is None  # nothing started
         assert st["attempt"] == 1
     finally:
-        fast.glue("ssh", "gpukit-1", "--", "pkill", "-9", "-f", "glue.train.supervise", check=False)
+        fast.glue("ssh", "gpukit-1", "--", "pkill", "-9", "-f", "glue.train.run.supervise", check=False)

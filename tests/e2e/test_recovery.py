@@ -14,7 +14,7 @@ import pytest
 
 from glue.cloud.local.backend import LocalBackend
 from glue.cloud.local.bucket import LocalBucket
-from glue.cluster import state
+from glue.cluster import current
 from glue.runs import guard
 from glue.storage import bucket as bucket_store
 from tests.integration.test_runs import here, run_config, s3, wait_for
@@ -56,7 +56,7 @@ def test_recover_refuses_oom_and_healthy_runs(cluster_kit: Kit, tmp_path: Path) 
         assert res.returncode != 0 and "healthy is still running" in res.stderr
         assert vm_id(fast, "gpukit-2") == before
     finally:
-        fast.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "glue.train.supervise")
+        fast.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "glue.train.run.supervise")
 
 
 def test_recover_bad_input(cluster_kit: Kit, tmp_path: Path) -> None:
@@ -109,7 +109,8 @@ def test_make_demo_passes_and_records_the_recovery(tmp_path: Path) -> None:
     env = {**os.environ, "GPUKIT_HOME": str(tmp_path / "home")}
     demo_home = tmp_path / "home" / "demo"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "glue.recovery.demo"], env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "glue.operations.recovery.demo"], env=env, capture_output=True,
+                          text=True,
                           timeout=900)
     try:
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -185,7 +186,7 @@ def test_two_recovers_of_one_run_start_exactly_one_attempt(cluster_kit: Kit, tmp
             assert attempts == [f"{n}.json" for n in range(1, attempt + 2)], attempts
     finally:
         for vm in ("gpukit-1", "gpukit-2"):
-            fast.glue("ssh", vm, "--", "pkill", "-9", "-f", "glue.train.supervise", check=False)
+            fast.glue("ssh", vm, "--", "pkill", "-9", "-f", "glue.train.run.supervise", check=False)
 
 
 # Under systemd the gpukit-mount unit would clean up and restart a killed rclone 5 s later; for a mount
@@ -223,7 +224,7 @@ def test_rclone_killed_under_the_mount_is_storage_lost_though_the_unit_brought_i
         assert st["state"] == "storage_lost", (st, st.get("incident") and
                                                bucket_json(fast, f"runs/rclone-killed/{st['incident']}"))
         # The evidence once the mount is back (the trainer's error alone may be a bare ENOENT under /mnt/s3).
-        host = state.host(kit.home, "gpukit-1")
+        host = current.host(kit.home, "gpukit-1")
         deadline = time.monotonic() + 60
         while (said := guard.mount_restarted_since(kit.home, host, killed_at - 1)) is None:
             assert time.monotonic() < deadline, "the unit never restarted the mount"
@@ -231,7 +232,7 @@ def test_rclone_killed_under_the_mount_is_storage_lost_though_the_unit_brought_i
         assert "the bucket mount at /mnt/s3 on gpukit-1 restarted during the attempt (its rclone died" in said
         assert guard.mount_restarted_since(kit.home, host, time.time() + 1) is None
     finally:
-        fast.glue("ssh", "gpukit-1", "--", "pkill", "-9", "-f", "glue.train.supervise", check=False)
+        fast.glue("ssh", "gpukit-1", "--", "pkill", "-9", "-f", "glue.train.run.supervise", check=False)
         deadline = time.monotonic() + 60  # the unit remounts within seconds: the tests after this one need it
         while fast.glue("ssh", "gpukit-1", "--", "sh", "-c", "findmnt -n /mnt/s3 && stat /mnt/s3",
                         check=False).returncode != 0:
@@ -263,6 +264,6 @@ def test_a_mount_lost_mid_run_is_storage_lost_and_recovers_without_force(cluster
         assert "resume verified" in " ".join(res.stderr.split()) + " ".join(res.stdout.split()), res.stderr
     finally:
         for vm in ("gpukit-1", "gpukit-2"):
-            fast.glue("ssh", vm, "--", "pkill", "-9", "-f", "glue.train.supervise", check=False)
+            fast.glue("ssh", vm, "--", "pkill", "-9", "-f", "glue.train.run.supervise", check=False)
         if fast.glue("ssh", "gpukit-2", "--", "stat", "/mnt/s3", check=False).returncode != 0:
             kit.glue("up", timeout=600)  # remount for the tests after this one (recover gave a new VM otherwise)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from glue.bucket_access import BucketInfo
 from glue.cloud.local.bucket import LocalBucket
-from glue.records import BucketInfo
 from glue.runs import gate
 from tests.integration.test_runs import here, run_config, s3
 

@@ -183,7 +183,7 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
         watchers.stop_all()
         for k in json.loads(kit.glue("status", "--json", check=False).stdout or "{}").get("kept", []):
             backend.delete_vm(k["id"])
-        kit.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "glue.train.supervise", check=False)
+        kit.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "glue.train.run.supervise", check=False)
         if os.environ.get("GPUKIT_TEST_VERBOSE"):
             print(logs)
 

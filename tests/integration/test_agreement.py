@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from glue.train.agreement import AgreementError, agree
+from glue.train.run.agreement import AgreementError, agree
 from tests.integration.test_ckpt_ddp import _free_port
 from tests.integration.test_ckpt_toy import fresh_context
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from glue.records import BucketCredentials, BucketInfo
+from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.storage import bucket
-from glue.train.retry import RetryPolicy
-from glue.train.s3_client import make_s3_client
-from glue.train.s3_storage import S3Storage
+from glue.train.storage.retry import RetryPolicy
+from glue.train.storage.s3 import S3Storage
+from glue.train.storage.s3_client import make_s3_client
 from tests.conftest import BucketHandle
 
 BODY = b'{"step": 7}'

@@ -20,7 +20,7 @@ TRAINER = """
 import time
 import torch
 from glue.train import TrainState
-from glue.train.run import RunContext
+from glue.train.run.context import RunContext
 
 with RunContext.from_env() as ctx:
     ck = ctx.checkpointer(handle_sigterm=False)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from glue.train import Checkpointer, open_target
-from glue.train.ckpt_format import list_steps
+from glue.train.checkpoint.format import list_steps
 from tests.integration.test_ckpt_toy import (
     S3Conn,
     Toy,

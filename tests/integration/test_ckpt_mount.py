@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from glue.train import TrainState, validate_checkpoints
-from glue.train.mount import bucket_url
-from glue.train.run import RunContext
+from glue.train.run.context import RunContext
+from glue.train.storage.mount import bucket_url
 
 
 def _env(bucket: Any, tmp_path: Path, run: str) -> dict[str, str]:

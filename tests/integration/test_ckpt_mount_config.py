@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from glue.train import Checkpointer, TrainState
-from glue.train.mount_config import mounted_bucket, resolve
+from glue.train.storage.mount_config import mounted_bucket, resolve
 from tests.conftest import BucketHandle
 
 

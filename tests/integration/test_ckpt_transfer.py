@@ -14,8 +14,8 @@ import torch
 from boto3.s3.transfer import TransferConfig
 
 from glue.train import Checkpointer, TrainState
-from glue.train.s3_client import make_s3_client
-from glue.train.s3_storage import S3Storage
+from glue.train.storage.s3 import S3Storage
+from glue.train.storage.s3_client import make_s3_client
 
 MiB = 1024 * 1024
 PART = 5 * MiB  # the smallest part S3 accepts

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from glue.bucket_access import BucketInfo
 from glue.cloud.local.bucket import LocalBucket
-from glue.records import BucketInfo
 from glue.storage import bucket as bucket_store
 
 from .conftest import Kit
@@ -111,7 +111,7 @@ def test_the_terraform_module_validates_its_variables_too(kit: Kit, vms: int, pr
     """For whoever drives terraform/ without glue: the module's own validation blocks."""
     from rich.console import Console
 
-    from glue.cluster.state import ClusterConfig, tf_vars
+    from glue.cluster.current import ClusterConfig, tf_vars
     from glue.errors import GlueError
     from glue.infra.terraform import Terraform
 

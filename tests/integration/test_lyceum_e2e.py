@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from glue.bucket_access import BucketInfo
 from glue.cloud.lyceum.backend import LyceumBackend
-from glue.records import BucketInfo
 from glue.storage import bucket as bucket_store
 from tests.lyceum_emulator import Emulator
 
@@ -177,7 +177,8 @@ def test_demo_on_the_lyceum_backend(kit: Kit, emu: Emulator) -> None:
     group_vars = kit.home / "demo" / "ansible" / "group_vars"  # as docs/lyceum.md says: machines, no firewall
     group_vars.mkdir(parents=True)
     (group_vars / "all.yml").write_text("group_firewall_enabled: false\n")
-    res = subprocess.run([sys.executable, "-m", "glue.recovery.demo"], env=env, capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-m", "glue.operations.recovery.demo"], env=env, capture_output=True,
+                         text=True,
                          timeout=1800, stdin=subprocess.DEVNULL)
     assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     assert "PASS" in res.stderr

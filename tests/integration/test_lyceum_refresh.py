@@ -13,7 +13,7 @@ import pytest
 
 from glue.cloud.lyceum.api import LyceumClient
 from glue.cloud.lyceum.backend import LyceumBackend
-from glue.cluster import state
+from glue.cluster import current
 from glue.cluster.credentials import MOUNT_SCRIPT, RCLONE_CONF, TRAINER_FILE, push_if_refreshed
 from glue.infra import ssh
 from tests.lyceum_emulator import Emulator
@@ -34,7 +34,7 @@ def emu(tmp_path: Path) -> Iterator[Emulator]:
 def test_vm_copies_follow_refreshed_credentials(kit: Kit, emu: Emulator) -> None:
     env = {**kit.env, **emu.env(), "LYCEUM_HARDWARE_PROFILE": "cpu", "LYCEUM_POLL_INTERVAL": "0.2"}
     kit.glue("up", "--backend", "lyceum", "--vms", "1", "--no-configure", env=env)
-    [host] = state.hosts(kit.home)
+    [host] = current.hosts(kit.home)
     backend = LyceumBackend(kit.home, client=LyceumClient(emu.api_key, emu.url))
     info = backend.bucket()
 

@@ -104,7 +104,8 @@ def test_demo_with_the_ubuntu_user(kit: Kit, tmp_path: Path) -> None:
 
 def _demo(kit: Kit, emu: Emulator) -> None:
     env = lyceum_env(kit, emu, BACKEND="lyceum")
-    res = subprocess.run([sys.executable, "-m", "glue.recovery.demo"], env=env, capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-m", "glue.operations.recovery.demo"], env=env, capture_output=True,
+                         text=True,
                          timeout=1800, stdin=subprocess.DEVNULL)
     assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
     assert "PASS" in res.stderr

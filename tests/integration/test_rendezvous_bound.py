@@ -21,7 +21,7 @@ from glue.runs.vm_group import GroupSpec, Rendezvous, node_env, torchrun_argv
 WORKER = """
 import sys, time, pathlib
 import torch, torch.distributed as dist
-from glue.train import process_group
+from glue.train.run import process_group
 gen = process_group.join()
 out = pathlib.Path(sys.argv[1])
 (out / f"ready-{dist.get_rank()}").write_text(str(gen))

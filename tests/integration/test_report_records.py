@@ -21,10 +21,10 @@ from glue.errors import GlueError
 from glue.report import compare, cost, facts, html
 from glue.runs import config as runconfig
 from glue.runs import deploy, gate
+from glue.runs.acceptance import run_verdict
 from glue.runs.store import RunStore
-from glue.runs.verdict import run_verdict
-from glue.train.evaluation import EvalSetError, load_eval_set, record_evaluation
-from glue.train.storage import open_target
+from glue.train.run.evaluation import EvalSetError, load_eval_set, record_evaluation
+from glue.train.storage.target import open_target
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ import torch
 from boto3.s3.transfer import TransferConfig
 
 from glue.train import Checkpointer, TrainState
-from glue.train.buffers import BlobReader
-from glue.train.ckpt_format import ObjectRef
-from glue.train.load_states import deserialize
+from glue.train.checkpoint.format import ObjectRef
+from glue.train.checkpoint.load import deserialize
+from glue.train.storage.buffers import BlobReader
 
 MiB = 1024 * 1024
 PART = 5 * MiB

@@ -402,7 +402,7 @@ def test_a_run_left_alone_by_a_watcher_of_every_run_is_taken_on_when_named(clust
     alone; `glue watch --run X` takes such a run on (also after a watcher of every run left it alone)."""
     from glue.runs.deploy import open_store
     from glue.watch.adopt import adopt
-    from glue.watch.state import WatchState
+    from glue.watch.watch_state import WatchState
 
     kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
@@ -426,8 +426,8 @@ def test_a_watcher_whose_recovery_resumes_wrongly_stops_the_run_as_a_bad_restart
     checkpoints the wrong resume wrote are marked rejected, so no later resume starts from them."""
     from glue.runs import monitor
     from glue.runs.deploy import open_store
-    from glue.train.ckpt_format import REJECTED, list_steps
-    from glue.watch.state import WatchState
+    from glue.train.checkpoint.format import REJECTED, list_steps
+    from glue.watch.watch_state import WatchState
 
     kit, fast = cluster_kit, here(cluster_kit)
     # Attempt 1 holds after step 27 (as `glue drill` holds its victim): killed there, it leaves checkpoint 25
@@ -465,7 +465,7 @@ def test_a_watcher_killed_after_recording_the_new_attempt_is_retried_on_its_budg
     """docs/watch.md: a watcher killed mid-recovery before the new attempt started leaves a retry to the next
     watcher, on the budget already spent; also when it had recorded the new attempt but not its trainer."""
     from glue.runs.deploy import open_store
-    from glue.watch.state import WatchState
+    from glue.watch.watch_state import WatchState
 
     kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 60, "step_sleep": 0.1, "checkpoint_interval": 10},

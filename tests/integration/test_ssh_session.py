@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from glue.cluster import state
+from glue.cluster import current
 from glue.infra import ssh
 from tests.kit import Kit
 
@@ -17,14 +17,14 @@ PARENT = "ps -o ppid= -p $$"
 
 
 def _parents(kit: Kit, n: int) -> list[str]:
-    host = state.hosts(kit.home)[0]
+    host = current.hosts(kit.home)[0]
     return [ssh.run(kit.home, host, PARENT).stdout.strip() for _ in range(n)]
 
 
 def test_commands_in_a_session_share_one_connection(cluster_kit: Kit) -> None:
     with ssh.session():
         inside = _parents(cluster_kit, 3)
-        host = state.hosts(cluster_kit.home)[0]
+        host = current.hosts(cluster_kit.home)[0]
         ssh.put_file(cluster_kit.home, host, "/tmp/gpukit-session-probe", b"x")
         assert ssh.reachable(cluster_kit.home, host)
         inside += _parents(cluster_kit, 1)
@@ -36,7 +36,7 @@ def test_commands_in_a_session_share_one_connection(cluster_kit: Kit) -> None:
 
 
 def test_a_connection_that_died_is_replaced_within_the_session(cluster_kit: Kit) -> None:
-    host = state.hosts(cluster_kit.home)[0]
+    host = current.hosts(cluster_kit.home)[0]
     with ssh.session():
         first = ssh.run(cluster_kit.home, host, PARENT).stdout.strip()
         # Kill this connection's sshd from inside it: the next command must reconnect, not fail.

@@ -1,5 +1,5 @@
 """A watcher that died mid-recovery after the new attempt started: the next watcher checks that resume as
-`glue recover` would have (glue.recovery.resume_check), records the verdict, and stops a wrong one as a
+`glue recover` would have (glue.operations.recovery.resume_check), records the verdict, and stops a wrong one as a
 bad restart with an incident and a notification. Real bucket (rclone), records as the trainer and
 recover write them; no VMs (the monitor's check and the kill of the bad attempt are stood in for)."""
 
@@ -22,7 +22,7 @@ from glue.runs.monitor import Report
 from glue.runs.store import RunStore, utc_iso
 from glue.watch import controller
 from glue.watch.controller import Watcher
-from glue.watch.state import WatchState
+from glue.watch.watch_state import WatchState
 from tests.conftest import BucketHandle
 
 pytestmark = pytest.mark.integration

@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from glue.recovery import advise
-from glue.recovery.resume_check import check_resume
+from glue.operations.recovery import advise
+from glue.operations.recovery.resume_check import check_resume
 
 
 def test_young_and_daly() -> None:

@@ -9,8 +9,8 @@ from glue.runs.classify import Evidence, Outcome, classify
 from glue.runs.monitor import NodeState, combine
 from glue.runs.timeline import Event, order
 from glue.runs.vm_group import GroupSpec, Rendezvous, node_env, torchrun_argv
-from glue.train.agreement import config_hash, find_mismatch
 from glue.train.layout import error_key, metrics_key
+from glue.train.run.agreement import config_hash, find_mismatch
 
 T0 = "2026-11-30T01:00:00.000000Z"
 
@@ -115,7 +115,7 @@ def test_torchrun_command_per_node() -> None:
     rdzv = Rendezvous("10.0.0.5", 29400, ("10.0.0.5", "10.0.0.6"), ("eth0", "eth1"))
     head = torchrun_argv("/v/bin/python", ["/v/bin/python", "-m", "pkg.train", "--lr", "1"], spec, rdzv, 0, "r", 3)
     # the head serves the rendezvous store bound to its group address; every agent is a client
-    assert head[:5] == ["/v/bin/python", "-m", "glue.train.process_group", "--host-store=10.0.0.5:29400", "--"]
+    assert head[:5] == ["/v/bin/python", "-m", "glue.train.run.process_group", "--host-store=10.0.0.5:29400", "--"]
     assert {"--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.5:29400",
             "--rdzv-id=r-3", "--max-restarts=3", "--local-addr=10.0.0.5"} <= set(head)
     assert head[-4:] == ["-m", "pkg.train", "--lr", "1"] and any("is_host=0" in a for a in head)

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import yaml
 
+from glue.bucket_access import BucketInfo
 from glue.infra import inventory
-from glue.records import BucketInfo
 
 OUTPUTS = {
     "vms": {

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
+from glue.bucket_access import BucketCredentials
 from glue.cloud.lyceum import bucket as lyceum_creds
 from glue.cloud.lyceum.api import LyceumClient, RetryPolicy
 from glue.cloud.lyceum.backend import LyceumBackend
-from glue.records import BucketCredentials
 from glue.storage import bucket as bucket_store
-from glue.train.storage import open_target
+from glue.train.storage.target import open_target
 from tests.lyceum_emulator import Emulator
 
 TTL = 1.5

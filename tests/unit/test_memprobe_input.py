@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 
 from glue.cli import cli
 from glue.errors import GlueError
-from glue.memprobe import probe, source
+from glue.memprobe import investigate, source
 
 RUN_YAML = "command: [python, -m, glue.examples.tiny_gpt]\nconfig: {batch_size: 4, seq_len: 16, d_model: 16}\n"
 QUICK = ["--range", "1:2", "--no-breakdown", "--trial-steps", "1", "--limit-mechanism", "rlimit"]
@@ -157,7 +157,7 @@ def test_probe_run_checks_remedies_at_itself() -> None:
     cfg = source.trainer_config({}, {})
     for bad in (0, -3):
         with pytest.raises(GlueError, match="--remedies-at"):
-            probe.run(cfg, probe.Options(remedies_at=bad, ranges={"batch_size": (1, 1)}, breakdown=False,
+            investigate.run(cfg, investigate.Options(remedies_at=bad, ranges={"batch_size": (1, 1)}, breakdown=False,
                                          trial_steps=1, mechanism="rlimit", remedies=("bf16",)))
 
 

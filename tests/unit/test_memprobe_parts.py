@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from glue.errors import GlueError
-from glue.memprobe import measure, probe, remedies, source
+from glue.memprobe import investigate, measure, remedies, source
 from glue.memprobe.worker import Trial, run
 
 
@@ -77,7 +77,7 @@ def test_findings_say_when_even_the_smallest_input_does_not_fit() -> None:
                       "smallest_fail": 1, "largest_fit": None, "highest_value": 64,
                       "trials": [{"rss_base_mb": 230.0}]}],
     }
-    [line] = probe.findings(report, probe.Options(memory_limit_mb=350))
+    [line] = investigate.findings(report, investigate.Options(memory_limit_mb=350))
     assert "even batch_size=1 does not fit" in line and "200.0 MB" in line and "cannot help" in line
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from glue.recovery.recover import print_table
+from glue.operations.recovery.recover import print_table
 
 
 def _printed(**over: Any) -> str:

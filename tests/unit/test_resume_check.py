@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from glue.recovery.resume_check import check_resume, merged_metrics, rank_upto
+from glue.operations.recovery.resume_check import check_resume, merged_metrics, rank_upto
 
 
 def _steps(lo: int, hi: int, shift: float = 0.0) -> dict[int, dict[str, Any]]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
+from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud.lyceum.bucket import StoredCredentials
-from glue.records import BucketCredentials, BucketInfo
 from glue.runs.store import RunStore
-from glue.train.credentials import FileCredentials
+from glue.train.storage.credentials import FileCredentials
 
 SECRET, TOKEN = "s3cr3t-MARKER-value", "t0ken-MARKER-value"
 
@@ -48,8 +48,8 @@ def test_a_run_store_renews_credentials_that_near_expiry() -> None:
 
 
 def test_the_trainer_credentials_file_has_one_writer_and_one_reader(tmp_path) -> None:
-    from glue.records import BucketCredentials
-    from glue.train.credentials import credentials_doc, credentials_from_file
+    from glue.bucket_access import BucketCredentials
+    from glue.train.storage.credentials import credentials_doc, credentials_from_file
 
     creds = BucketCredentials("AK", "SK-secret", "TOKEN", 1234.5)
     path = tmp_path / "c.json"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from glue.train.buffers import BlobReader, HashingSink, HashingWriter
-from glue.train.fs_storage import FileStorage
+from glue.train.storage.buffers import BlobReader, HashingSink, HashingWriter
+from glue.train.storage.folder import FileStorage
 
 PART, CHUNK = 1000, 64  # a part is written as chunks, like s3transfer's io_chunksize
 

@@ -28,8 +28,8 @@ from glue.train import (
     TrainState,
     validate_checkpoints,
 )
-from glue.train.fs_storage import FileStorage
-from glue.train.retry import RetryPolicy, Transient, with_retry
+from glue.train.storage.folder import FileStorage
+from glue.train.storage.retry import RetryPolicy, Transient, with_retry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -230,8 +230,8 @@ def test_a_resumed_process_may_not_overwrite_its_history(tmp_path: Path) -> None
 def test_only_rejected_checkpoints_left_start_fresh(tmp_path: Path) -> None:
     """A from-scratch resume judged wrong leaves only rejected checkpoints: the next restore starts fresh
     (they are moved aside), instead of refusing as it does for corrupt ones."""
-    from glue.train.ckpt_format import reject
-    from glue.train.storage import open_target
+    from glue.train.checkpoint.format import reject
+    from glue.train.storage.target import open_target
 
     m = Model()
     with m.register(_ck(tmp_path, keep_last=3)) as ck:
@@ -247,8 +247,8 @@ def test_only_rejected_checkpoints_left_start_fresh(tmp_path: Path) -> None:
 def test_a_rejected_checkpoint_is_never_resumed_and_kept_aside(tmp_path: Path) -> None:
     """README (bad_restart): the checkpoints a wrong resume wrote are marked rejected, so no later resume
     starts from them; their bytes are kept (moved aside by restore, like a corrupt one)."""
-    from glue.train.ckpt_format import REJECTED, reject
-    from glue.train.storage import open_target
+    from glue.train.checkpoint.format import REJECTED, reject
+    from glue.train.storage.target import open_target
 
     m = Model()
     with m.register(_ck(tmp_path, keep_last=3)) as ck:
@@ -489,7 +489,7 @@ _CHILD = textwrap.dedent(
     from pathlib import Path
     import torch
     from glue.train import Checkpointer, TrainState
-    from glue.train.fs_storage import FileStorage
+    from glue.train.storage.folder import FileStorage
 
     class Slow(FileStorage):
         def put(self, key, data):

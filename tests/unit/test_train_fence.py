@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from glue.train.fence import FencedError, FencedStorage
-from glue.train.fs_storage import FileStorage
+from glue.train.checkpoint.fence import FencedError, FencedStorage
+from glue.train.storage.folder import FileStorage
 
 COMMIT_KEY = "ckpt/step-3/COMMIT.json"
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from glue.train import RNGState, StateMismatchError, TrainState
-from glue.train.snapshot import HostSnapshotter, check_compatible
+from glue.train.checkpoint.snapshot import HostSnapshotter, check_compatible
 
 
 def _draws() -> tuple[float, float, torch.Tensor]:

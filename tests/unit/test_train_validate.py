@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 
 from glue.train import Checkpointer, TrainState
-from glue.train.ckpt_format import list_steps, validate_step
-from glue.train.fs_storage import FileStorage
+from glue.train.checkpoint.format import list_steps, validate_step
+from glue.train.storage.folder import FileStorage
 
 
 class SlowFirst(FileStorage):

@@ -1,10 +1,10 @@
-"""runtime: docker: the trainer's container sees the VM's termination notice file (glue.train.notice)."""
+"""runtime: docker: the trainer's container sees the VM's termination notice file (glue.train.run.notice)."""
 
 from __future__ import annotations
 
 from glue.runs.docker_run import docker_argv
 from glue.runs.remote import CREDENTIALS_PATH
-from glue.train.notice import DEFAULT_NOTICE_FILE, NOTICE_FILE_ENV
+from glue.train.run.notice import DEFAULT_NOTICE_FILE, NOTICE_FILE_ENV
 
 
 def _pairs(argv: list[str], flag: str) -> list[str]:

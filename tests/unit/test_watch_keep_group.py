@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from glue.cluster import lifecycle
 from glue.infra.inventory import Host
 from glue.infra.terraform import vm_address
-from glue.recovery import phases
+from glue.operations import lifecycle
+from glue.operations.recovery import phases
 from glue.runs.classify import Outcome
 
 NODES = [{"node": 0, "vm": "gpukit-1", "vm_id": "gpukit-1-old"}, {"node": 1, "vm": "gpukit-2", "vm_id": "gpukit-2-old"}]
@@ -67,15 +67,15 @@ class Tf:
 def group(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Backend:
     backend = Backend({"gpukit-1-old", "gpukit-2-old"})
     old = {nd["vm_id"]: _host(str(nd["vm"]), str(nd["vm_id"]), 2201 + k) for k, nd in enumerate(NODES)}
-    monkeypatch.setattr(phases.state.ClusterConfig, "load", classmethod(lambda cls, home: cls()))
+    monkeypatch.setattr(phases.current.ClusterConfig, "load", classmethod(lambda cls, home: cls()))
     monkeypatch.setattr(phases, "get_backend", lambda name, home: backend)
     monkeypatch.setattr(lifecycle, "get_backend", lambda name, home: backend)
     monkeypatch.setattr(phases.monitor, "host_for", lambda home, nd: old.get(str(nd.get("vm_id"))))
     Tf.calls = []
     monkeypatch.setattr(phases, "Terraform", Tf)
-    monkeypatch.setattr(phases.state, "tf_vars", lambda home, cfg: {})
+    monkeypatch.setattr(phases.current, "tf_vars", lambda home, cfg: {})
     monkeypatch.setattr(phases.inventory, "write", lambda home, outputs, also_known=(): [])
-    monkeypatch.setattr(phases.state, "host", lambda home, name: _host(name, f"{name}-new", 2300))
+    monkeypatch.setattr(phases.current, "host", lambda home, name: _host(name, f"{name}-new", 2300))
     return backend
 
 

@@ -17,7 +17,7 @@ import pytest
 # boundary whether the notice is pending, and stops at the first boundary where it is.
 TRAINER = """
 import json, sys, time
-from glue.train.notice import TerminationNotice
+from glue.train.run.notice import TerminationNotice
 notice = TerminationNotice(sys.argv[1], poll_s=0.05)
 print("ready", flush=True)
 time.sleep(float(sys.argv[2]))          # warm-up

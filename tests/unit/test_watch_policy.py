@@ -15,7 +15,7 @@ import pytest
 
 from glue.runs.classify import Evidence, Outcome, classify
 from glue.runs.config import NotifySpec, RecoverySpec
-from glue.train.notice import PREEMPTED_EXIT
+from glue.train.run.notice import PREEMPTED_EXIT
 from glue.watch import notify
 from glue.watch.policy import MAX_TRIES, backoff, decide
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from glue.infra.inventory import Host, known_hosts_path
-from glue.watch.probe import Probe, window
+from glue.watch.ssh_probe import Probe, window
 
 
 @pytest.mark.parametrize(("heartbeat", "lost_after"), [(1, 5), (2, 5), (2, 3), (0.5, 1), (60, 600)])

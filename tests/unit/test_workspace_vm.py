@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from glue.train import agreement
-from glue.train.storage import Storage, open_target
+from glue.train.run import agreement
+from glue.train.storage.target import Storage, open_target
 from glue.train.workspace import pins, venv
 from glue.train.workspace.errors import WorkspaceError
 from glue.train.workspace.keys import code_key, wheelhouse_prefix

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local import nspawn, vm_cgroup
 from glue.cloud.local.bucket import HOST, LocalBucket, free_port
@@ -27,8 +28,7 @@ from glue.errors import GlueError
 from glue.images import build, recipe
 from glue.images.cache import Image
 from glue.process import pid_alive, start_time
-from glue.records import BucketCredentials, BucketInfo
-from glue.train.notice import DEFAULT_NOTICE_FILE
+from glue.train.run.notice import DEFAULT_NOTICE_FILE
 
 IMAGE = "gpukit"
 # The VM's size: a CPU quota and a memory limit on its cgroup (unset: unlimited). Terraform variables

@@ -16,10 +16,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.errors import GlueError
 from glue.paths import minimal_env, tool, write_secret
 from glue.process import pid_alive
-from glue.records import BucketCredentials, BucketInfo
 
 BUCKET_NAME = "gpukit"
 REGION = "local"

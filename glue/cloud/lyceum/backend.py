@@ -34,6 +34,7 @@ import paramiko
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
+from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.lyceum import bucket as lyceum_creds
 from glue.cloud.lyceum import login
@@ -48,7 +49,6 @@ from glue.cloud.lyceum.capacity import offers, shortfall
 from glue.cloud.lyceum.spec import GPU_PROFILES, PROFILES, SPECS_SHAPES, check, input_errors, instance_specs
 from glue.errors import GlueError
 from glue.paths import ssh_client_key_path
-from glue.records import BucketCredentials, BucketInfo
 
 NAME = "lyceum"
 SSH_USER = "root"  # what a VM recorded before users were detected logged in as

@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.errors import GlueError
 from glue.paths import write_secret
-from glue.records import BucketCredentials, BucketInfo
 
 SOURCE = "lyceum"
 MAX_MARGIN_S = 300.0
@@ -148,7 +148,7 @@ def current(path: Path, fetch: Callable[[], dict[str, Any]], force: bool = False
 
 
 class FileCredentials:
-    """A credentials callback for the checkpointer (glue.train.s3_client's CredentialsCallback).
+    """A credentials callback for the checkpointer (glue.train.storage.s3_client's CredentialsCallback).
 
     It re-reads the credentials file whenever the copy it holds is near expiry, so whoever
     refreshes the file (the controller, or `refresh` given here) keeps long runs writing.

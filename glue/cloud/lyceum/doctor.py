@@ -11,13 +11,13 @@ import os
 import time
 from dataclasses import dataclass
 
+from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud.checks import Check
 from glue.cloud.lyceum import bucket as lyceum_creds
 from glue.cloud.lyceum.api import KEY_ENV, KEYS_PAGE, LyceumClient, api_key_from_env, api_url_from_env
 from glue.cloud.lyceum.backend import tf_vars
 from glue.cloud.lyceum.capacity import offers, shortfall
 from glue.errors import GlueError
-from glue.records import BucketCredentials, BucketInfo
 
 # Credentials that live shorter than this cannot carry a run between refreshes: gpukit refreshes
 # at a quarter of their lifetime and pushes the new ones to every VM over SSH.

@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local.bucket import HOST, LocalBucket, free_port
 from glue.cloud.qemu import vm
 from glue.errors import GlueError
 from glue.images import build, disk, recipe
 from glue.process import pid_alive, start_time
-from glue.records import BucketCredentials, BucketInfo
 
 IMAGE = "gpukit"
 # terraform creates VMs (and reads the bucket) in parallel threads of one provider process: one

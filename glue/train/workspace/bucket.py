@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from glue.train.credentials import credentials_from_file
-from glue.train.storage import Storage, open_target
+from glue.train.storage.credentials import credentials_from_file
+from glue.train.storage.target import Storage, open_target
 
 
 def open_bucket(spec: dict[str, Any]) -> Storage:

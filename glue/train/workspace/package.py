@@ -10,7 +10,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from glue.train.errors import ObjectMissingError, StorageError
-from glue.train.storage import Storage
+from glue.train.storage.target import Storage
 from glue.train.workspace.errors import WorkspaceError
 from glue.train.workspace.keys import code_key
 from glue.train.workspace.paths import WorkPaths

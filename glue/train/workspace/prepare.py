@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from glue.train.storage import Storage
+from glue.train.storage.target import Storage
 from glue.train.workspace import package, venv, wheelhouse
 from glue.train.workspace.errors import WorkspaceError
 from glue.train.workspace.paths import WorkPaths

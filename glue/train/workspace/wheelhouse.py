@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from glue.train.errors import ObjectMissingError, StorageError
-from glue.train.storage import Storage
+from glue.train.storage.target import Storage
 from glue.train.workspace.errors import WorkspaceError
 from glue.train.workspace.keys import wheelhouse_prefix
 

@@ -1,0 +1,89 @@
+"""The cluster as it is now: what `glue up` was last asked for, the VMs terraform reports, where the
+bucket is. Lookups only (nothing on a VM changes), with one side effect: a bucket the backend serves on
+this machine (local, qemu) is started again on demand by `bucket_info`. Depends on infra and cloud only."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from glue.bucket_access import BucketInfo
+from glue.cloud import BACKENDS, get_backend
+from glue.errors import GlueError
+from glue.infra import inventory
+from glue.infra.ssh_keys import public_key
+from glue.infra.terraform import Terraform
+
+DEFAULT_VMS = 2
+
+
+@dataclass
+class ClusterConfig:
+    """What `glue up` was last asked for (kept in <home>/cluster.json)."""
+
+    backend: str = "local"
+    vms: int = DEFAULT_VMS
+    name_prefix: str = "gpukit"
+
+    @classmethod
+    def load(cls, home: Path) -> ClusterConfig:
+        """The saved config; the defaults before the first `glue up`. A damaged file is an error, never the
+        defaults: those could name other VMs, and the next `glue up` would replace the cluster's."""
+        path = home / "cluster.json"
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError) as exc:
+            raise GlueError(f"{path} cannot be read ({exc}); restore it ({json.dumps(cls().__dict__)} is the "
+                            "default) or, with no VMs running, remove it") from None
+        ok = (isinstance(raw, dict) and set(raw) <= set(cls().__dict__) and raw.get("backend", "local") in BACKENDS
+              and type(raw.get("vms", DEFAULT_VMS)) is int and 1 <= raw.get("vms", DEFAULT_VMS) <= 16
+              and isinstance(raw.get("name_prefix", ""), str))
+        if not ok:
+            raise GlueError(f"{path} is not a cluster config ({json.dumps(raw)[:120]}): fix it (keys: backend, one of "
+                            f"{', '.join(BACKENDS)}; vms; name_prefix) or, with no VMs running, remove it")
+        return cls(**raw)
+
+    def vm_names(self) -> list[str]:
+        """The VMs this config asks for (terraform/modules/cluster names them <prefix>-1 ... <prefix>-N)."""
+        return [f"{self.name_prefix}-{i}" for i in range(1, self.vms + 1)]
+
+    def save(self, home: Path) -> None:
+        tmp = home / "cluster.json.tmp"  # renamed into place: a reader never sees half a file
+        tmp.write_text(json.dumps(self.__dict__))
+        tmp.replace(home / "cluster.json")
+
+
+def tf_vars(home: Path, cfg: ClusterConfig) -> dict[str, Any]:
+    return get_backend(cfg.backend, home).tf_vars(cfg.vms, cfg.name_prefix, public_key(home))
+
+
+def hosts(home: Path) -> list[inventory.Host]:
+    cfg = ClusterConfig.load(home)
+    if not (home / "terraform" / cfg.backend / "terraform.tfstate").exists():
+        return []
+    return inventory.hosts_from_outputs(Terraform(home, cfg.backend).outputs())
+
+
+def host(home: Path, name: str) -> inventory.Host:
+    found = {h.name: h for h in hosts(home)}
+    if name not in found:
+        known = ", ".join(found) or "none (run `glue up`)"
+        raise GlueError(f"unknown VM {name!r}; VMs in this cluster: {known}")
+    return found[name]
+
+
+def bucket_info(home: Path) -> BucketInfo:
+    cfg = ClusterConfig.load(home)
+    backend = get_backend(cfg.backend, home)
+    # A bucket served on this machine is started again on demand (same port), VMs up or not.
+    if backend.bucket_on_host:
+        return backend.bucket()
+    out = None
+    if (home / "terraform" / cfg.backend / "terraform.tfstate").exists():
+        out = Terraform(home, cfg.backend).outputs().get("bucket")
+    # After `down` the outputs are gone but the bucket is not: ask the backend.
+    return BucketInfo(**out) if out else backend.bucket()

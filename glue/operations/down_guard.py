@@ -1,0 +1,68 @@
+"""What must be true before `glue down` destroys VMs: every run on the cluster is finished with its
+required outputs in the bucket, and no upload is pending (a trainer still flushing, or files in the
+rclone VFS write-back queue of a VM's /mnt/s3 mount). The bucket itself is never touched."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from glue.cloud import get_backend
+from glue.cluster import current
+from glue.errors import GlueError
+from glue.infra import ssh
+from glue.runs import monitor
+from glue.runs.classify import Outcome
+from glue.runs.store import RunStore, run_ids
+
+# bucket_mount_cache_dir in ansible/roles/bucket_mount/defaults/main.yml
+VFS_META = "/var/cache/gpukit-rclone/vfsMeta"
+
+
+def blockers(home: Path, only: set[str] | None = None) -> list[str]:
+    """Human-readable reasons not to destroy the cluster now (empty: safe); with `only` (VM ids), the
+    reasons not to destroy those VMs."""
+    hosts = {h.id: h for h in current.hosts(home) if only is None or h.id in only}
+    if not hosts:
+        return []
+    cfg = current.ClusterConfig.load(home)
+    info = current.bucket_info(home)
+    creds = get_backend(cfg.backend, home).bucket_credentials()
+    found: list[str] = []
+    for run in run_ids(info, creds):
+        store = RunStore(info, creds, run)
+        attempts = store.attempts()
+        on = {str(nd.get("vm_id")) for nd in monitor.nodes_of(store.attempt(attempts[-1]))} if attempts else set()
+        if not on & hosts.keys():
+            continue  # not on these VMs (anymore)
+        rep = monitor.check(home, store)
+        out = rep.verdict.outcome
+        if out is Outcome.RUNNING:
+            vms = ", ".join(hosts[i].name for i in sorted(on & hosts.keys(), key=lambda i: hosts[i].name))
+            found.append(f"run {run} is still running on {vms} (step {rep.evidence.heartbeat_step})")
+        elif out is not Outcome.COMPLETED:
+            missing = monitor.missing_outputs(store, store.manifest())
+            if missing:
+                found.append(f"run {run} ({out}) is missing required outputs in the bucket: {', '.join(missing)}")
+    for host in hosts.values():
+        if not ssh.reachable(home, host):
+            continue
+        res = ssh.run(home, host, f"grep -rl '\"Dirty\": true' {shlex.quote(VFS_META)} 2>/dev/null | head -5",
+                      timeout=30)
+        for path in res.stdout.split():
+            found.append(f"{host.name}: {path.split('vfsMeta/', 1)[-1]} is still waiting to be uploaded from the "
+                         "/mnt/s3 write cache")
+    return found
+
+
+def check(home: Path, force: bool, only: set[str] | None = None, what: str = "destroy the cluster",
+          alternative: str = "") -> list[str]:
+    """Raise with the list of blockers unless `force` (which skips the checks). `only`/`what`: the VMs
+    about to go, and what is about to remove them; `alternative`: another way out, for the message."""
+    if force:
+        return ["not checking runs or pending uploads"]
+    found = blockers(home, only)
+    if found:
+        raise GlueError(f"refusing to {what}: " + "; ".join(found) + f". Wait, export the outputs or recover the "
+                        f"runs{alternative}, or pass --force (the bucket is kept)")
+    return found

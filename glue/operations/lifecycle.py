@@ -1,0 +1,233 @@
+"""The cluster's lifecycle: bring it up (terraform, inventory, Ansible), tear it down behind the down
+guard, and report on it. Sits above glue.runs: the down guard asks the monitor whether runs are done."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from glue.cloud import get_backend
+from glue.cluster.current import ClusterConfig, bucket_info, hosts, tf_vars
+from glue.errors import GlueError
+from glue.images import build, disk, recipe
+from glue.infra import inventory, preflight, ssh
+from glue.infra.terraform import Terraform
+from glue.operations import down_guard
+from glue.storage import bucket as bucket_store
+
+
+def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True,
+       force: bool = False) -> list[inventory.Host]:
+    """terraform apply, then inventory + known_hosts, then the Ansible playbook (when configure)."""
+    preflight.check(cfg.backend)
+    variables = tf_vars(home, cfg)  # bad input (e.g. GPUKIT_VM_MEMORY_GB) fails before a bake
+    for reason in guard_removals(home, cfg, force):
+        console.print(f"[yellow]--force:[/] {reason}")
+    if cfg.backend in ("local", "qemu"):
+        bake_image(home, console, boot_disk=cfg.backend == "qemu")
+    tf = Terraform(home, cfg.backend, console)
+    with tf.locked():
+        tf.apply(variables)
+        cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
+        outputs = tf.outputs()
+        remove_orphans(home, cfg.backend, outputs, console, spare={k.id for k in kept(home)})
+    written = inventory.write(home, outputs, also_known=kept_host_keys(home))
+    if configure:
+        configure_hosts(home, console)
+    return written
+
+
+def guard_removals(home: Path, cfg: ClusterConfig, force: bool) -> list[str]:
+    """Before an apply that removes VMs (fewer --vms, another --name-prefix): the down guard on those VMs,
+    so no run loses its VM or its pending uploads to a `glue up`. Another backend while VMs live on the
+    old one is refused outright: they would be left running where no command of this kit home looks."""
+    previous = ClusterConfig.load(home)
+    current = hosts(home)
+    if current and previous.backend != cfg.backend:
+        raise GlueError(f"this cluster has {len(current)} VM(s) on the {previous.backend} backend; `glue down` "
+                        f"first, then `glue up --backend {cfg.backend}`")
+    leaving = [h for h in current if h.name not in cfg.vm_names()]
+    if not leaving:
+        return []
+    names = ", ".join(h.name for h in leaving)
+    return down_guard.check(home, force, only={h.id for h in leaving}, what=f"remove {names}",
+                            alternative=f", keep them (`glue up --vms {previous.vms} --name-prefix "
+                                        f"{previous.name_prefix}`)")
+
+
+def bake_image(home: Path, console: Console, boot_disk: bool = False) -> None:
+    """Local and qemu VMs boot the gpukit image: bake it here, with progress, rather than silently inside
+    terraform's first create (cached: a no-op while the recipe is unchanged); qemu VMs also need its
+    boot disk (cached next to it)."""
+    rec = recipe.load("gpukit")
+    with console.status(f"image {rec.name}: checking the cache") as status:
+        image, baked = build.build(rec, home, lambda what: status.update(f"image {rec.name}: {what}"))
+        if boot_disk:
+            status.update(f"image {rec.name}: boot disk")
+            disk.boot_disk(image)
+    if baked:
+        console.print(f"image {image.name} {image.hash[:16]} baked: {image.size_bytes / 1e6:.0f} MB "
+                      f"in {image.build_seconds:.0f} s")
+
+
+def configure_hosts(home: Path, console: Console, limit: list[str] | None = None) -> None:
+    """Run ansible/site.yml on `limit`; on the whole cluster, site.yml then verify.yml (whose per-host
+    summary `glue status` shows) in one run."""
+    from glue.infra import ansible
+
+    if limit is not None:
+        result = ansible.converge(home, limit=limit)
+        summary: dict[str, dict[str, object]] = {}
+    else:
+        result, summary = ansible.converge_and_verify(home)
+    failed = {h: m for h, m in result.failed.items() if h not in summary}
+    if failed:
+        by_message: dict[str, list[str]] = {}  # the same failure on every VM is said once
+        for h, m in failed.items():
+            by_message.setdefault(m, []).append(h)
+        failures = "; ".join(f"{', '.join(hs)}: {m}" for m, hs in by_message.items())
+        raise GlueError(f"configuring the VMs failed: {failures}")
+    bad = [h for h, v in summary.items() if not v.get("ready")]
+    if bad:
+        raise GlueError(f"verify.yml: {', '.join(bad)} not ready; see `glue status`")
+
+
+def down(home: Path, console: Console, force: bool = False) -> int:
+    """Destroy the VMs once nothing would be lost (see glue.operations.down_guard); the bucket is never destroyed.
+    Returns how many VMs there were to destroy."""
+    cfg = ClusterConfig.load(home)
+    preflight.check_terraform()
+    for reason in down_guard.check(home, force):
+        console.print(f"[yellow]--force:[/] {reason}")
+    tf = Terraform(home, cfg.backend, console)
+    with tf.locked():
+        had = len(tf.outputs().get("vms") or {})
+        tf.apply(tf_vars(home, cfg), destroy=True)
+        outputs = tf.outputs()
+        removed = remove_orphans(home, cfg.backend, outputs, console)
+    for vm_id in removed:
+        forget_kept(home, vm_id)
+    inventory.write(home, {"vms": {}, "bucket": outputs.get("bucket", {})})
+    return had + len(removed)
+
+
+def remove_orphans(home: Path, backend_name: str, outputs: dict[str, Any], console: Console,
+                   spare: set[str] | None = None) -> list[str]:
+    """Delete VMs this kit home created that Terraform's state does not hold: an apply killed before it
+    recorded a create leaves them running (and billed) where no `glue down` would look. Call it under
+    `Terraform.locked()`, so no apply of ours is creating VMs at the same moment. `spare`: VMs kept
+    for debugging (`glue watch --keep-failed`), which only `glue down` removes."""
+    backend = get_backend(backend_name, home)
+    in_state = {str(vm.get("id")) for vm in (outputs.get("vms") or {}).values()}
+    orphans = [vm_id for vm_id in backend.owned_vm_ids() if vm_id not in in_state and vm_id not in (spare or set())]
+    known = {k.id: k for k in kept(home)}
+    for vm_id in orphans:
+        backend.delete_vm(vm_id)
+        if vm_id in known:
+            console.print(f"[yellow]removed[/] VM {vm_id}: kept for debugging after {known[vm_id].failure_class} "
+                          f"of run {known[vm_id].run}")
+        else:
+            console.print(f"[yellow]removed[/] VM {vm_id}: created by an interrupted run, never recorded in the state")
+    return orphans
+
+
+# -- VMs kept for debugging ----------------------------------------------------------------------
+@dataclass
+class KeptVM:
+    """A failed VM left running for debugging (`--keep-failed`): out of Terraform's state (the run's VM
+    name now belongs to its replacement), listed by `glue status`, removed by `glue down`."""
+
+    name: str
+    id: str
+    ssh_host: str
+    ssh_port: int
+    ssh_user: str
+    host_key: str
+    run: str
+    attempt: int
+    failure_class: str
+    kept_at: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _kept_dir(home: Path) -> Path:
+    return home / "kept"
+
+
+def keep(home: Path, vm: KeptVM) -> None:
+    path = _kept_dir(home)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / f"{vm.id}.json").write_text(json.dumps(vm.as_dict(), indent=1))
+
+
+def forget_kept(home: Path, vm_id: str) -> None:
+    (_kept_dir(home) / f"{vm_id}.json").unlink(missing_ok=True)
+
+
+def kept_host(vm: KeptVM) -> inventory.Host:
+    """A kept VM as an SSH target (its host key pinned, as in known_hosts)."""
+    return inventory.Host(name=vm.name, id=vm.id, ssh_host=vm.ssh_host, ssh_port=vm.ssh_port, ssh_user=vm.ssh_user,
+                          host_key=vm.host_key, gpu_type="none", gpu_count=0, backend="")
+
+
+def kept_host_keys(home: Path) -> list[tuple[str, int, str]]:
+    """(host, port, host key) of the kept VMs: still trusted over SSH, though out of the cluster."""
+    return [(k.ssh_host, k.ssh_port, k.host_key) for k in kept(home)]
+
+
+def kept(home: Path) -> list[KeptVM]:
+    """The kept VMs that still exist (a record whose VM has gone is dropped)."""
+    path = _kept_dir(home)
+    if not path.is_dir():
+        return []
+    backend = get_backend(ClusterConfig.load(home).backend, home)
+    out = []
+    for rec in sorted(path.glob("*.json")):
+        try:
+            vm = KeptVM(**json.loads(rec.read_text()))
+        except (OSError, ValueError, TypeError):
+            continue
+        if backend.read_vm(vm.id) is None:
+            rec.unlink(missing_ok=True)
+        else:
+            out.append(vm)
+    return out
+
+
+def status(home: Path, verify: bool = False) -> dict[str, Any]:
+    """The `glue status --json` shape: {"vms": [...], "bucket": {...}}; each VM carries the playbook's
+    verify summary (mount round trip, GPU/driver facts, trainer runtime): the last one, or a fresh one."""
+    from glue.infra import ansible
+
+    cfg = ClusterConfig.load(home)
+    current = hosts(home)
+    if verify and current:
+        ansible.verify(home, progress=False)
+    record = ansible.last_verify(home) or {}
+    checks = record.get("hosts", {})
+    vms = [
+        {"name": h.name, "id": h.id, "ssh_host": h.ssh_host, "ssh_port": h.ssh_port, "ssh_user": h.ssh_user,
+         "gpu_type": h.gpu_type, "gpu_count": h.gpu_count, "backend": h.backend,
+         "reachable": ssh.reachable(home, h),
+         "verify": checks.get(h.name) if checks.get(h.name, {}).get("vm_id", h.id) == h.id else None,
+         "verified_at": record.get("checked_at")}
+        for h in current
+    ]
+    bucket: dict[str, Any] = {"endpoint": None, "name": None, "reachable": False}
+    try:
+        info = bucket_info(home)
+    except GlueError as exc:
+        bucket["error"] = str(exc)
+    else:
+        creds = get_backend(cfg.backend, home).bucket_credentials()
+        bucket = {"endpoint": info.endpoint, "name": info.name, "region": info.region,
+                  "reachable": bucket_store.reachable(info, creds)}
+    return {"backend": cfg.backend, "vms": vms, "bucket": bucket, "kept": [k.as_dict() for k in kept(home)]}
+
+

@@ -1,0 +1,267 @@
+"""`glue drill`: the recovery test as part of the workload.
+
+A reference run of N steps and an identical run that loses its VM (destroyed, not just the
+process) at step k and is recovered onto a new VM from the bucket. Pass only when per-step losses,
+final parameters and optimizer state are identical; otherwise name the first differing step and
+tensor, and (from the trainer's per-step input fingerprints) whether data position or RNG was lost.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from glue.cloud import get_backend
+from glue.cluster import current
+from glue.errors import GlueError
+from glue.operations.recovery import recover as recover_mod
+from glue.operations.recovery.resume_check import STEP_INPUTS, losses_agree, step_ranges
+from glue.paths import glue_command
+from glue.runs import config as runconfig
+from glue.runs import deploy as deploy_mod
+from glue.runs import lease, monitor
+from glue.runs.classify import Outcome
+from glue.runs.store import RunStore
+from glue.workdir.pin import Workspace
+
+
+@dataclass
+class DrillResult:
+    passed: bool
+    ref_run: str
+    drill_run: str
+    steps: int
+    kill_at: int  # the step asked for
+    destroyed_at: int | None = None  # the step the VM died at (the trainer holds there: equal to kill_at)
+    first_bad_step: int | None = None
+    first_bad_tensor: str | None = None
+    component: str | None = None
+    problem: str | None = None
+    recovery: dict[str, Any] = field(default_factory=dict)
+    compared_steps: int = 0
+    compared_tensors: int = 0
+
+
+def _wait(home: Path, store: RunStore, pred: Any, what: str, timeout: float) -> monitor.Report:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rep = monitor.check(home, store)
+        if pred(rep):
+            return rep
+        if rep.verdict.outcome.is_failure:
+            raise GlueError(f"run {store.run} failed while waiting for {what}: {rep.verdict.outcome} "
+                            f"({rep.verdict.reason})")
+        time.sleep(0.5)
+    raise GlueError(f"run {store.run}: timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _losses(store: RunStore) -> dict[int, dict[str, Any]]:
+    merged: dict[int, dict[str, Any]] = {}
+    for _, steps in sorted(store.metrics().items()):
+        merged.update(steps)  # a later attempt's record of a step replaces the replayed one
+    return merged
+
+
+def first_difference(a: Any, b: Any, path: str) -> str | None:
+    """Path of the first tensor/value that differs between two loaded state objects."""
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape \
+                or a.dtype != b.dtype or not torch.equal(a, b):
+            return path
+        return None
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return f"{path} (keys differ: {sorted(set(a) ^ set(b), key=str)[:3]})"
+        for k in sorted(a, key=str):
+            d = first_difference(a[k], b[k], f"{path}.{k}")
+            if d:
+                return d
+        return None
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        if len(a) != len(b):
+            return f"{path} (length {len(a)} vs {len(b)})"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            d = first_difference(x, y, f"{path}[{i}]")
+            if d:
+                return d
+        return None
+    return None if a == b else path
+
+
+def _count_tensors(obj: Any) -> int:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return 1
+    if isinstance(obj, dict):
+        return sum(_count_tensors(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(_count_tensors(v) for v in obj)
+    return 0
+
+
+def compare_final(ref: RunStore, drill: RunStore, step: int) -> tuple[str | None, int]:
+    """Load every component of both runs' step-N checkpoints and compare them tensor by tensor."""
+    import torch
+
+    from glue.train.checkpoint.format import Commit
+
+    commits = []
+    for store in (ref, drill):
+        data = store.get_bytes(f"ckpt/step-{step}/COMMIT.json")
+        if data is None:
+            raise GlueError(f"run {store.run} has no checkpoint at its final step {step}")
+        commits.append(Commit.parse(data, step))
+    tensors = 0
+    for name in sorted(set(commits[0].components) | set(commits[1].components)):
+        if name not in commits[0].components or name not in commits[1].components:
+            return f"{name} (component present in only one run)", tensors
+        for obj in commits[0].components[name]:
+            loaded = [torch.load(io.BytesIO(s.get_bytes(f"ckpt/step-{step}/{obj.key}") or b""), weights_only=True)
+                      for s in (ref, drill)]
+            diff = first_difference(loaded[0], loaded[1], obj.key.removesuffix(".pt"))
+            tensors += _count_tensors(loaded[0])
+            if diff:
+                return diff, tensors
+    return None, tensors
+
+
+def run_neutral(config: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """A deployed run's config with its run id put back as `{run}` in the locations, so the drill and its
+    reference write under their own prefixes. A location that does not name the run would be shared
+    with it (the drill's checkpoints pruning the run's own): refused."""
+    out = {**config}
+    for section, key in (("checkpoint", "target"), ("outputs", "destination")):
+        where = str(config[section][key])
+        named = where.replace(f"/runs/{run_id}/", "/runs/{run}/")
+        named = named[: -len(f"/runs/{run_id}")] + "/runs/{run}" if named.endswith(f"/runs/{run_id}") else named
+        if "{run}" not in named:
+            raise GlueError(f"run {run_id}'s {section}.{key} {where} does not name the run: a drill of it would "
+                            "write there too; pass --config with {run} in its locations")
+        out[section] = {**config[section], key: named}
+    return out
+
+
+def drill(home: Path, run_id: str, config_path: Path | None, console: Console, steps: int | None = None,
+          kill_at: int | None = None, tolerance: float = 0.0, timeout: float = 600,
+          overrides: dict[str, Any] | None = None) -> DrillResult:
+    runconfig.check_run_id(run_id)
+    base = deploy_mod.open_store(home, run_id)
+    pinned = None  # drilling an existing run: its code and requirements as its manifest pins them
+    if config_path is None:
+        if not base.exists():
+            raise GlueError(f"run {run_id!r} does not exist; pass --config run.yaml to drill a new workload")
+        config_path = Path(home) / "drill" / f"{run_id}.yaml"
+        config_path.parent.mkdir(parents=True, exist_ok=True)
+        import yaml
+
+        manifest = base.manifest()
+        config_path.write_text(yaml.safe_dump(run_neutral(manifest["config"], run_id)))
+        pinned = Workspace.from_manifest(manifest)
+    k = 1
+    while deploy_mod.open_store(home, f"{run_id}-drill{k}").exists():
+        k += 1
+    drill_id, ref_id = f"{run_id}-drill{k}", f"{run_id}-drill{k}-ref"
+    rc = runconfig.load(config_path, drill_id, base.info.name)
+    total = int(steps or rc.config.get("steps", 100))
+    interval = rc.checkpoint.interval_steps
+    at = int(kill_at or max(interval + 1, total // 2))
+    if not interval < at < total:
+        raise GlueError(f"--kill-at {at} must be after the first checkpoint (step {interval}) and before the last "
+                        f"step ({total})")
+    cfg = {**(overrides or {}), "steps": total, "checkpoint_interval": interval}
+    hosts = current.hosts(home)  # after the config: a bad one is said first, with or without a cluster
+    if len(hosts) < 2:
+        raise GlueError("the drill needs 2 VMs (one runs the reference, the other is destroyed); "
+                        "run `glue up --vms 2`")
+    victim, ref_host = hosts[0], hosts[-1]
+    console.print(f"drill: reference [bold]{ref_id}[/] on {ref_host.name}, drill [bold]{drill_id}[/] on "
+                  f"{victim.name}; {total} steps, its VM destroyed at step {at}")
+    deploy_mod.deploy(home, ref_id, config_path, ref_host.name, False, console, config_overrides=cfg, pinned=pinned)
+    # The drill run's first attempt holds right after step `at` (glue.train.run.context: GPUKIT_HOLD_AT), so the
+    # VM is destroyed at exactly that step; the recovered attempt (2) does not hold.
+    deploy_mod.deploy(home, drill_id, config_path, victim.name, False, console, config_overrides=cfg,
+                      env_overrides={"GPUKIT_HOLD_AT": f"1:{at}"}, pinned=pinned)
+    ref, dr = deploy_mod.open_store(home, ref_id), deploy_mod.open_store(home, drill_id)
+    with console.status(f"training {drill_id} to step {at}"):
+        held = _wait(home, dr, lambda r: bool((r.heartbeat or {}).get("held")), f"the hold at step {at}", timeout)
+    with lease.held(dr, "drill"):  # nobody else recovers the drill run while it loses its VM
+        backend = get_backend(current.ClusterConfig.load(home).backend, home)
+        victim_id = dr.attempt(1)["vm_id"]
+        backend.delete_vm(victim_id)
+        console.print(f"[red]destroyed VM {victim.name}[/] ({victim_id}) under {drill_id} at step "
+                      f"{(held.heartbeat or {}).get('step')}")
+        result = DrillResult(passed=False, ref_run=ref_id, drill_run=drill_id, steps=total, kill_at=at,
+                             destroyed_at=(held.heartbeat or {}).get("step"))
+        try:
+            result.recovery = recover_mod.recover(home, drill_id, console, tolerance=tolerance, wait_timeout=timeout)
+        except GlueError as exc:
+            result.problem = str(exc)
+            rec = dr.keys("recoveries/")
+            result.recovery = dr.get_json(sorted(rec)[-1]) if rec else {}
+    with console.status("waiting for both runs to finish"):
+        _wait(home, ref, lambda r: r.verdict.outcome is Outcome.COMPLETED, "the reference to complete", timeout)
+        if result.problem is None:
+            _wait(home, dr, lambda r: r.verdict.outcome is Outcome.COMPLETED, "the drill run to complete", timeout)
+    ref_l, dr_l = _losses(ref), _losses(dr)
+    for label, losses in (("the reference", ref_l), ("the drill run", dr_l)):
+        gone = [s_ for s_ in range(1, total + 1) if s_ not in losses]
+        if gone and result.problem is None:
+            result.problem = f"step(s) {step_ranges(gone)} missing from {label}: those steps cannot be compared"
+    for step in range(1, total + 1):
+        a, b = ref_l.get(step), dr_l.get(step)
+        if a is None or b is None:
+            continue
+        result.compared_steps += 1
+        if not losses_agree(float(a["loss"]), float(b["loss"]), tolerance):
+            result.first_bad_step = step
+            lost = [n for k_, n in STEP_INPUTS.items() if k_ in a and a[k_] != b.get(k_)]
+            if "data position" in lost and "worker RNG" in lost:
+                lost.remove("worker RNG")  # other samples have other contents: the position is the cause
+            result.component = ", ".join(lost) or "model/optimizer state"
+            break
+    if result.problem is None and result.first_bad_step is None:
+        diff, result.compared_tensors = compare_final(ref, dr, total)
+        result.first_bad_tensor = diff
+    if result.problem is None and result.compared_steps == 0:
+        result.problem = "no step was compared"
+    result.passed = result.problem is None and result.first_bad_step is None and result.first_bad_tensor is None
+    if not result.passed and result.problem is None:
+        result.problem = "the recovered run diverged from the reference"
+    print_result(console, result)
+    dr.put_json("drill.json", result.__dict__)
+    # As typed in another shell: a kit home other than the default has to be named (make demo's is).
+    where = f"GPUKIT_HOME={home} " if os.environ.get("GPUKIT_HOME") else ""
+    console.print(f"see it: {where}{glue_command()} report --run {drill_id}  (losses over the reference, recovery "
+                  "phases, cost)", soft_wrap=True)  # one line even at 80 columns: it is pasted as it stands
+    return result
+
+
+def print_result(console: Console, r: DrillResult) -> None:
+    table = Table(title=f"drill {r.drill_run} vs {r.ref_run}", show_header=False, box=None)
+    table.add_row("asked to destroy the VM at step", str(r.kill_at))
+    table.add_row("VM destroyed at step", str(r.destroyed_at))
+    rec = r.recovery or {}
+    ckpt = rec.get("checkpoint_step")
+    table.add_row("resumed from checkpoint", str(ckpt))
+    if r.destroyed_at is not None and ckpt is not None:
+        table.add_row("steps replayed", f"{r.destroyed_at - ckpt} ({ckpt + 1}..{r.destroyed_at})")
+    table.add_row("per-step losses compared", str(r.compared_steps))
+    table.add_row("final tensors compared", str(r.compared_tensors))
+    if r.first_bad_step is not None:
+        table.add_row("first differing step", f"{r.first_bad_step} (lost: {r.component})")
+    if r.first_bad_tensor:
+        table.add_row("first differing tensor", r.first_bad_tensor)
+    verdict = "[green]PASS[/]: identical losses, parameters and optimizer state" if r.passed \
+        else f"[red]FAIL[/]: {r.problem}"
+    table.add_row("verdict", verdict)
+    console.print(table)

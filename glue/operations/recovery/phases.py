@@ -1,0 +1,341 @@
+"""The phases of `glue recover`, one function each, in the order of the recovery table:
+detect, validate, provision, configure, verify, prepare (a run with a workdir or requirements), start,
+replay, check, record.
+
+Each phase takes what earlier phases found and returns what later ones need; `recover()` in
+recover.py strings them together and times them (`Timings`).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from glue.cloud import get_backend
+from glue.cluster import current
+from glue.errors import GlueError
+from glue.infra import inventory, ssh
+from glue.infra.inventory import Host
+from glue.infra.terraform import Terraform, vm_address
+from glue.operations import lifecycle
+from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, merged_metrics
+from glue.runs import config as runconfig
+from glue.runs import deploy as deploy_mod
+from glue.runs import guard, monitor, remote, workspace
+from glue.runs.classify import Outcome
+from glue.runs.store import RunStore, parse_iso, utc_iso
+from glue.runs.vm_group import GroupSpec
+from glue.workdir.pin import Workspace
+
+REFUSE_WITHOUT_FORCE = {
+    Outcome.OOM_GPU: "restarting does not repair a repeatable memory failure; investigate with "
+                     "`glue memprobe --run {run}` and change the input, or pass --force",
+    Outcome.OOM_HOST: "restarting does not repair a repeatable memory failure; investigate with "
+                      "`glue memprobe --run {run}` and change the input, or pass --force",
+    Outcome.BAD_RESTART: "the last resume was wrong; fix the trainer (see `glue incidents --run {run}`), "
+                         "or pass --force",
+    Outcome.USER_ERROR: "the trainer failed with an error of its own (see `glue incidents --run {run}`); "
+                        "fix it, or pass --force",
+}
+
+
+def secs_between(a: str | None, b: str | None) -> float | None:
+    if not a or not b:
+        return None
+    return round((parse_iso(b) - parse_iso(a)).total_seconds(), 3)
+
+
+class Timings(dict[str, float]):
+    """Seconds per controller-timed phase; `phase()` shows a spinner while one runs."""
+
+    @contextmanager
+    def phase(self, console: Console, name: str, what: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        with console.status(f"[bold]{name}[/]: {what} …"):
+            yield
+        self[name] = round(time.monotonic() - t0, 3)
+
+
+@dataclass
+class Failure:
+    """What detect found: the failed attempt and when it stopped showing signs of life."""
+
+    outcome: Outcome
+    number: int
+    attempt: dict[str, Any]
+    heartbeat: dict[str, Any]
+    last_alive: str | None
+    detected_at: str
+
+
+@dataclass
+class Lost:
+    """What validate found: the checkpoint to resume from and the work the failure cost."""
+
+    rc: runconfig.RunConfig
+    ckpt: int | None
+    old_metrics: dict[int, dict[str, Any]]
+    failure_step: int
+    finished_before: bool  # the lost attempt had written every required output
+    group: GroupSpec
+    ws: Workspace  # the user's code and requirements, as the manifest pins them (never the local folder)
+
+
+# -- detect -------------------------------------------------------------------------------------------
+def detect(home: Path, store: RunStore, force: bool) -> Failure:
+    """Classify the last attempt; refuse what a restart does not repair (unless forced)."""
+    run_id = store.run
+    report = monitor.check(home, store)
+    outcome = report.verdict.outcome
+    if outcome is Outcome.RUNNING:
+        raise GlueError(f"run {run_id} is healthy ({report.verdict.reason}); nothing to recover")
+    if outcome is Outcome.COMPLETED:
+        raise GlueError(f"run {run_id} completed; nothing to recover")
+    if outcome is Outcome.EXPORT_MISSING:
+        raise GlueError(f"run {run_id} finished, but required outputs are missing from the bucket "
+                        f"({report.verdict.reason.split(': ', 1)[-1]}); a restart does not fix that: export them")
+    if outcome in REFUSE_WITHOUT_FORCE and not force:
+        raise GlueError(f"run {run_id} failed with {outcome}: " + REFUSE_WITHOUT_FORCE[outcome].format(run=run_id))
+    n = int(report.attempt["attempt"])
+    attempt = store.attempt(n)  # re-read: the monitor just recorded the incident into it
+    beat = report.heartbeat or {}
+    last_alive = beat.get("step_at") or attempt.get("started_at")
+    detected_at = attempt.get("ended_at") or utc_iso()
+    incident = store.get_json(str(attempt.get("incident"))) if attempt.get("incident") else None
+    if incident:
+        detected_at = incident["detected_at"]
+        # In a group the cause's time (a lost VM's last heartbeat, the first error) is the failure's.
+        last_alive = (incident.get("cause") or {}).get("at") or last_alive
+    return Failure(outcome, n, attempt, beat, last_alive, detected_at)
+
+
+# -- validate -----------------------------------------------------------------------------------------
+def validate(store: RunStore, manifest: dict[str, Any], failure: Failure, from_scratch: bool) -> Lost:
+    """The newest valid checkpoint, checked from the controller (sizes and sha256)."""
+    rc = runconfig.parse(manifest["config"], store.run, store.info.name)
+    ckpt = monitor.last_valid_checkpoint(store, manifest, deep=True)
+    if ckpt is None and not from_scratch:
+        raise GlueError(f"run {store.run} has no valid checkpoint in {rc.checkpoint.target}; "
+                        "restart it from step 0 with --from-scratch")
+    old_metrics = merged_metrics(store, failure.number + 1)
+    failure_step = max(old_metrics) if old_metrics else (failure.heartbeat.get("step") or 0)
+    finished_before = bool(manifest.get("outputs", {}).get("required")) and not monitor.missing_outputs(store, manifest)
+    return Lost(rc, ckpt, old_metrics, failure_step, finished_before, GroupSpec.from_manifest(manifest),
+                Workspace.from_manifest(manifest))
+
+
+# -- provision ----------------------------------------------------------------------------------------
+KEEPABLE = frozenset({Outcome.STALL, Outcome.COMM, Outcome.USER_ERROR, Outcome.KILLED, Outcome.STORAGE_LOST})
+
+# SIGSTOP the attempt's processes and their children: frozen, a kept trainer keeps its stacks and memory
+# for py-spy or gdb, and writes nothing more (no heartbeat over the new attempt's).
+_FREEZE = ("all='{pids}'; for p in $all; do for c in $(pgrep -P $p); do "
+           "all=\"$all $c $(pgrep -P $c | tr '\\n' ' ')\"; done; done; kill -STOP $all 2>/dev/null; true")
+
+
+def keepable(home: Path, failure: Failure, keep_failed: bool) -> list[lifecycle.KeptVM]:
+    """The failed VMs to keep for debugging: asked for, a class where the VMs themselves still work, and
+    every VM of the attempt that is still there (a group keeps all its live nodes, frozen together: its
+    ranks' stacks and state belong together). [] = replace them as usual."""
+    if not keep_failed or failure.outcome not in KEEPABLE:
+        return []
+    backend = get_backend(current.ClusterConfig.load(home).backend, home)
+    kept: list[lifecycle.KeptVM] = []
+    for nd in monitor.nodes_of(failure.attempt):
+        host = monitor.host_for(home, nd)
+        if host is None or backend.read_vm(host.id) is None:
+            continue
+        kept.append(lifecycle.KeptVM(name=host.name, id=host.id, ssh_host=host.ssh_host, ssh_port=host.ssh_port,
+                                     ssh_user=host.ssh_user, host_key=host.host_key,
+                                     run=str(failure.attempt.get("run")), attempt=failure.number,
+                                     failure_class=str(failure.outcome), kept_at=utc_iso()))
+    return kept
+
+
+def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any],
+                 freeze: list[lifecycle.KeptVM] | None = None) -> None:
+    """Stop what is left of an attempt on every node still reachable: a stalled or half-dead trainer
+    (or a surviving rank waiting in the rendezvous) must not write on. On a VM kept for debugging the
+    processes are frozen (SIGSTOP) instead of killed."""
+    backend = get_backend(current.ClusterConfig.load(home).backend, home)
+    frozen = {k.id for k in freeze or []}
+    for nd in monitor.nodes_of(attempt):
+        host = monitor.host_for(home, nd)
+        if host is None or not ssh.reachable(home, host):
+            continue
+        try:
+            if host.id in frozen:
+                pids = [str(p) for k, p in remote.process_state(home, host, store.run, int(attempt["attempt"]))
+                        ["pids"].items() if k.endswith("_pid") and isinstance(p, int)]
+                if pids:
+                    ssh.run(home, host, _FREEZE.format(pids=" ".join(pids)), timeout=20)
+            else:
+                remote.kill_attempt(home, host, store.run, int(attempt["attempt"]))
+        except GlueError:
+            if backend.read_vm(host.id) is not None:
+                raise
+            # The VM went while we spoke to it (a preempted VM's grace ran out): nothing left to stop.
+
+
+def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm: bool,
+              keep: list[lifecycle.KeptVM] | None = None) -> tuple[list[Host], list[str]]:
+    """Terraform brings the group's VMs back: a lost VM is drift (re-created by the apply); the live VM
+    of a single-node run is replaced too unless --same-vm; a group keeps its live VMs. A VM to `keep`
+    leaves Terraform's state alive and a new one takes its name. Returns the hosts in node order and
+    the names of the new VMs."""
+    keep = keep or []
+    cfg = current.ClusterConfig.load(home)
+    gone = [str(nd["vm"]) for nd in nodes if str(nd["vm"]) not in cfg.vm_names()]
+    if gone:
+        prefix, _, index = gone[0].rpartition("-")
+        vms = max([cfg.vms, *(int(g.rpartition("-")[2]) for g in gone if g.rpartition("-")[2].isdigit())])
+        back = f"`glue up --vms {vms} --name-prefix {prefix}`" if prefix and index.isdigit() else "`glue up`"
+        raise GlueError(f"the run's VM {', '.join(gone)} is no longer part of this cluster (it asks for "
+                        f"{', '.join(cfg.vm_names())}): bring the name back with {back}, then recover again")
+    backend = get_backend(cfg.backend, home)
+    tf = Terraform(home, cfg.backend, console)
+    replace = [vm_address(str(nd["vm"])) for nd in nodes
+               if len(nodes) == 1 and not same_vm and not keep and backend.read_vm(str(nd["vm_id"])) is not None]
+    with tf.locked():
+        for vm in keep:
+            tf.state_rm(vm_address(vm.name))  # the kept VM lives on outside the state
+            lifecycle.keep(home, vm)
+        tf.apply(current.tf_vars(home, cfg), replace=replace)
+    inventory.write(home, tf.outputs(), also_known=lifecycle.kept_host_keys(home))
+    hosts = [current.host(home, str(nd["vm"])) for nd in nodes]
+    return hosts, [h.name for h, nd in zip(hosts, nodes, strict=True) if h.id != nd["vm_id"]]
+
+
+# -- configure ----------------------------------------------------------------------------------------
+def configure(home: Path, console: Console, fresh: list[str]) -> None:
+    """The playbook on the new VMs only (bucket mount, trainer runtime)."""
+    lifecycle.configure_hosts(home, console, limit=fresh)
+
+
+# -- verify -------------------------------------------------------------------------------------------
+def checkpoint_on_vm(home: Path, host: Host, store: RunStore, target: str) -> int | None:
+    """Read the newest valid checkpoint back FROM THE NEW VM (deep: sizes and sha256)."""
+    workspace.push_credentials(home, host, store)
+    env = (f"GPUKIT_CREDENTIALS_FILE={remote.CREDENTIALS_PATH} "
+           f"GPUKIT_BUCKET_ENDPOINT={shlex.quote(store.info.endpoint)}")
+    res = ssh.run(home, host, f"{env} {shlex.quote(remote.python(host))} -m glue.train.checkpoint.check "
+                  f"{shlex.quote(target)}", timeout=600)
+    if res.exit_code != 0:
+        raise GlueError(f"{host.name}: reading the checkpoint back failed: {res.stderr.strip().splitlines()[-1:]}")
+    latest = json.loads(res.stdout.strip().splitlines()[-1])["latest_valid"]
+    return int(latest) if latest is not None else None
+
+
+def verify(home: Path, store: RunStore, lost: Lost, hosts: list[Host], fresh: list[str]) -> list[list[str]]:
+    """Boundary guard on every node, the checkpoint read back on each new VM, the command present.
+    Returns each node's checked command."""
+    target_prefix = monitor.as_s3_prefix(lost.rc.checkpoint.target, store.info.name)
+    target = f"s3://{store.info.name}/{target_prefix}" if target_prefix is not None else lost.rc.checkpoint.target
+    for host in hosts:
+        for what, location in lost.rc.locations().items():
+            guard.check_location(home, host, store, what, location)
+        if host.name in fresh:
+            on_vm = checkpoint_on_vm(home, host, store, target)
+            if on_vm != lost.ckpt:
+                raise GlueError(f"{host.name} sees latest valid checkpoint {on_vm}, the controller {lost.ckpt}; "
+                                "not resuming")
+    return [deploy_mod.check_command(home, host, lost.rc, lost.ws) for host in hosts]
+
+
+# -- prepare ------------------------------------------------------------------------------------------
+def prepare(home: Path, store: RunStore, lost: Lost, failure: Failure,
+            hosts: list[Host]) -> list[dict[str, Any] | None]:
+    """The run's code and requirements on every node, from the bucket by the manifest's hashes (never
+    from the controller's folder): a package or wheel that does not match refuses here."""
+    return deploy_mod.prepare_nodes(home, hosts, store, lost.ws, failure.number + 1)
+
+
+# -- start --------------------------------------------------------------------------------------------
+def start(home: Path, store: RunStore, lost: Lost, failure: Failure, hosts: list[Host],
+          argvs: list[list[str]], ready: list[dict[str, Any] | None] | None = None) -> dict[str, Any]:
+    """The next attempt, resuming, on the group's hosts. Returns its attempt record."""
+    return deploy_mod.start_attempt(home, hosts, store, lost.rc, argvs, failure.number + 1, resume=True,
+                                    memory_limit_mb=failure.attempt.get("memory_limit_mb"), group=lost.group,
+                                    ws=lost.ws, ready=ready)
+
+
+# -- replay -------------------------------------------------------------------------------------------
+def replay(store: RunStore, attempt: int, upto: int, timeout: float) -> dict[int, Any]:
+    """Wait until the resumed attempt passes `upto` (or exits 0 first); its rank-0 steps."""
+    deadline = time.monotonic() + timeout
+    steps: dict[int, Any] = {}
+    while time.monotonic() < deadline:
+        steps = store.metrics().get(attempt, {})
+        if steps and max(steps) >= upto:
+            return steps
+        exit_rec = store.exit_record(attempt)
+        if exit_rec is not None:
+            time.sleep(0.5)
+            steps = store.metrics().get(attempt, {})
+            if exit_rec.get("exit_code") != 0:
+                raise GlueError(f"the resumed attempt {attempt} of run {store.run} failed (exit "
+                                f"{exit_rec.get('exit_code')}, signal {exit_rec.get('signal')}); "
+                                f"see `glue incidents --run {store.run}`")
+            return steps
+        time.sleep(0.5)
+    raise GlueError(f"the resumed attempt {attempt} of run {store.run} did not reach step {upto} within "
+                    f"{timeout:.0f}s; check `glue status --run {store.run}`")
+
+
+# -- check --------------------------------------------------------------------------------------------
+def check(store: RunStore, lost: Lost, failure: Failure, new_metrics: dict[int, Any], upto: int,
+          tolerance: float) -> ResumeCheck:
+    """First resumed step == checkpoint + 1 and equal losses where both attempts ran, on every rank."""
+    return check_all_ranks(store, lost.old_metrics, new_metrics, failure.number, failure.number + 1,
+                           lost.group.world_size, lost.ckpt, min(upto, lost.failure_step), tolerance,
+                           lost.finished_before)
+
+
+def flag_bad_restart(home: Path, store: RunStore, manifest: dict[str, Any], attempt_n: int,
+                     result: ResumeCheck) -> tuple[list[int], str | None]:
+    """Stop the wrongly resumed attempt and keep the evidence as a bad_restart incident. The checkpoints it
+    committed (COMMIT.json written since the attempt started: any step, also one it rewrote at or below
+    its resume point) continue the wrong trajectory: they are marked rejected, so no later resume starts
+    from them; nothing is deleted. Returns the steps marked, and why marking failed (None: it did not)."""
+    from glue.train.checkpoint.format import check_checkpoints, reject  # the storage layer: only when needed
+    from glue.train.errors import CheckpointError
+
+    attempt = store.attempt(attempt_n)
+    kill_attempt(home, store, attempt)
+    ev = monitor.Evidence(resume_problem=result.problem, heartbeat_step=result.first_step)
+    monitor.write_incident(home, store, manifest, attempt, ev, monitor.classify(ev))
+    since = parse_iso(str(attempt["started_at"]))
+    try:
+        storage = monitor.checkpoint_storage(store, manifest)
+        if storage is None:
+            return [], None
+        mine = [st.step for st in check_checkpoints(storage, deep=False)
+                if st.commit is not None and _created_since(st.commit.created_at, since)]
+        why = f"bad_restart of attempt {attempt_n}: {result.problem}"
+        return reject(storage, mine, why, f"glue ({store.run})"), None
+    except CheckpointError as exc:  # the bucket failed us: say so, the evidence is already kept
+        return [], f"its checkpoints could not be marked rejected ({exc}); do not resume from one it committed"
+
+
+def _created_since(created_at: str, since: datetime) -> bool:
+    try:
+        return parse_iso(created_at) >= since
+    except ValueError:  # no readable time: a checkpoint of unknown origin is not marked
+        return False
+
+
+# -- record -------------------------------------------------------------------------------------------
+def record(store: RunStore, result: dict[str, Any]) -> str:
+    """runs/<run>/recoveries/<k>.json: the phases, the work lost, the verdict."""
+    key = f"recoveries/{len(store.keys('recoveries/')) + 1}.json"
+    store.put_json(key, result)
+    return key

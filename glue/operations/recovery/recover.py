@@ -1,0 +1,177 @@
+"""`glue recover`: move a failed run onto a newly provisioned VM and prove the resume is exact.
+
+Phases, one function each in glue/operations/recovery/phases.py (timed into runs/<run>/recoveries/<n>.json):
+  detect     last sign of life of the failed attempt -> failure classified
+  validate   the checkpoints in the bucket checked from the controller (sizes, sha256)
+  provision  terraform replaces the VM (a lost VM is drift; a live one is -replace'd)
+  configure  the Ansible playbook on the new VM (bucket mount, trainer runtime)
+  verify     boundary guard, checkpoint read back on the new VM, command present
+  prepare    the run's code package and requirements from the bucket by the manifest's hashes, checked
+             (only for a run with a workdir or requirements)
+  start      the next attempt on the group's hosts, resuming
+  restore    trainer start -> first resumed step (process start + checkpoint load + one step)
+  replay     first resumed step -> the step the failed attempt had reached (work redone)
+  check      the resume check (glue/operations/recovery/resume_check.py)
+  record     the result into the bucket; a failed check stops the attempt as a bad restart
+The check: first resumed step == checkpoint step + 1, and the losses of the first resumed steps equal
+the pre-failure metrics at the same steps (exactly on CPU; --tolerance for GPU), on every rank.
+A multi-node run (deploy --nodes N) is recovered as a group: the lost VMs are replaced, the live
+ones kept, what is left of the attempt is killed on every node, and the group re-forms.
+"""
+
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from glue.errors import GlueError
+from glue.operations.recovery import phases
+from glue.operations.recovery.phases import REFUSE_WITHOUT_FORCE, Timings, secs_between
+from glue.operations.recovery.resume_check import check_resume, merged_metrics, step_ranges
+from glue.runs import deploy as deploy_mod
+from glue.runs import lease, monitor
+from glue.runs.store import RunStore, utc_iso
+
+__all__ = ["REFUSE_WITHOUT_FORCE", "check_resume", "merged_metrics", "print_table", "recover"]
+
+
+class BadRestart(GlueError):
+    """The recovery ran, but the resumed attempt failed the resume check (flagged bad_restart, stopped)."""
+
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def recover(home: Path, run_id: str, console: Console, force: bool = False, from_scratch: bool = False,
+            same_vm: bool = False, verify_steps: int = 5, tolerance: float = 0.0,
+            wait_timeout: float = 600.0, keep_failed: bool = False,
+            on_started: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """keep_failed: a failed VM that is still alive (stall, comm, user_error) is left running, its
+    attempt stopped (SIGSTOP) for debugging, and the run moves to a new VM (glue.operations.lifecycle.kept).
+    on_started: called once the new attempt runs, with what its resume check needs (`plan`), so a
+    caller that dies before the check (glue watch) can have it made later."""
+    store = deploy_mod.open_store(home, run_id)
+    manifest = store.manifest()  # unknown run -> one line
+    with lease.held(store, "recover"):  # one writer: a second recover refuses, naming this one
+        return _recover(home, store, manifest, console, force, from_scratch, same_vm, verify_steps, tolerance,
+                        wait_timeout, keep_failed, on_started)
+
+
+def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Console, force: bool,
+             from_scratch: bool, same_vm: bool, verify_steps: int, tolerance: float,
+             wait_timeout: float, keep_failed: bool,
+             on_started: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    run_id = store.run
+    timed = Timings()
+    with console.status("[bold]detect[/]: classifying the last attempt …"):
+        failure = phases.detect(home, store, force)
+    with timed.phase(console, "validate", "checking the checkpoints in the bucket (sizes and sha256)"):
+        lost = phases.validate(store, manifest, failure, from_scratch)
+    nodes = monitor.nodes_of(failure.attempt)
+    with timed.phase(console, "provision", f"VMs for {', '.join(str(nd['vm']) for nd in nodes)} (terraform)"):
+        keep = phases.keepable(home, failure, keep_failed and not same_vm)
+        phases.kill_attempt(home, store, failure.attempt, freeze=keep)
+        hosts, replaced = phases.provision(home, console, nodes, same_vm, keep)
+    fresh = replaced or [h.name for h in hosts]
+    with timed.phase(console, "configure", f"the playbook on {', '.join(fresh)} (bucket mount, trainer runtime)"):
+        phases.configure(home, console, fresh)
+    with timed.phase(console, "verify", f"mount live and checkpoint {lost.ckpt} reads back on {', '.join(fresh)}"):
+        argvs = phases.verify(home, store, lost, hosts, fresh)
+    ready = None
+    if lost.ws.needs_prepare:
+        names = ", ".join(h.name for h in hosts)
+        with timed.phase(console, "prepare", f"code and requirements from the bucket on {names}"):
+            ready = phases.prepare(home, store, lost, failure, hosts)
+    started = phases.start(home, store, lost, failure, hosts, argvs, ready)
+    new_n = failure.number + 1
+    upto = max((lost.ckpt or 0) + verify_steps, lost.failure_step)
+    if on_started is not None:
+        on_started(plan(failure, lost, started, upto, tolerance, timed))
+    with console.status(f"[bold]restore + replay[/]: waiting for attempt {new_n} to pass step {upto} …"):
+        new_metrics = phases.replay(store, new_n, upto, wait_timeout)
+    verdict = phases.check(store, lost, failure, new_metrics, upto, tolerance)
+
+    old, ckpt, failure_step = lost.old_metrics, lost.ckpt, lost.failure_step
+    first_t = new_metrics[min(new_metrics)]["t"] if new_metrics else None
+    reach_t = new_metrics.get(failure_step, {}).get("t")
+    lost_s = secs_between(old.get(ckpt or 0, {}).get("t"), old.get(failure_step, {}).get("t")) \
+        if ckpt else secs_between(failure.attempt.get("started_at"), old.get(failure_step, {}).get("t"))
+    seconds = {
+        "detect": secs_between(failure.last_alive, failure.detected_at),
+        **timed,
+        "restore": secs_between(started["started_at"], first_t),
+        # Nothing to replay when the VM died right at its checkpoint; None = still replaying at the deadline.
+        "replay": secs_between(first_t, reach_t) if reach_t else (0.0 if failure_step <= (ckpt or 0) else None),
+    }
+    lost_node = next((nd for nd in nodes if nd["vm"] in replaced), nodes[0])
+    new_host = next(h for h in hosts if h.name == lost_node["vm"])
+    result = {
+        "run": run_id, "failed_attempt": failure.number, "new_attempt": new_n, "failure_class": str(failure.outcome),
+        "old_vm": {"name": lost_node["vm"], "id": lost_node["vm_id"]},
+        "new_vm": {"name": new_host.name, "id": new_host.id},
+        "nodes": [{"node": k, "vm": h.name, "old_id": nd["vm_id"], "new_id": h.id, "replaced": h.name in replaced}
+                  for k, (nd, h) in enumerate(zip(nodes, hosts, strict=True))],
+        "world_size": lost.group.world_size, "rendezvous": started.get("rendezvous"),
+        "checkpoint_step": ckpt, "failure_step": failure_step, "seconds": seconds,
+        "work_lost": {"steps": failure_step - (ckpt or 0), "seconds": lost_s},
+        "verified": verdict.ok, "first_resumed_step": verdict.first_step, "compared_steps": verdict.compared,
+        "problem": verdict.problem, "tolerance": tolerance, "recorded_at": utc_iso(),
+        "kept_vm": keep[0].as_dict() if keep else None, "kept_vms": [k.as_dict() for k in keep],
+    }
+    key = phases.record(store, result)
+    print_table(console, result)
+    if not verdict.ok:
+        rejected, trouble = phases.flag_bad_restart(home, store, manifest, new_n, verdict)
+        result.update(rejected_checkpoints=rejected, reject_problem=trouble)
+        store.put_json(key, result)  # the record says which checkpoints the wrong resume had committed
+        marked = f"; the checkpoint(s) it committed (step {', '.join(map(str, rejected))}) marked rejected" \
+            if rejected else ""
+        raise BadRestart(f"bad restart of run {run_id}: {verdict.problem}; the trainer was stopped{marked}"
+                         f"{'; ' + trouble if trouble else ''} and the evidence kept (glue incidents --run {run_id})",
+                         result)
+    return result
+
+
+def plan(failure: phases.Failure, lost: phases.Lost, started: dict[str, Any], upto: int, tolerance: float,
+         timed: dict[str, float]) -> dict[str, Any]:
+    """What the resume check of a started recovery needs, as JSON (glue.watch keeps it in the bucket)."""
+    return {"failed_attempt": failure.number, "new_attempt": failure.number + 1, "failure_class": str(failure.outcome),
+            "checkpoint_step": lost.ckpt, "failure_step": lost.failure_step, "upto": upto,
+            "world_size": lost.group.world_size, "finished_before": lost.finished_before, "tolerance": tolerance,
+            "started_at": started["started_at"],
+            "seconds": {"detect": secs_between(failure.last_alive, failure.detected_at), **timed}}
+
+
+def print_table(console: Console, result: dict[str, Any]) -> None:
+    title = (f"recovery of {result['run']} (attempt {result['failed_attempt']} -> {result['new_attempt']}, "
+             f"{result['failure_class']})")
+    table = Table(title=title, min_width=len(title))  # the title on one line
+    table.add_column("phase")
+    table.add_column("seconds", justify="right")
+    total = 0.0
+    for phase, secs in result["seconds"].items():
+        table.add_row(phase, "—" if secs is None else f"{secs:.1f}")
+        total += secs or 0.0
+    table.add_row("[bold]total[/]", f"[bold]{total:.1f}[/]")
+    console.print(table)
+    lost = result["work_lost"]
+    console.print(f"checkpoint step {result['checkpoint_step']}, failed at step {result['failure_step']}: "
+                  f"work lost {lost['steps']} steps ({lost['seconds'] or 0:.1f}s of training)")
+    verdict = "[green]verified[/]" if result["verified"] else f"[red]NOT verified[/]: {result['problem']}"
+    if result["verified"] and result["first_resumed_step"] is None:
+        console.print(f"resume {verdict}: the lost attempt had finished training (checkpoint "
+                      f"{result['checkpoint_step']} is its last step, its outputs are in the bucket); "
+                      "the new attempt had nothing to replay")
+        return
+    equal = result["compared_steps"]
+    if result["verified"] or equal:
+        said = f"losses equal at steps {step_ranges(equal)}" + ("" if result["verified"] else ", then differ")
+    else:
+        said = "its loss already differs"
+    console.print(f"resume {verdict}: first resumed step {result['first_resumed_step']}, {said}")

@@ -1,0 +1,35 @@
+"""Run on a VM: prove the newest valid checkpoint of a target reads back from THIS machine.
+
+    python -m glue.train.checkpoint.check <target>      -> JSON {"latest_valid": N|null, "checked": [...]}
+
+Credentials: GPUKIT_CREDENTIALS_FILE (0600 JSON), endpoint GPUKIT_BUCKET_ENDPOINT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from glue.train.checkpoint.format import validate_checkpoints
+from glue.train.storage.credentials import credentials_from_file
+
+
+def main(target: str) -> int:
+    kw: dict[str, object] = {}
+    if target.startswith("s3://"):
+        cred_file = os.environ.get("GPUKIT_CREDENTIALS_FILE")
+        kw = {"endpoint_url": os.environ.get("GPUKIT_BUCKET_ENDPOINT"), "region": "us-east-1"}
+        if cred_file:
+            kw["credentials"] = lambda: credentials_from_file(cred_file)
+    statuses = validate_checkpoints(target, deep=True, **kw)
+    valid = [s.step for s in statuses if s.valid]
+    print(json.dumps({
+        "latest_valid": max(valid) if valid else None,
+        "checked": [{"step": s.step, "valid": s.valid} for s in statuses],
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,320 @@
+"""The trainer's side of a deployed run: config, heartbeat, metrics, error file, outputs.
+
+`glue deploy` starts the trainer with GPUKIT_* variables (never secrets on the command line);
+`RunContext.from_env()` turns them into:
+- `ctx.config`: the run's resolved config values;
+- `ctx.checkpointer(...)`: a Checkpointer on the run's checkpoint target (a path under the bucket
+  mount is reached through the S3 API: glue.train.storage.mount) that never commits once a newer attempt of
+  the run exists (glue.train.checkpoint.fence);
+- `ctx.step(step, loss)`: per-step metrics (parts under runs/<run>/metrics/) and a heartbeat
+  (runs/<run>/heartbeat.json) written by a background thread every few seconds;
+- `with ctx:` records a crash's exception into runs/<run>/attempts/<n>.error.rank<r>[.x<gen>].json;
+- under torchrun (WORLD_SIZE > 1) it joins the default process group itself (gloo, plus nccl for
+  CUDA tensors) and resumes whenever the group is in a restart round (`ctx.restart` > 0);
+- `ctx.write_output(name, data)`: an exported result under the run's output destination;
+- a termination notice (SIGTERM, or the backend's notice file: glue.train.run.notice) makes the next
+  `ctx.step()` save a checkpoint at that step, record the notice and exit with PREEMPTED_EXIT.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from glue.train.checkpoint.checkpointer import Checkpointer
+from glue.train.checkpoint.fence import FencedStorage
+from glue.train.errors import StorageError
+from glue.train.layout import error_key, heartbeat_key, metrics_key, notice_key
+from glue.train.run import process_group as group
+from glue.train.run.notice import PREEMPTED_EXIT, TerminationNotice
+from glue.train.storage.credentials import credentials_from_file
+from glue.train.storage.mount import MOUNT, bucket_url
+from glue.train.storage.target import Storage, open_target
+from glue.train.utc import iso, utc_now
+
+log = logging.getLogger("glue.train")
+
+def _memory() -> dict[str, float]:
+    mem: dict[str, float] = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                mem["rss_mb" if line.startswith("VmRSS") else "peak_rss_mb"] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import torch
+
+    if torch.cuda.is_available():
+        mem["cuda_allocated_mb"] = torch.cuda.memory_allocated() / 2**20
+        mem["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return mem
+
+
+METRICS_FLUSH_SECONDS = 5.0
+
+
+class _MetricsFirstCheckpointer(Checkpointer):
+    """Every step up to a checkpoint reaches the metrics log before that checkpoint can commit, so a
+    resume from it replays every later step and no step's loss is lost with the VM (without this,
+    steps between the last heartbeat and a checkpoint taken just before the VM died had no record)."""
+
+    def __init__(self, ctx: RunContext, target: str, **kwargs: Any) -> None:
+        super().__init__(target, **kwargs)
+        self._ctx = ctx
+
+    def save(self, step: int, *, blocking: bool = False) -> None:
+        self._ctx._flush_metrics()  # one small PUT per checkpoint, on the training thread
+        super().save(step, blocking=blocking)
+
+
+class RunContext:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.run = env["GPUKIT_RUN"]
+        self.attempt = int(env.get("GPUKIT_ATTEMPT", "1"))
+        self.rank = int(env.get("RANK", "0"))
+        self.world_size = int(env.get("WORLD_SIZE", "1"))
+        self.node = int(env.get("GPUKIT_NODE", "0"))
+        self.vm = env.get("GPUKIT_VM", socket.gethostname())
+        self.restart = 0
+        self.config: dict[str, Any] = json.loads(env.get("GPUKIT_CONFIG", "{}"))
+        self.checkpoint_target = env["GPUKIT_CHECKPOINT"]
+        self.checkpoint_interval = int(env.get("GPUKIT_CHECKPOINT_INTERVAL", "50"))
+        self.keep_last = int(env.get("GPUKIT_KEEP_LAST", "2"))
+        self.outputs_target = env["GPUKIT_OUTPUTS"]
+        self.heartbeat_seconds = float(env.get("GPUKIT_HEARTBEAT_SECONDS", "2"))
+        self.scratch = Path(env.get("GPUKIT_SCRATCH", "/tmp"))
+        self.endpoint = env.get("GPUKIT_BUCKET_ENDPOINT") or None
+        self.region = env.get("GPUKIT_BUCKET_REGION") or None
+        cred_file = env.get("GPUKIT_CREDENTIALS_FILE")
+        self._creds = (lambda: credentials_from_file(cred_file)) if cred_file else None
+        bucket = env["GPUKIT_BUCKET_NAME"]
+        self.bucket, self.mount = bucket, env.get("GPUKIT_BUCKET_MOUNT", MOUNT)
+        self.store: Storage = self._open(f"s3://{bucket}/runs/{self.run}")
+        self._lock = threading.Lock()
+        self._last: dict[str, Any] = {}
+        if group.under_torchrun(env):
+            # torchrun restarts every worker of the group after a failure. Join the process group first to
+            # learn the group-wide restart generation: in a restart round every rank resumes.
+            self.restart = int(env.get("TORCHELASTIC_RESTART_COUNT", "0"))  # until the group says otherwise
+            try:
+                self.restart = group.join(env)
+            except (RuntimeError, ValueError) as exc:  # rendezvous / connect failures (DistError is one)
+                self._record_error(type(exc), exc, exc.__traceback__)
+                raise
+        self.resume = env.get("GPUKIT_RESUME", "0") == "1" or self.restart > 0
+        # `glue drill` asks the attempt it will destroy to stop dead after one exact step ("<attempt>:<step>"),
+        # so the VM dies at that step and not wherever the next heartbeat happened to land.
+        hold_attempt, _, hold_step = env.get("GPUKIT_HOLD_AT", "").partition(":")
+        self._hold_at = int(hold_step) if hold_attempt == str(self.attempt) and hold_step.isdigit() \
+            and self.restart == 0 else None
+        self._held = False
+        self._metrics: list[str] = []
+        self._part = 0
+        self._last_flush = time.monotonic()
+        self._started_at = iso(utc_now())
+        self._stop = threading.Event()
+        self._ckpt: Checkpointer | None = None
+        self._notice = TerminationNotice(sigterm=not group.under_torchrun(env))
+        self._keep_previous_steps()
+        self._thread = threading.Thread(target=self._beat_loop, name="gpukit-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _keep_previous_steps(self) -> None:
+        """The last heartbeat of an earlier attempt (or torchrun restart) carries the steps it had not yet
+        put into a metrics part; save them as its final part before our first heartbeat replaces it."""
+        try:
+            data, _ = self.store.get(heartbeat_key(self.rank))
+        except StorageError:
+            return
+        beat = json.loads(bytes(data))
+        prev, prev_restart = beat.get("attempt"), int(beat.get("restart") or 0)
+        if isinstance(prev, int) and (prev, prev_restart) < (self.attempt, self.restart) and beat.get("recent"):
+            lines = "".join(json.dumps(r) + "\n" for r in beat["recent"])
+            self.store.put(metrics_key(prev, self.rank, prev_restart, 99999, "-heartbeat"), lines.encode())
+
+    @classmethod
+    def from_env(cls) -> RunContext:
+        return cls(dict(os.environ))
+
+    def _direct(self, target: str) -> str:
+        """Under the bucket mount: the same keys through the S3 API (glue.train.storage.mount says why)."""
+        url = bucket_url(target, self.bucket, self.mount)
+        if url is None:
+            return target
+        log.info("%s is under the bucket mount: written through the S3 API as %s", target, url)
+        return url
+
+    def _open(self, target: str) -> Storage:
+        target = self._direct(target)
+        kw: dict[str, Any] = {"check": False}
+        if target.startswith("s3://"):
+            kw.update(endpoint_url=self.endpoint, credentials=self._creds, region=self.region)
+        return open_target(target, **kw)
+
+    def checkpointer(self, **kwargs: Any) -> Checkpointer:
+        kw: dict[str, Any] = {"keep_last": self.keep_last}
+        target = self._direct(self.checkpoint_target)
+        if target.startswith("s3://"):
+            kw.update(endpoint_url=self.endpoint, credentials=self._creds, region=self.region)
+        kw.update(kwargs)
+        ck = _MetricsFirstCheckpointer(self, target, **kw)
+        ck.storage = FencedStorage(ck.storage, self.store, self.run, self.attempt)  # glue.train.checkpoint.fence
+        self._ckpt = ck
+        self._notice.install()  # on top of the checkpointer's SIGTERM flush: the notice saves at the step
+        return ck
+
+    # -- per step ------------------------------------------------------------------------------
+    def step(self, step: int, loss: float, **extra: Any) -> None:
+        """Record one completed step (cheap: no I/O on the training thread). A pending termination notice
+        is acted on here: checkpoint at this step, exit PREEMPTED_EXIT. Under torchrun every rank calls
+        this at every step (each records its own metrics), so the ranks agree on the notice here."""
+        now = utc_now()
+        rec = {"step": step, "loss": loss, "t": iso(now), "attempt": self.attempt, "rank": self.rank,
+               "restart": self.restart, **extra}
+        with self._lock:
+            self._last = rec
+            self._metrics.append(json.dumps(rec))
+        if step == self._hold_at:
+            self._hold()
+        if self._notice_agreed():
+            self._stop_on_notice(step)
+
+    def _notice_agreed(self) -> bool:
+        """The notice, agreed by every rank (one rank's notice stops all at the same step: a checkpoint
+        needs every rank's part)."""
+        pending = self._notice.pending
+        if self.world_size > 1:
+            import torch
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                flag = torch.tensor([1 if pending else 0])
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                return bool(flag.item())
+        return pending
+
+    def _stop_on_notice(self, step: int) -> None:
+        """Save at this step (blocking: committed before we go), record the notice, exit PREEMPTED_EXIT."""
+        seen = self._notice.seen_at
+        rec: dict[str, Any] = {
+            "run": self.run, "attempt": self.attempt, "rank": self.rank, "restart": self.restart, "vm": self.vm,
+            "source": self._notice.source or "another rank's notice",
+            "seen_at": iso(utc_now()) if seen is None else iso(datetime.fromtimestamp(seen, UTC)),
+            "step": step, "saved_step": None, "saved_at": None,
+        }
+        self._put_notice(rec)  # first: evidence even when the VM goes before the save commits
+        if self._ckpt is not None:
+            self._ckpt.save(step, blocking=True)
+            rec.update(saved_step=step, saved_at=iso(utc_now()))
+            self._put_notice(rec)
+        self._flush_metrics()
+        self._write_heartbeat()
+        log.warning("termination notice (%s): checkpoint at step %s, exiting %d", rec["source"], step,
+                    PREEMPTED_EXIT)
+        raise SystemExit(PREEMPTED_EXIT)
+
+    def _put_notice(self, rec: dict[str, Any]) -> None:
+        try:
+            self.store.put(notice_key(self.attempt, self.rank), json.dumps(rec).encode())
+        except StorageError:
+            pass  # the exit code still says what happened
+
+    def _hold(self) -> None:
+        """Publish this step (metrics and a heartbeat saying `held`), then wait to be killed: training never
+        continues past the step the drill asked for."""
+        self._held = True
+        self._flush_metrics()
+        self._write_heartbeat()
+        threading.Event().wait()
+
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(self.heartbeat_seconds):
+            self._write_heartbeat()
+            # Metrics parts every few seconds: a lost VM takes at most that much of the log with it,
+            # while the training thread pays for one PUT per part, not one per heartbeat.
+            if time.monotonic() - self._last_flush >= METRICS_FLUSH_SECONDS:
+                self._flush_metrics()
+
+    def _write_heartbeat(self) -> None:
+        with self._lock:
+            last = dict(self._last)
+            # Steps not yet in a metrics part ride along: one PUT a beat, nothing lost but the last beat.
+            recent = [json.loads(line) for line in self._metrics[-500:]]
+        beat = {
+            "run": self.run, "attempt": self.attempt, "rank": self.rank, "restart": self.restart,
+            "node": self.node, "vm": self.vm, "world_size": self.world_size, "host": socket.gethostname(),
+            "pid": os.getpid(), "step": last.get("step"), "loss": last.get("loss"),
+            "step_at": last.get("t"), "started_at": self._started_at, "updated_at": iso(utc_now()),
+            "memory": _memory(),
+            "recent": recent,
+            "held": self._held,
+        }
+        try:
+            self.store.put(heartbeat_key(self.rank), json.dumps(beat).encode())
+        except StorageError:
+            pass  # a missed heartbeat is itself the signal; the next one retries
+
+    def _flush_metrics(self) -> None:
+        """Put the steps recorded so far into a new metrics part (from the heartbeat thread, and from the
+        training thread before each checkpoint save)."""
+        with self._lock:
+            lines, self._metrics = self._metrics, []
+            self._last_flush = time.monotonic()
+            if not lines:
+                return
+            self._part += 1
+            key = metrics_key(self.attempt, self.rank, self.restart, self._part)
+        try:
+            self.store.put(key, ("\n".join(lines) + "\n").encode())
+        except StorageError:
+            with self._lock:  # keep them for the next flush rather than lose them
+                self._metrics = lines + self._metrics
+
+    # -- outputs and lifecycle ------------------------------------------------------------------
+    def write_output(self, name: str, data: bytes) -> None:
+        self._open(self.outputs_target).put(name, data)
+
+    def close(self) -> None:
+        self._notice.close()
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._write_heartbeat()
+        self._flush_metrics()
+
+    def __enter__(self) -> RunContext:
+        return self
+
+    def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if exc is not None and not isinstance(exc, KeyboardInterrupt | SystemExit):
+            self._record_error(typ, exc, tb)
+        self.close()
+
+    def _record_error(self, typ: type[BaseException] | None, exc: BaseException, tb: TracebackType | None) -> None:
+        """The error file of this rank and restart generation: what `glue incidents` orders across ranks."""
+        with self._lock:
+            last = dict(self._last)
+        err = {
+            "type": f"{typ.__module__}.{typ.__qualname__}" if typ else "",
+            "message": str(exc),
+            "traceback": "".join(traceback.format_exception(typ, exc, tb)),
+            "last_step": last.get("step"),
+            "rank": self.rank,
+            "restart": self.restart,
+            "node": self.node,
+            "vm": self.vm,
+            "at": iso(utc_now()),
+            "memory": _memory(),
+        }
+        try:
+            self.store.put(error_key(self.attempt, self.rank, self.restart), json.dumps(err).encode())
+        except StorageError:
+            pass

@@ -1,0 +1,165 @@
+"""The supervisor `glue deploy` starts on the VM: runs the trainer, ships its log to the bucket,
+applies a memory limit, and writes the exit record the classifier reads.
+
+    python -m glue.train.run.supervise /run/gpukit/runs/<run>/attempt-<n>.json
+
+The launch spec (0600, on the VM's tmpfs /run) holds the command and the trainer's environment,
+secrets included, so none of it appears in any process's arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from glue.train.errors import StorageError
+from glue.train.layout import exit_key, log_prefix
+from glue.train.storage.credentials import credentials_from_file
+from glue.train.storage.target import Storage, open_target
+from glue.train.utc import iso, utc_now
+
+CGROUP_V2 = Path("/sys/fs/cgroup")
+CGROUP_V1_MEM = Path("/sys/fs/cgroup/memory")
+
+
+class MemoryLimit:
+    """A memory cgroup for the trainer (v2 or v1) so an overrun is killed by the kernel OOM killer
+    and leaves an `oom_kill` record; RLIMIT_AS when no cgroup is writable."""
+
+    def __init__(self, name: str, limit_mb: int) -> None:
+        self.limit = limit_mb * 2**20
+        self.path: Path | None = None
+        self.v2 = (CGROUP_V2 / "cgroup.controllers").exists()
+        base = CGROUP_V2 if self.v2 else CGROUP_V1_MEM
+        try:
+            path = base / name
+            path.mkdir(exist_ok=True)
+            (path / ("memory.max" if self.v2 else "memory.limit_in_bytes")).write_text(str(self.limit))
+            if self.v2:
+                (path / "memory.swap.max").write_text("0")
+            self.path = path
+        except OSError:
+            self.path = None
+
+    def preexec(self) -> None:
+        """Runs in the child before exec: join the cgroup, or cap the address space."""
+        if self.path is not None:
+            (self.path / "cgroup.procs").write_text("0")
+        else:
+            resource.setrlimit(resource.RLIMIT_AS, (self.limit, self.limit))
+
+    def oom_kills(self) -> int:
+        if self.path is None:
+            return 0
+        try:
+            text = (self.path / ("memory.events" if self.v2 else "memory.oom_control")).read_text()
+        except OSError:
+            return 0
+        for line in text.splitlines():
+            key, _, val = line.partition(" ")
+            if key == "oom_kill":
+                return int(val)
+        return 0
+
+    def remove(self) -> None:
+        if self.path is not None:
+            try:
+                self.path.rmdir()
+            except OSError:
+                pass
+
+
+class LogShipper(threading.Thread):
+    """Copies new bytes of the local log to runs/<run>/logs/<attempt>-<part>.log every few seconds."""
+
+    def __init__(self, log: Path, store: Storage, prefix: str, every_s: float) -> None:
+        super().__init__(name="gpukit-logship", daemon=True)
+        self.log, self.store, self.prefix, self.every_s = log, store, prefix, every_s
+        self.offset, self.part = 0, 0
+        self.done = threading.Event()
+
+    def ship(self) -> None:
+        try:
+            with open(self.log, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return
+        if not data:
+            return
+        try:
+            self.store.put(f"{self.prefix}{self.part + 1:05d}.log", data)
+        except StorageError:
+            return  # try again next round with the same bytes
+        self.part += 1
+        self.offset += len(data)
+
+    def run(self) -> None:
+        while not self.done.wait(self.every_s):
+            self.ship()
+
+
+def main(spec_path: str) -> int:
+    spec: dict[str, Any] = json.loads(Path(spec_path).read_text())
+    run, attempt = spec["run"], int(spec["attempt"])
+    state_dir = Path(spec_path).parent
+    log_path = state_dir / f"attempt-{attempt}.log"
+    cred_file = spec.get("credentials_file")
+    bucket = spec["bucket"]
+    store = open_target(
+        f"s3://{bucket['name']}/runs/{run}", endpoint_url=bucket.get("endpoint"), region=bucket.get("region"),
+        credentials=(lambda: credentials_from_file(cred_file)) if cred_file else None, check=False,
+    )
+    limit = MemoryLimit(f"gpukit-{run}-{attempt}", int(spec["memory_limit_mb"])) if spec.get("memory_limit_mb") \
+        else None
+    env = {**os.environ, **spec["env"]}
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen(
+            spec["command"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            cwd=spec.get("cwd") or "/", preexec_fn=limit.preexec if limit else None,
+        )
+    (state_dir / f"attempt-{attempt}.pids.json").write_text(
+        json.dumps({"supervisor_pid": os.getpid(), "trainer_pid": child.pid, "started_at": iso(utc_now())})
+    )
+
+    def forward(signum: int, _frame: object) -> None:
+        child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    # Node k of a multi-node attempt ships to its own keys (node 0 keeps the single-node names).
+    node = int(spec.get("node", 0))
+    shipper = LogShipper(log_path, store, log_prefix(attempt, node), float(spec.get("log_every_s", 3.0)))
+    shipper.start()
+    code = child.wait()
+    shipper.done.set()
+    shipper.join(timeout=5)
+    shipper.ship()
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    record = {
+        "run": run, "attempt": attempt, "node": node, "ended_at": iso(utc_now()),
+        "exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None,
+        "oom_kills": limit.oom_kills() if limit else 0,
+        "memory_limit_mb": spec.get("memory_limit_mb"), "max_rss_mb": usage.ru_maxrss / 1024,
+    }
+    for delay in (0.5, 1, 2, 4, 8):
+        try:
+            store.put(exit_key(attempt, node), json.dumps(record).encode())
+            break
+        except StorageError:
+            time.sleep(delay)
+    if limit:
+        limit.remove()
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -26,7 +26,7 @@ from glue.operations import lifecycle
 from glue.operations.recovery import recover as recover_mod
 from glue.paths import PROJECT_ROOT
 from glue.runs import deploy as deploy_mod
-from glue.runs.store import parse_iso
+from glue.runs.store import RunStore, parse_iso
 from glue.runs.vm_group import GroupSpec
 
 TARGET_TOTAL = 10.0  # issue 13: failure detected -> first resumed step on the baked image
@@ -35,7 +35,7 @@ TARGET_CONFIGURE = 2.0
 
 def wait_step(home: Path, run: str, step: int) -> None:
     """Poll the heartbeat object itself (cheap), so the VM dies close to `step`."""
-    store = deploy_mod.open_store(home, run)
+    store = RunStore.open(home, run)
     while ((store.get_json("heartbeat.json") or {}).get("step") or 0) < step:
         time.sleep(0.2)
 
@@ -47,7 +47,7 @@ def cold_start(home: Path, console: Console, run: str, vm: str | None, group: Gr
     t0 = time.monotonic()
     rec = deploy_mod.deploy(home, run, cfg_path, vm, False, console, config_overrides={"steps": 3, "step_sleep": 0},
                             group=group)
-    store = deploy_mod.open_store(home, run)
+    store = RunStore.open(home, run)
     while 1 not in store.metrics().get(1, {}):
         time.sleep(0.2)
     cold = (parse_iso(store.metrics()[1][1]["t"]) - parse_iso(rec["started_at"])).total_seconds()
@@ -85,7 +85,7 @@ def lose_last_vm_and_recover(home: Path, console: Console, run: str) -> tuple[di
     """At step 50, destroy the run's last VM (its only one, or the group's last node); recover; measure
     Ansible's floor on the new VM; down."""
     wait_step(home, run, 50)
-    LocalBackend(home).delete_vm(deploy_mod.open_store(home, run).attempt(1)["nodes"][-1]["vm_id"])
+    LocalBackend(home).delete_vm(RunStore.open(home, run).attempt(1)["nodes"][-1]["vm_id"])
     result = recover_mod.recover(home, run, console)
     floor = ansible_floor(home, result["new_vm"]["name"])
     lifecycle.down(home, console, force=True)

@@ -68,7 +68,7 @@ def _figures(store: RunStore, lost_at: datetime) -> dict[str, float]:
 def baseline(home: Path, console: Console, run: str) -> dict[str, float]:
     deploy_mod.deploy(home, run, PROJECT_ROOT / "examples" / "tiny_gpt.yaml", "gpukit-1", False, console,
                       config_overrides=OVERRIDES)
-    store = deploy_mod.open_store(home, run)
+    store = RunStore.open(home, run)
     _wait("step", lambda: _step(store, 1) >= LOSE_AT)
     backend, vm = LocalBackend(home), store.attempt(1)["vm_id"]
     backend.delete_vm(vm)
@@ -82,7 +82,7 @@ def watched(home: Path, run: str, notice: bool) -> dict[str, float]:
     console = Console(stderr=True, quiet=True)
     deploy_mod.deploy(home, run, PROJECT_ROOT / "examples" / "tiny_gpt.yaml", "gpukit-1", False, console,
                       config_overrides=OVERRIDES)
-    store = deploy_mod.open_store(home, run)
+    store = RunStore.open(home, run)
     log = open(home / f"watch-{run}.log", "w")  # closed below
     proc = subprocess.Popen([sys.executable, "-m", "glue.cli", "watch", "--run", run, "--interval", "1"],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from glue.commands.options import HOURS, NON_NEGATIVE, POSITIVE_FLOAT, POSITIVE_INT, SECONDS
 from glue.paths import home
+from glue.runs.store import RunStore
 
 err = Console(stderr=True)
 
@@ -76,7 +77,6 @@ def advise(run_id: str | None, mtbf: float | None, restore_seconds: float | None
 
     from glue.errors import GlueError
     from glue.operations.recovery import advise as advise_mod
-    from glue.runs.deploy import open_store
 
     if example:
         if as_json:
@@ -87,7 +87,7 @@ def advise(run_id: str | None, mtbf: float | None, restore_seconds: float | None
         return
     if run_id is None:
         raise GlueError("pass --run RUN (or --example for the worked case)")
-    res = advise_mod.advise(open_store(home(), run_id), mtbf, restore_seconds)
+    res = advise_mod.advise(RunStore.open(home(), run_id), mtbf, restore_seconds)
     if as_json:
         click.echo(json.dumps(res, indent=2))
         return

@@ -15,6 +15,7 @@ from rich.table import Table
 from glue.commands.options import HOURS, POSITIVE_INT, SECONDS
 from glue.errors import GlueError
 from glue.paths import home
+from glue.runs.store import RunStore
 
 err = Console(stderr=True)
 out = Console()
@@ -32,14 +33,13 @@ def report(run_id: str, out_path: Path | None, open_it: bool) -> None:
     Written locally and to runs/<run>/report.html in the bucket."""
     from glue.report import facts, html
     from glue.runs.config import check_run_id
-    from glue.runs.deploy import open_store
 
     check_run_id(run_id)
     path = out_path or Path(f"{run_id}-report.html")
     if not path.parent.is_dir():
         raise GlueError(f"cannot write the report to {path}: folder {path.parent} does not exist; create it or "
                         "pick another --out")
-    store = open_store(home(), run_id)
+    store = RunStore.open(home(), run_id)
     with err.status(f"reading run {run_id} from the bucket"):
         page = html.build(facts.gather(store))
     try:
@@ -73,14 +73,13 @@ def compare(run_a: str, run_b: str, as_json: bool) -> None:
     loss, steps, wall time, GPU-hours, cost, recoveries. Refuses runs evaluated on different sets."""
     from glue.report import compare as compare_mod
     from glue.report import facts
-    from glue.runs.deploy import open_store
 
     if run_a == run_b:
         raise GlueError(f"compare needs two different runs (got {run_a} twice)")
     h = home()
     with err.status(f"reading runs {run_a} and {run_b} from the bucket"):
-        res = compare_mod.compare(facts.gather(open_store(h, run_a), with_reference=False),
-                                  facts.gather(open_store(h, run_b), with_reference=False))
+        res = compare_mod.compare(facts.gather(RunStore.open(h, run_a), with_reference=False),
+                                  facts.gather(RunStore.open(h, run_b), with_reference=False))
     if as_json:
         click.echo(json.dumps(res, indent=2, default=str))
         return
@@ -132,9 +131,8 @@ def budget(run_id: str, steps: int, mtbf: float | None, restore_seconds: float |
     time, save stall, restore and MTBF, as `glue advise` measures them; formula in docs/report.md)."""
     from glue.report import budget as budget_mod
     from glue.report.cost import money
-    from glue.runs.deploy import open_store
 
-    store = open_store(home(), run_id)
+    store = RunStore.open(home(), run_id)
     with err.status(f"measuring run {run_id}"):
         inputs, sources = budget_mod.inputs_from_run(store, steps, mtbf, restore_seconds)
     res = budget_mod.project(inputs)

@@ -17,8 +17,8 @@ from glue.errors import GlueError
 from glue.paths import home
 from glue.runs import deploy as deploy_mod
 from glue.runs import monitor
-from glue.runs.classify import Outcome
-from glue.runs.store import RunStore
+from glue.runs.classify import AttemptClass
+from glue.runs.store import RunStore, all_run_ids
 from glue.runs.vm_group import GroupSpec
 
 err = Console(stderr=True)
@@ -75,7 +75,7 @@ def run_summary(report: monitor.Report) -> dict[str, Any]:
     beat = report.heartbeat or {}
     return {
         "attempt": report.attempt.get("attempt"), "vm": report.attempt.get("vm"),
-        "state": str(report.verdict.outcome), "reason": report.verdict.reason, "policy": report.verdict.policy,
+        "state": str(report.diagnosis.outcome), "reason": report.diagnosis.reason, "policy": report.diagnosis.policy,
         "step": beat.get("step"), "loss": beat.get("loss"), "step_at": beat.get("step_at"),
         "heartbeat_age_s": report.evidence.heartbeat_age_s, "incident": report.incident_key,
         "memory": beat.get("memory"),
@@ -85,11 +85,11 @@ def run_summary(report: monitor.Report) -> dict[str, Any]:
 
 
 def show_run(run_id: str, as_json: bool) -> None:
-    from glue.runs.acceptance import run_verdict
+    from glue.runs.acceptance import run_acceptance
 
-    store = deploy_mod.open_store(home(), run_id)
+    store = RunStore.open(home(), run_id)
     summary = run_summary(monitor.check(home(), store))
-    verdict = run_verdict(store, summary["state"])
+    verdict = run_acceptance(store, summary["state"])
     summary["verdict"] = verdict.as_dict()
     if as_json:
         click.echo(json.dumps({"run": run_id, **summary}, indent=2))
@@ -117,7 +117,7 @@ def show_run(run_id: str, as_json: bool) -> None:
 def logs(run_id: str, follow: bool, attempt: int | None) -> None:
     """The trainer's log, from the bucket (shipped every few seconds)."""
     h = home()
-    store = deploy_mod.open_store(h, run_id)
+    store = RunStore.open(h, run_id)
     store.manifest()
     known = store.attempts()
     if attempt is not None and attempt not in known:
@@ -142,8 +142,8 @@ def logs(run_id: str, follow: bool, attempt: int | None) -> None:
             now = int(report.attempt.get("attempt") or 0)
             if now != last:
                 why = f"attempt {now} replaced it"
-            elif report.verdict.outcome is not Outcome.RUNNING:
-                why = f"{report.verdict.outcome}: {report.verdict.reason}"
+            elif report.diagnosis.outcome is not AttemptClass.RUNNING:
+                why = f"{report.diagnosis.outcome}: {report.diagnosis.reason}"
         if why is not None:
             click.echo(store.log_text(attempt)[shown:], nl=False)
             err.print(f"attempt {last} of run {run_id} is no longer running ({why}); "
@@ -168,7 +168,7 @@ def _ended(store: RunStore, n: int) -> str | None:
 def incidents(run_id: str, as_json: bool) -> None:
     """Failures recorded for a run: class, reason, evidence and what to do next."""
     h = home()
-    store = deploy_mod.open_store(h, run_id)
+    store = RunStore.open(h, run_id)
     monitor.check(h, store)  # records an incident for a failure not yet seen
     items = monitor.incidents(store)
     if as_json:
@@ -226,7 +226,7 @@ def _event(e: dict[str, Any]) -> str:
 
 def list_runs() -> list[str]:
     try:
-        return deploy_mod.all_run_ids(home())
+        return all_run_ids(home())
     except GlueError:
         return []
 

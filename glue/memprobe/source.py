@@ -12,6 +12,7 @@ import yaml
 
 from glue import yamlfile
 from glue.errors import GlueError, yaml_problem
+from glue.runs.store import RunStore
 
 TRAINER_MODULE = "glue.examples.tiny_gpt"
 MAX_VALUE = 2**31 - 1  # the largest size a trial can be asked for (torch takes sizes as 64-bit, products too)
@@ -71,9 +72,8 @@ def from_manifest(run: str, manifest: dict[str, Any], attempts: list[dict[str, A
 
 
 def from_run(home: Path, run: str) -> tuple[Source, Any]:
-    from glue.runs import deploy as deploy_mod
 
-    store = deploy_mod.open_store(home, run)
+    store = RunStore.open(home, run)
     manifest = store.manifest()
     numbers: Any = store.attempts()
     attempts = [store.attempt(n) for n in numbers]

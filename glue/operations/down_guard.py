@@ -12,7 +12,7 @@ from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.runs import monitor
-from glue.runs.classify import Outcome
+from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, run_ids
 
 # bucket_mount_cache_dir in ansible/roles/bucket_mount/defaults/main.yml
@@ -36,11 +36,11 @@ def blockers(home: Path, only: set[str] | None = None) -> list[str]:
         if not on & hosts.keys():
             continue  # not on these VMs (anymore)
         rep = monitor.check(home, store)
-        out = rep.verdict.outcome
-        if out is Outcome.RUNNING:
+        out = rep.diagnosis.outcome
+        if out is AttemptClass.RUNNING:
             vms = ", ".join(hosts[i].name for i in sorted(on & hosts.keys(), key=lambda i: hosts[i].name))
             found.append(f"run {run} is still running on {vms} (step {rep.evidence.heartbeat_step})")
-        elif out is not Outcome.COMPLETED:
+        elif out is not AttemptClass.COMPLETED:
             missing = monitor.missing_outputs(store, store.manifest())
             if missing:
                 found.append(f"run {run} ({out}) is missing required outputs in the bucket: {', '.join(missing)}")

@@ -52,9 +52,9 @@ def side(f: RunFacts) -> dict[str, Any]:
     return {
         "run": f.run, "code": (m.get("code") or {}).get("git_sha"), "dirty": (m.get("code") or {}).get("dirty"),
         "input": m.get("input"), "image": m.get("image"), "image_digest": m.get("image_digest"),
-        "eval_set": eval_set(f), "state": f.verdict.state, "accepted": f.verdict.accepted,
+        "eval_set": eval_set(f), "state": f.acceptance.state, "accepted": f.acceptance.accepted,
         "metrics": {c.name: {"value": c.value, "min": c.min, "max": c.max, "passed": c.passed}
-                    for c in f.verdict.metrics},
+                    for c in f.acceptance.metrics},
         "final_loss": f.final_loss, "steps": f.final_step, "wall_s": f.wall_s(), "vm_hours": r.vm_hours,
         "gpu_hours": r.gpu_hours, "cost": r.cost, "currency": r.price.currency, "recoveries": len(f.recoveries),
         "attempts": len(f.attempts),

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from glue.runs.acceptance import Verdict, evaluations, final_evaluation, judge, recorded_state, thresholds_of
+from glue.runs.acceptance import Acceptance, evaluations, final_evaluation, judge, recorded_state, thresholds_of
 from glue.runs.store import RunStore, parse_iso
 
 RECOVERY_VM_PHASES = ("provision", "configure", "verify", "prepare")  # the new VM bills from its creation to its start
@@ -77,7 +77,7 @@ class RunFacts:
     recoveries: list[dict[str, Any]]
     incidents: list[dict[str, Any]]
     evaluations: list[dict[str, Any]]
-    verdict: Verdict
+    acceptance: Acceptance
     drill: dict[str, Any] | None = None
     reference: list[StepPoint] | None = None   # a drill's uninterrupted reference run
     reference_run: str | None = None
@@ -203,7 +203,7 @@ def gather(store: RunStore, state: str | None = None, with_reference: bool = Tru
     verdict = judge(state or recorded_state(store), monitor.missing_outputs(store, manifest), thresholds_of(manifest),
                     final_evaluation(evals))
     facts = RunFacts(run=store.run, manifest=manifest, attempts=attempts, checkpoints=_checkpoints(store),
-                     recoveries=recoveries, incidents=incidents, evaluations=evals, verdict=verdict,
+                     recoveries=recoveries, incidents=incidents, evaluations=evals, acceptance=verdict,
                      drill=store.get_json("drill.json"))
     if with_reference and facts.drill and facts.drill.get("ref_run"):
         ref = RunStore(store.info, store.creds, str(facts.drill["ref_run"]), refresh=store.refresh)

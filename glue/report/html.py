@@ -148,7 +148,7 @@ def gaps_chart(f: RunFacts) -> tuple[str, list[list[str]]]:
 
 
 def evaluation_section(f: RunFacts) -> str:
-    v = f.verdict
+    v = f.acceptance
     bands = [(0.0, m.min, m.max, m.name) for m in v.metrics]
     # The metrics with acceptance bounds (when there are any): one scale, and the ones the verdict is about.
     names = [m.name for m in v.metrics] or sorted({n for ev in f.evaluations for n in (ev.get("metrics") or {})})
@@ -180,7 +180,7 @@ def cost_section(r: Resources) -> str:
 
 def build(f: RunFacts) -> str:
     res = resources(f)
-    v = f.verdict
+    v = f.acceptance
     m = f.manifest
     code = m.get("code") or {}
     badge = '<span class="badge ok">accepted</span>' if v.accepted else '<span class="badge bad">not accepted</span>'

@@ -31,7 +31,9 @@ class MetricCheck:
 
 
 @dataclass
-class Verdict:
+class Acceptance:
+    """Whether a run is accepted, and why not. Not an attempt's failure class (glue.runs.classify.Diagnosis)."""
+
     accepted: bool
     state: str
     missing_outputs: list[str]
@@ -53,7 +55,7 @@ def thresholds_of(manifest: dict[str, Any]) -> dict[str, dict[str, float | None]
 
 
 def judge(state: str, missing_outputs: list[str], thresholds: dict[str, dict[str, float | None]],
-          evaluation: dict[str, Any] | None) -> Verdict:
+          evaluation: dict[str, Any] | None) -> Acceptance:
     """Completed + outputs exported + every metric of the final evaluation within its thresholds."""
     values = (evaluation or {}).get("metrics") or {}
     checks = [MetricCheck(name, None if values.get(name) is None else float(values[name]), b.get("min"), b.get("max"))
@@ -72,7 +74,7 @@ def judge(state: str, missing_outputs: list[str], thresholds: dict[str, dict[str
             reasons.append(f"metric {c.name} was not recorded")
         elif c.value is not None and not c.passed:
             reasons.append(f"{c.name} = {c.value:.6g}, needs {c.bounds()}")
-    return Verdict(accepted=not reasons, state=state, missing_outputs=missing_outputs, metrics=checks,
+    return Acceptance(accepted=not reasons, state=state, missing_outputs=missing_outputs, metrics=checks,
                    evaluation=evaluation, reasons=reasons)
 
 
@@ -115,7 +117,7 @@ def latest_final(store: RunStore) -> dict[str, Any] | None:
     return final_evaluation([r for key in keys if (r := store.get_json(key))]) if keys else None
 
 
-def run_verdict(store: RunStore, state: str | None = None) -> Verdict:
+def run_acceptance(store: RunStore, state: str | None = None) -> Acceptance:
     """The verdict of a run; `state` is the monitor's view when the caller has it (glue status)."""
     manifest = store.manifest()
     state = state or recorded_state(store)

@@ -13,7 +13,10 @@ from typing import Any
 from glue.train.run.notice import PREEMPTED_EXIT
 
 
-class Outcome(StrEnum):
+class AttemptClass(StrEnum):
+    """What an attempt is: still running, completed, or one failure class. An attempt record keeps the
+    failure members under `failure_class` (and `outcome: completed` at the end); never RUNNING."""
+
     RUNNING = "running"
     COMPLETED = "completed"
     OOM_GPU = "oom_gpu"
@@ -30,21 +33,22 @@ class Outcome(StrEnum):
 
     @property
     def is_failure(self) -> bool:
-        return self not in (Outcome.RUNNING, Outcome.COMPLETED)
+        return self not in (AttemptClass.RUNNING, AttemptClass.COMPLETED)
 
 
 POLICY = {
-    Outcome.OOM_GPU: "no blind restart: it repeats at this input; investigate with `glue memprobe`",
-    Outcome.OOM_HOST: "no blind restart: it repeats at this input; investigate with `glue memprobe`",
-    Outcome.STALL: "kill the stuck process and recover (`glue recover`)",
-    Outcome.COMM: "restart the whole group and recover (`glue recover`)",
-    Outcome.VM_LOST: "recover onto a new VM (`glue recover`)",
-    Outcome.PREEMPTED: "recover onto a new VM (`glue recover`); the checkpoint at the notice makes it cheap",
-    Outcome.BAD_RESTART: "stop; the resume is wrong; keep the evidence and fix the trainer",
-    Outcome.EXPORT_MISSING: "not done: write the required outputs; the VM is kept",
-    Outcome.STORAGE_LOST: "infrastructure, not the trainer: `glue recover` resumes it on a VM with a live bucket mount",
-    Outcome.KILLED: "recover (`glue recover`); find out who sent the signal",
-    Outcome.USER_ERROR: "no automatic retry: fix the error in the traceback",
+    AttemptClass.OOM_GPU: "no blind restart: it repeats at this input; investigate with `glue memprobe`",
+    AttemptClass.OOM_HOST: "no blind restart: it repeats at this input; investigate with `glue memprobe`",
+    AttemptClass.STALL: "kill the stuck process and recover (`glue recover`)",
+    AttemptClass.COMM: "restart the whole group and recover (`glue recover`)",
+    AttemptClass.VM_LOST: "recover onto a new VM (`glue recover`)",
+    AttemptClass.PREEMPTED: "recover onto a new VM (`glue recover`); the checkpoint at the notice makes it cheap",
+    AttemptClass.BAD_RESTART: "stop; the resume is wrong; keep the evidence and fix the trainer",
+    AttemptClass.EXPORT_MISSING: "not done: write the required outputs; the VM is kept",
+    AttemptClass.STORAGE_LOST: "infrastructure, not the trainer: `glue recover` resumes it on a VM with a live "
+                               "bucket mount",
+    AttemptClass.KILLED: "recover (`glue recover`); find out who sent the signal",
+    AttemptClass.USER_ERROR: "no automatic retry: fix the error in the traceback",
 }
 
 GPU_OOM = re.compile(r"torch\.(cuda\.)?OutOfMemoryError|CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
@@ -93,8 +97,11 @@ class Evidence:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    outcome: Outcome
+class Diagnosis:
+    """The classifier's answer for one attempt: its class, why, and the log lines that show it. Not a run's
+    acceptance (glue.runs.acceptance.Acceptance)."""
+
+    outcome: AttemptClass
     reason: str
     excerpt: str = ""
 
@@ -112,64 +119,65 @@ def _excerpt(text: str, pattern: re.Pattern[str] | None = None, lines: int = 12)
     return "\n".join(rows[-lines:])
 
 
-def classify(ev: Evidence) -> Verdict:
+def classify(ev: Evidence) -> Diagnosis:
     text = f"{ev.error_text}\n{ev.log_tail}"
     if ev.resume_problem:
-        return Verdict(Outcome.BAD_RESTART, ev.resume_problem)
+        return Diagnosis(AttemptClass.BAD_RESTART, ev.resume_problem)
     finished = ev.exit_code is not None or ev.exit_signal is not None
     if ev.notice is not None and not ev.process_alive and (
             ev.vm_status == "gone" or not finished or ev.exit_code == PREEMPTED_EXIT or ev.exit_signal is not None):
         n = ev.notice
         saved = f"checkpoint {n['saved_step']} saved" if n.get("saved_step") is not None else \
             "the VM went before the checkpoint at the notice committed"
-        return Verdict(Outcome.PREEMPTED, f"termination notice ({n.get('source')}) at step {n.get('step')}; {saved}")
+        return Diagnosis(AttemptClass.PREEMPTED,
+                         f"termination notice ({n.get('source')}) at step {n.get('step')}; {saved}")
     cause_lost = bool(ev.failure_events) and ev.failure_events[0].get("kind") == "vm_lost"
     if ev.vm_status == "gone" and (not finished or cause_lost):
         # An exit record written before the VM went means the attempt ended on its own first; in a group,
         # the survivors' exits after a VM was lost are consequences (the timeline puts the loss first).
         which = f"VM {', '.join(ev.lost_vms)}" if ev.lost_vms else "the VM"
-        return Verdict(Outcome.VM_LOST, f"the backend reports {which} gone; SSH "
+        return Diagnosis(AttemptClass.VM_LOST, f"the backend reports {which} gone; SSH "
                        + ("does not answer" if not ev.ssh_reachable else "still answered"))
     if ev.process_alive:
         age = ev.heartbeat_age_s
         if ev.process_stopped or (age is not None and age > ev.stall_timeout_s):
             if ev.storage_problem and not ev.process_stopped:  # stuck on the dead mount, not a hung trainer
-                return Verdict(Outcome.STORAGE_LOST, f"{ev.storage_problem}; heartbeat step {ev.heartbeat_step} "
+                return Diagnosis(AttemptClass.STORAGE_LOST, f"{ev.storage_problem}; heartbeat step {ev.heartbeat_step} "
                                f"unchanged for {age or 0:.0f}s", _excerpt(text))
             why = "stopped (state T)" if ev.process_stopped else "alive"
-            return Verdict(Outcome.STALL, f"process {why}, heartbeat step {ev.heartbeat_step} unchanged for "
+            return Diagnosis(AttemptClass.STALL, f"process {why}, heartbeat step {ev.heartbeat_step} unchanged for "
                            f"{age or 0:.0f}s (timeout {ev.stall_timeout_s:.0f}s)")
-        return Verdict(Outcome.RUNNING, f"heartbeat step {ev.heartbeat_step}, {age or 0:.0f}s ago")
+        return Diagnosis(AttemptClass.RUNNING, f"heartbeat step {ev.heartbeat_step}, {age or 0:.0f}s ago")
     if ev.exit_code is None and ev.exit_signal is None:
         if ev.ssh_reachable is False:
-            return Verdict(Outcome.VM_LOST, "SSH does not answer and there is no exit record")
-        return Verdict(Outcome.KILLED, "the trainer is gone without an exit record (its supervisor was killed)",
+            return Diagnosis(AttemptClass.VM_LOST, "SSH does not answer and there is no exit record")
+        return Diagnosis(AttemptClass.KILLED, "the trainer is gone without an exit record (its supervisor was killed)",
                        _excerpt(ev.log_tail))
     if ev.exit_code == 0:
         if ev.outputs_missing:
-            return Verdict(Outcome.EXPORT_MISSING, "finished, but required outputs are missing from the bucket: "
+            return Diagnosis(AttemptClass.EXPORT_MISSING, "finished, but required outputs are missing from the bucket: "
                            + ", ".join(ev.outputs_missing))
-        return Verdict(Outcome.COMPLETED, "exit 0 and every required output is in the bucket")
+        return Diagnosis(AttemptClass.COMPLETED, "exit 0 and every required output is in the bucket")
     if GPU_OOM.search(text):
-        return Verdict(Outcome.OOM_GPU, "CUDA out of memory", _excerpt(text, GPU_OOM))
+        return Diagnosis(AttemptClass.OOM_GPU, "CUDA out of memory", _excerpt(text, GPU_OOM))
     killed9 = ev.exit_signal == _signal.SIGKILL or ev.exit_code == 137
     # Under torchrun the OOM-killed worker's launcher exits 1, not SIGKILL: the cgroup record decides.
     if ev.oom_kills > 0 or (killed9 and ev.dmesg_oom):
-        return Verdict(Outcome.OOM_HOST, f"SIGKILL by the kernel OOM killer ({ev.oom_kills} oom_kill event(s) in "
-                       "the trainer's memory cgroup)", _excerpt(text))
+        return Diagnosis(AttemptClass.OOM_HOST, f"SIGKILL by the kernel OOM killer ({ev.oom_kills} oom_kill "
+                         "event(s) in the trainer's memory cgroup)", _excerpt(text))
     if HOST_OOM.search(text):
-        return Verdict(Outcome.OOM_HOST, "host memory allocation failed", _excerpt(text, HOST_OOM))
+        return Diagnosis(AttemptClass.OOM_HOST, "host memory allocation failed", _excerpt(text, HOST_OOM))
     if ev.storage_problem and "/mnt/s3" in text:  # the error was about the mount the monitor found dead
-        return Verdict(Outcome.STORAGE_LOST, ev.storage_problem, _excerpt(text, STORAGE))
+        return Diagnosis(AttemptClass.STORAGE_LOST, ev.storage_problem, _excerpt(text, STORAGE))
     if STORAGE.search(text):
-        return Verdict(Outcome.STORAGE_LOST, "the bucket was lost under the trainer (mount gone or bucket "
+        return Diagnosis(AttemptClass.STORAGE_LOST, "the bucket was lost under the trainer (mount gone or bucket "
                        "unreachable)", _excerpt(text, STORAGE))
     if COMM.search(text):
-        return Verdict(Outcome.COMM, "collective communication failed", _excerpt(text, COMM))
+        return Diagnosis(AttemptClass.COMM, "collective communication failed", _excerpt(text, COMM))
     if ev.exit_signal is not None:
         try:
             name = _signal.Signals(ev.exit_signal).name
         except ValueError:
             name = f"signal {ev.exit_signal}"
-        return Verdict(Outcome.KILLED, f"killed by {name} with no OOM record", _excerpt(text))
-    return Verdict(Outcome.USER_ERROR, f"exit {ev.exit_code}", _excerpt(ev.error_text or ev.log_tail))
+        return Diagnosis(AttemptClass.KILLED, f"killed by {name} with no OOM record", _excerpt(text))
+    return Diagnosis(AttemptClass.USER_ERROR, f"exit {ev.exit_code}", _excerpt(ev.error_text or ev.log_tail))

@@ -18,8 +18,6 @@ from typing import Any
 
 from rich.console import Console
 
-from glue.cloud import get_backend
-from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
@@ -27,8 +25,8 @@ from glue.paths import PROJECT_ROOT
 from glue.runs import config as runconfig
 from glue.runs import docker_run, gate, guard, lease, monitor, remote, workspace
 from glue.runs import vm_group as group_mod
-from glue.runs.classify import Outcome
-from glue.runs.store import RunStore, run_ids, utc_iso
+from glue.runs.classify import AttemptClass
+from glue.runs.store import RunStore, utc_iso
 from glue.runs.vm_group import GroupSpec, Rendezvous
 from glue.storage import bucket as bucket_store
 from glue.workdir import plan as wplan
@@ -49,31 +47,17 @@ def code_version() -> dict[str, Any]:
     return {"git_sha": sha, "dirty": bool(status) if status is not None else None}
 
 
-def open_store(home: Path, run_id: str) -> RunStore:
-    runconfig.check_run_id(run_id)  # before any bucket call: a bad id is a usage error, not an S3 one
-    cfg = current.ClusterConfig.load(home)
-    info = current.bucket_info(home)
-    backend = get_backend(cfg.backend, home)
-    return RunStore(info, backend.bucket_credentials(), run_id, refresh=backend.bucket_credentials)
-
-
-def all_run_ids(home: Path) -> list[str]:
-    """Every run in the cluster's bucket."""
-    cfg = current.ClusterConfig.load(home)
-    return run_ids(current.bucket_info(home), get_backend(cfg.backend, home).bucket_credentials())
-
-
 def refuse_live_or_done(home: Path, store: RunStore) -> None:
     """--resume starts a new attempt from the last checkpoint: never beside a trainer that still runs (two
     would write the same checkpoints) or over a completed run (its outputs are final)."""
     if not store.attempts():
         return  # a manifest whose first start failed (a group's rendezvous): nothing runs, nothing finished
-    verdict = monitor.check(home, store).verdict
-    if verdict.outcome is Outcome.RUNNING:
+    verdict = monitor.check(home, store).diagnosis
+    if verdict.outcome is AttemptClass.RUNNING:
         raise GlueError(f"run {store.run} is still running ({verdict.reason}): a second trainer would write the "
                         f"same checkpoints. Wait for it to end; if it hangs, `glue recover --run {store.run}` "
                         "classifies and replaces it")
-    if verdict.outcome is Outcome.COMPLETED:
+    if verdict.outcome is AttemptClass.COMPLETED:
         raise GlueError(f"run {store.run} completed; its outputs are final. Deploy a new run id to train again")
 
 
@@ -175,7 +159,7 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
     group = group or GroupSpec()
     group.check()
     runconfig.check_run_id(run_id)
-    store = open_store(home, run_id)
+    store = RunStore.open(home, run_id)
     rc = runconfig.load(config_path, run_id, store.info.name)
     if config_overrides:
         rc = rc.with_config(config_overrides)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from glue.bucket_access import BucketCredentials, BucketInfo
-from glue.runs.acceptance import run_verdict, thresholds_of
+from glue.runs.acceptance import run_acceptance, thresholds_of
 from glue.runs.store import RunStore, run_ids
 
 
@@ -57,7 +57,7 @@ def validation(info: BucketInfo, creds: BucketCredentials, git_sha: str | None, 
         if found.passed_drill is None and (store.get_json("drill.json") or {}).get("passed"):
             found.passed_drill = rid
         # Only a run with acceptance criteria can be accepted: skip the others' records.
-        if found.accepted_run is None and thresholds_of(manifest) and run_verdict(store).accepted:
+        if found.accepted_run is None and thresholds_of(manifest) and run_acceptance(store).accepted:
             found.accepted_run = rid
         if found.ok:
             break

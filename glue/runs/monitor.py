@@ -21,7 +21,7 @@ from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.runs import guard, lease, remote, timeline
-from glue.runs.classify import STORAGE, Evidence, Outcome, Verdict, classify
+from glue.runs.classify import STORAGE, AttemptClass, Diagnosis, Evidence, classify
 from glue.runs.guard import MOUNT
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.train.layout import exit_key
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 class Report:
     attempt: dict[str, Any]
     evidence: Evidence
-    verdict: Verdict
+    diagnosis: Diagnosis
     heartbeat: dict[str, Any] | None
     incident_key: str | None = None
 
@@ -262,23 +262,23 @@ def _check(home: Path, store: RunStore, record_incident: bool, unreachable: froz
     attempt = store.attempt(attempts[-1])
     ev, beat = gather(home, store, attempt, manifest, unreachable)
     verdict = classify(ev)
-    if verdict.outcome not in (Outcome.RUNNING, Outcome.COMPLETED) and not trainer_started(attempt, beat):
+    if verdict.outcome not in (AttemptClass.RUNNING, AttemptClass.COMPLETED) and not trainer_started(attempt, beat):
         # The attempt is recorded a moment before its trainer starts: while the deploy (or recover) that
         # starts it holds the run's lease, nothing has failed yet; once it is gone, it was what was killed.
         holder = lease.held_elsewhere(store)
         if holder is not None:
-            verdict = Verdict(Outcome.RUNNING, f"starting: {holder['op']} ({holder['holder']}) has not started "
+            verdict = Diagnosis(AttemptClass.RUNNING, f"starting: {holder['op']} ({holder['holder']}) has not started "
                                                "the trainer yet")
-        elif verdict.outcome is Outcome.KILLED and not ev.process_alive:
-            verdict = Verdict(Outcome.KILLED, f"the trainer of attempt {attempt['attempt']} never started: the "
+        elif verdict.outcome is AttemptClass.KILLED and not ev.process_alive:
+            verdict = Diagnosis(AttemptClass.KILLED, f"the trainer of attempt {attempt['attempt']} never started: the "
                                               "deploy or recover that recorded it stopped first", verdict.excerpt)
     if attempt.get("failure_class"):
         # Classified before (e.g. a bad restart flagged by the verifier): that verdict stands.
-        verdict = Verdict(Outcome(attempt["failure_class"]), str(attempt.get("reason", "")), verdict.excerpt)
-    report = Report(attempt=attempt, evidence=ev, verdict=verdict, heartbeat=beat)
-    if verdict.outcome is Outcome.RUNNING or attempt.get("failure_class") or attempt.get("outcome"):
+        verdict = Diagnosis(AttemptClass(attempt["failure_class"]), str(attempt.get("reason", "")), verdict.excerpt)
+    report = Report(attempt=attempt, evidence=ev, diagnosis=verdict, heartbeat=beat)
+    if verdict.outcome is AttemptClass.RUNNING or attempt.get("failure_class") or attempt.get("outcome"):
         return report
-    if verdict.outcome is Outcome.COMPLETED:
+    if verdict.outcome is AttemptClass.COMPLETED:
         attempt.update(outcome="completed", ended_at=utc_iso(), exit=0,
                        last_step=last_completed_step(store, int(attempt["attempt"]), ev))
         store.put_attempt(attempt)
@@ -300,9 +300,9 @@ def last_completed_step(store: RunStore, n: int, ev: Evidence, ckpt: int | None 
 
 
 def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attempt: dict[str, Any], ev: Evidence,
-                   verdict: Verdict) -> str:
+                   verdict: Diagnosis) -> str:
     stacks = None
-    if verdict.outcome is Outcome.STALL:
+    if verdict.outcome is AttemptClass.STALL:
         dumps = []
         for nd in nodes_of(attempt):
             host = host_for(home, nd)
@@ -336,7 +336,7 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
         "nodes": [{"node": nd.get("node", 0), "vm": nd.get("vm"), "vm_id": nd.get("vm_id")}
                   for nd in nodes_of(attempt)],
     }
-    if verdict.outcome in (Outcome.OOM_GPU, Outcome.OOM_HOST):
+    if verdict.outcome in (AttemptClass.OOM_GPU, AttemptClass.OOM_HOST):
         incident["next_step"] = f"glue memprobe --run {store.run}"
     key = f"incidents/{now.replace(':', '').replace('-', '')}-{verdict.outcome}.json"
     store.put_json(key, incident)

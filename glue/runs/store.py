@@ -8,12 +8,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from glue.bucket_access import BucketCredentials, BucketInfo
+from glue.cloud import get_backend
+from glue.cluster import current
 from glue.errors import GlueError
+from glue.runs.config import check_run_id
 from glue.storage import bucket as bucket_store
 from glue.train import layout
 from glue.train.layout import heartbeat_key
@@ -44,6 +48,13 @@ class RunStore:
     def __post_init__(self) -> None:
         self._s3 = bucket_store.client(self.info, self.creds)
         self.prefix = f"runs/{self.run}/"
+
+    @classmethod
+    def open(cls, home: Path, run_id: str) -> RunStore:
+        """A run's records in the cluster's bucket, signed with the backend's (refreshing) credentials."""
+        check_run_id(run_id)  # before any bucket call: a bad id is a usage error, not an S3 one
+        backend = get_backend(current.ClusterConfig.load(home).backend, home)
+        return cls(current.bucket_info(home), backend.bucket_credentials(), run_id, refresh=backend.bucket_credentials)
 
     @property
     def s3(self) -> Any:
@@ -207,3 +218,9 @@ def run_ids(info: BucketInfo, creds: BucketCredentials) -> list[str]:
 
 
 _KNOWN_RUNS: set[tuple[str, str, str]] = set()  # (endpoint, bucket, "runs/<id>/") with a manifest
+
+
+def all_run_ids(home: Path) -> list[str]:
+    """Every run in the cluster's bucket."""
+    backend = get_backend(current.ClusterConfig.load(home).backend, home)
+    return run_ids(current.bucket_info(home), backend.bucket_credentials())

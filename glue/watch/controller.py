@@ -33,10 +33,9 @@ from glue.errors import GlueError
 from glue.operations.recovery import phases
 from glue.operations.recovery import recover as recover_mod
 from glue.runs import config as runconfig
-from glue.runs import deploy as deploy_mod
 from glue.runs import lease, monitor
-from glue.runs.classify import Outcome
-from glue.runs.store import RunStore, parse_iso, utc_iso
+from glue.runs.classify import AttemptClass
+from glue.runs.store import RunStore, all_run_ids, parse_iso, utc_iso
 from glue.train.layout import exit_key
 from glue.watch import interrupted, notify, policy
 from glue.watch import ssh_probe as probe_mod
@@ -105,11 +104,11 @@ class Watcher:
         return rows
 
     def _all_runs(self) -> list[str]:
-        return [r for r in deploy_mod.all_run_ids(self.home) if "-drill" not in r]
+        return [r for r in all_run_ids(self.home) if "-drill" not in r]
 
     def _store(self, run: str) -> RunStore:
         if run not in self._stores:
-            self._stores[run] = deploy_mod.open_store(self.home, run)
+            self._stores[run] = RunStore.open(self.home, run)
         return self._stores[run]
 
     def _config(self, store: RunStore) -> tuple[runconfig.RunConfig, float | None]:
@@ -149,8 +148,8 @@ class Watcher:
             return row
         self._probes.pop(run, None)
         report = monitor.check(self.home, store, unreachable=quick.unreachable)
-        outcome, n = report.verdict.outcome, int(report.attempt["attempt"])
-        if outcome is Outcome.VM_LOST and (quick.unreachable or report.evidence.vm_status == "gone"):
+        outcome, n = report.diagnosis.outcome, int(report.attempt["attempt"])
+        if outcome is AttemptClass.VM_LOST and (quick.unreachable or report.evidence.vm_status == "gone"):
             took = time.monotonic() - t0
             self._lost_check_s = took if took > self._lost_check_s else (took + self._lost_check_s) / 2
         row.outcome, row.step, row.attempt = str(outcome), (report.heartbeat or {}).get("step"), n
@@ -165,7 +164,7 @@ class Watcher:
             st.save(store)
             row.state = "completed"
         elif decision.action == "stop":
-            row.note = self._stop_held(store, rc, n, outcome, decision, report.verdict.reason,
+            row.note = self._stop_held(store, rc, n, outcome, decision, report.diagnosis.reason,
                                        report.incident_key or report.attempt.get("incident")) or row.note
         elif decision.action == "recover":
             row.note = self._recover(store, rc, started, n, outcome)
@@ -207,7 +206,7 @@ class Watcher:
         failed, new = int(plan["failed_attempt"]), int(plan["new_attempt"])
         verdict, result = interrupted.check(store, plan, steps)
         summary = {k: result.get(k) for k in (*SUMMARY_KEYS, "interrupted")}
-        outcome = Outcome(str(plan.get("failure_class") or "vm_lost"))
+        outcome = AttemptClass(str(plan.get("failure_class") or "vm_lost"))
         if verdict.ok:
             st.note("recovered", outcome=str(outcome), **summary)
             st.save(store)
@@ -218,8 +217,8 @@ class Watcher:
         rejected, trouble = phases.flag_bad_restart(self.home, store, store.manifest(), new, verdict)
         st.note("resume_check_failed", **summary, problem=verdict.problem, rejected_checkpoints=rejected,
                 reject_problem=trouble)
-        decision = policy.decide(Outcome.BAD_RESTART, rc.recovery, st.used, time.time(), st.next_try_at, started)
-        self._stop(store, rc, st, new, Outcome.BAD_RESTART, decision, str(verdict.problem),
+        decision = policy.decide(AttemptClass.BAD_RESTART, rc.recovery, st.used, time.time(), st.next_try_at, started)
+        self._stop(store, rc, st, new, AttemptClass.BAD_RESTART, decision, str(verdict.problem),
                    store.attempt(new).get("incident"))
 
     def _fast_running(self, store: RunStore, rc: runconfig.RunConfig, latest: int) -> Quick:
@@ -277,7 +276,7 @@ class Watcher:
         return Quick(True, running.step, f"heartbeat {now - beat_at:.1f}s old; probing {host.name} over SSH")
 
     # -- acting ---------------------------------------------------------------------------------
-    def _event(self, rc: runconfig.RunConfig, st: WatchState, kind: str, attempt: int, outcome: Outcome | str,
+    def _event(self, rc: runconfig.RunConfig, st: WatchState, kind: str, attempt: int, outcome: AttemptClass | str,
                **detail: Any) -> None:
         event = {"event": kind, "run": st.run, "attempt": attempt, "class": str(outcome), "at": utc_iso(),
                  "used": dict(st.used),
@@ -290,7 +289,7 @@ class Watcher:
         if results:
             st.note("notified", event=kind, results=results)
 
-    def _stop_held(self, store: RunStore, rc: runconfig.RunConfig, n: int, outcome: Outcome,
+    def _stop_held(self, store: RunStore, rc: runconfig.RunConfig, n: int, outcome: AttemptClass,
                    decision: policy.Decision, reason: str, incident: str | None) -> str | None:
         """Stop under the run's lease, once: a second watcher finds it stopped and sends nothing."""
         try:
@@ -305,7 +304,7 @@ class Watcher:
                 return f"another controller acts on it: {exc}"
             raise
 
-    def _stop(self, store: RunStore, rc: runconfig.RunConfig, st: WatchState, n: int, outcome: Outcome,
+    def _stop(self, store: RunStore, rc: runconfig.RunConfig, st: WatchState, n: int, outcome: AttemptClass,
               decision: policy.Decision, reason: str, incident: str | None) -> None:
         st.stopped, st.handled_attempt = decision.reason, n
         if decision.event == "budget_exhausted":
@@ -319,7 +318,7 @@ class Watcher:
             st.save(store)
 
     def _recover(self, store: RunStore, rc: runconfig.RunConfig, started: float | None, n: int,
-                 outcome: Outcome) -> str:
+                 outcome: AttemptClass) -> str:
         try:
             with self.pause(), lease.held(store, "watch"):
                 return self._recover_held(store, rc, started, n, outcome)
@@ -329,7 +328,7 @@ class Watcher:
             raise
 
     def _recover_held(self, store: RunStore, rc: runconfig.RunConfig, started: float | None, n: int,
-                      outcome: Outcome) -> str:
+                      outcome: AttemptClass) -> str:
         # Decide again under the lease, on the bucket's state: another watcher may have acted meanwhile.
         st = WatchState.load(store) or WatchState(store.run)
         if store.attempts()[-1] != n or st.stopped or st.done:
@@ -359,8 +358,9 @@ class Watcher:
             st.note("resume_check_failed", **{k: exc.result.get(k) for k in SUMMARY_KEYS},
                     problem=exc.result.get("problem"), rejected_checkpoints=exc.result.get("rejected_checkpoints"),
                     reject_problem=exc.result.get("reject_problem"))
-            decision = policy.decide(Outcome.BAD_RESTART, rc.recovery, st.used, time.time(), st.next_try_at, started)
-            self._stop(store, rc, st, new, Outcome.BAD_RESTART, decision, str(exc.result.get("problem")),
+            decision = policy.decide(AttemptClass.BAD_RESTART, rc.recovery, st.used, time.time(), st.next_try_at,
+                                     started)
+            self._stop(store, rc, st, new, AttemptClass.BAD_RESTART, decision, str(exc.result.get("problem")),
                        store.attempt(new).get("incident"))
             return f"attempt {new} failed the resume check: {exc.result.get('problem')}"
         except GlueError as exc:

@@ -24,14 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from glue.runs.classify import Outcome
+from glue.runs.classify import AttemptClass
 from glue.runs.config import RecoverySpec
 
-PREEMPTION = frozenset({Outcome.VM_LOST, Outcome.PREEMPTED})
-FAILURE = frozenset({Outcome.STALL, Outcome.COMM, Outcome.STORAGE_LOST, Outcome.KILLED})
+PREEMPTION = frozenset({AttemptClass.VM_LOST, AttemptClass.PREEMPTED})
+FAILURE = frozenset({AttemptClass.STALL, AttemptClass.COMM, AttemptClass.STORAGE_LOST, AttemptClass.KILLED})
 NO_RETRY_EVENT = {
-    Outcome.OOM_GPU: "oom", Outcome.OOM_HOST: "oom", Outcome.BAD_RESTART: "bad_restart",
-    Outcome.USER_ERROR: "failed", Outcome.EXPORT_MISSING: "failed",
+    AttemptClass.OOM_GPU: "oom", AttemptClass.OOM_HOST: "oom", AttemptClass.BAD_RESTART: "bad_restart",
+    AttemptClass.USER_ERROR: "failed", AttemptClass.EXPORT_MISSING: "failed",
 }
 
 MAX_TRIES = 5  # failed recoveries of one failure before the watcher gives up on it
@@ -48,7 +48,7 @@ class Decision:
     event: str | None = None  # the notification a stop sends
 
 
-def budget_of(outcome: Outcome) -> Budget | None:
+def budget_of(outcome: AttemptClass) -> Budget | None:
     if outcome in PREEMPTION:
         return "preemptions"
     if outcome in FAILURE:
@@ -67,16 +67,16 @@ def backoff(spec: RecoverySpec, failed_in_row: int) -> float:
     return float(min(spec.backoff_seconds * 2 ** (failed_in_row - 1), spec.backoff_max_seconds))
 
 
-def decide(outcome: Outcome, spec: RecoverySpec, used: dict[str, int], now: float, next_try_at: float,
+def decide(outcome: AttemptClass, spec: RecoverySpec, used: dict[str, int], now: float, next_try_at: float,
            started_at: float | None, retry: int = 0) -> Decision:
     """The action for a run whose latest attempt is classified `outcome`.
 
     used: failures recovered so far per budget; next_try_at: epoch seconds the backoff ends;
     started_at: epoch seconds of the run's first start (for deadline_hours); retry: failed recoveries
     of THIS failure so far (0 = a new failure, which takes one from its budget)."""
-    if outcome is Outcome.RUNNING:
+    if outcome is AttemptClass.RUNNING:
         return Decision("none", "running")
-    if outcome is Outcome.COMPLETED:
+    if outcome is AttemptClass.COMPLETED:
         return Decision("done", "completed")
     if outcome in NO_RETRY_EVENT:
         return Decision("stop", f"{outcome}: no automatic retry", event=NO_RETRY_EVENT[outcome])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from glue.runs.classify import Outcome
+from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, utc_iso
 from glue.watch.policy import Decision
 
@@ -92,7 +92,7 @@ def describe(entry: dict[str, Any] | None) -> str:
     return " ".join(bits) + f" at {str(entry.get('at', ''))[11:19]}"
 
 
-def record_budget_incident(store: RunStore, st: WatchState, n: int, outcome: Outcome, decision: Decision,
+def record_budget_incident(store: RunStore, st: WatchState, n: int, outcome: AttemptClass, decision: Decision,
                            reason: str) -> str:
     """The `budget_exhausted` incident of attempt n; returns its key."""
     now = utc_iso()

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from glue.cloud.local.backend import LocalBackend
+from glue.runs.store import RunStore
 from glue.storage import bucket as bucket_store
 from tests.integration.test_runs import here, run_config, s3, status
 
@@ -39,10 +40,9 @@ def wait_beat(client: Any, run: str, pred: Any, timeout: float = 120) -> dict[st
 
 def losses(kit: Kit, run: str, rank: int) -> dict[int, float]:
     """step -> loss of one rank, later attempts and restarts replacing earlier ones."""
-    from glue.runs.deploy import open_store
 
     out: dict[int, float] = {}
-    for _, steps in sorted(open_store(kit.home, run).metrics(rank).items()):
+    for _, steps in sorted(RunStore.open(kit.home, run).metrics(rank).items()):
         out.update({step: rec["loss"] for step, rec in steps.items()})
     return out
 

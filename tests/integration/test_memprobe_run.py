@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from glue.runs.deploy import open_store
+from glue.runs.store import RunStore
 
 from .conftest import Kit
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.timeout(900)
 def test_memprobe_for_an_oom_host_run(kit: Kit) -> None:
-    store = open_store(kit.home, "mp-oom")
+    store = RunStore.open(kit.home, "mp-oom")
     store.put_json("manifest.json", {
         "run": "mp-oom", "command": ["python", "-m", "glue.examples.tiny_gpt"],
         "config": {"command": ["python", "-m", "glue.examples.tiny_gpt"], "runtime": "process",

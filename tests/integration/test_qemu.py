@@ -23,6 +23,7 @@ import pytest
 from glue.cloud.qemu.backend import QemuBackend
 from glue.infra import ansible_run
 from glue.infra.ansible_run import ANSIBLE_DIR
+from glue.runs.store import RunStore
 from tests.kit import Kit
 
 pytestmark = pytest.mark.integration
@@ -79,7 +80,7 @@ def _docker_run_config(tmp_path: Path) -> Path:
 
 @pytest.mark.timeout(3600)  # ~8 min idle; every step in the guest is many times slower on a busy host
 def test_qemu_vm_docker_run_reboot_lost_vm_recovered_down(qemu_kit: Kit, tmp_path: Path) -> None:
-    from glue.runs import deploy, monitor
+    from glue.runs import monitor
 
     kit = qemu_kit
     seconds: dict[str, float] = {}
@@ -126,7 +127,7 @@ def test_qemu_vm_docker_run_reboot_lost_vm_recovered_down(qemu_kit: Kit, tmp_pat
     # runtime: docker, no GPU on the VM: no --gpus, the VM's network (the bucket forwarder on its loopback).
     kit.glue("deploy", "--run", RUN, "--config", str(_docker_run_config(tmp_path)), timeout=900)
     t_deployed = lap("glue deploy (preflight, start)", t)
-    store = deploy.open_store(kit.home, RUN)
+    store = RunStore.open(kit.home, RUN)
     manifest = store.manifest()
     assert manifest["runtime"] == "docker" and manifest["image_digest"] == image_id, manifest
     assert store.attempt(1)["nodes"][0]["docker_gpus"] is False

@@ -21,7 +21,7 @@ from glue.errors import GlueError
 from glue.report import compare, cost, facts, html
 from glue.runs import config as runconfig
 from glue.runs import deploy, gate
-from glue.runs.acceptance import run_verdict
+from glue.runs.acceptance import run_acceptance
 from glue.runs.store import RunStore
 from glue.train.run.evaluation import EvalSetError, load_eval_set, record_evaluation
 from glue.train.storage.target import open_target
@@ -138,11 +138,11 @@ def test_report_holds_every_chart_and_the_verdict(local_bucket: Any) -> None:
 
 def test_verdict_needs_completion_outputs_and_thresholds(local_bucket: Any) -> None:
     store = write_run(local_bucket, f"ver-{uuid.uuid4().hex[:8]}", sha="c0ffee", val_loss=2.5)
-    v = run_verdict(store)
+    v = run_acceptance(store)
     assert not v.accepted and v.reasons == ["val_loss = 2.5, needs ≤ 2"]
     record_evaluation(Ctx(local_bucket, store.run, 3), 60, {"val_loss": 1.9}, final=True)  # re-evaluated
-    assert run_verdict(store).accepted
-    assert not run_verdict(store, state="stall").accepted
+    assert run_acceptance(store).accepted
+    assert not run_acceptance(store, state="stall").accepted
 
 
 def test_compare_refuses_runs_evaluated_on_different_sets(local_bucket: Any) -> None:

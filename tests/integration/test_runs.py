@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from glue.cloud.local.bucket import LocalBucket
+from glue.runs.store import RunStore
 from glue.storage import bucket as bucket_store
 
 from .conftest import Kit
@@ -353,14 +354,13 @@ def test_an_attempt_whose_trainer_is_being_started_is_not_a_failure(cluster_kit:
     """A deploy records the attempt a moment before its trainer starts. Meanwhile (its lease held by another
     process) status and watchers see it starting, not `killed`; once no one is starting it, it is judged."""
     from glue.runs import lease
-    from glue.runs.deploy import open_store
 
     kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
     kit.glue("deploy", "--run", "starting", "--config", str(cfg), "--vm", "gpukit-1")
     first = wait_for(fast, "starting", lambda s: s["state"] != "running", timeout=90)
     assert first["state"] == "completed", first
-    store = open_store(kit.home, "starting")
+    store = RunStore.open(kit.home, "starting")
     held = lease.acquire(store, "deploy")  # this test process plays the deploy that is starting attempt 2
     try:
         one = store.attempt(1)
@@ -400,7 +400,6 @@ def test_a_run_left_alone_by_a_watcher_of_every_run_is_taken_on_when_named(clust
                                                                            tmp_path: Path) -> None:
     """docs/watch.md: watching every run, one whose latest attempt ended before any watcher saw it is left
     alone; `glue watch --run X` takes such a run on (also after a watcher of every run left it alone)."""
-    from glue.runs.deploy import open_store
     from glue.watch.adopt import adopt
     from glue.watch.watch_state import WatchState
 
@@ -408,7 +407,7 @@ def test_a_run_left_alone_by_a_watcher_of_every_run_is_taken_on_when_named(clust
     cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
     kit.glue("deploy", "--run", "ended", "--config", str(cfg), "--vm", "gpukit-2")
     wait_for(fast, "ended", lambda s: s["state"] != "running", timeout=90)
-    store = open_store(kit.home, "ended")
+    store = RunStore.open(kit.home, "ended")
     adopt(store, 1, named=False, say=print)  # what a watcher of every run does on first sight
     left = WatchState.load(store)
     assert left is not None and "before a watcher saw the run" in (left.stopped or ""), left
@@ -425,7 +424,6 @@ def test_a_watcher_whose_recovery_resumes_wrongly_stops_the_run_as_a_bad_restart
     recovery (no `recovery_failed`, no backoff and retry of a recovery that did happen). README: the
     checkpoints the wrong resume wrote are marked rejected, so no later resume starts from them."""
     from glue.runs import monitor
-    from glue.runs.deploy import open_store
     from glue.train.checkpoint.format import REJECTED, list_steps
     from glue.watch.watch_state import WatchState
 
@@ -438,16 +436,16 @@ def test_a_watcher_whose_recovery_resumes_wrongly_stops_the_run_as_a_bad_restart
                      env={"OMP_NUM_THREADS": "1", "GPUKIT_HOLD_AT": "1:27"})
     kit.glue("deploy", "--run", "wbad", "--config", str(cfg), "--vm", "gpukit-2")
     wait_for(fast, "wbad", lambda s: (s["step"] or 0) >= 27)
-    rec = open_store(kit.home, "wbad").attempt(1)
+    rec = RunStore.open(kit.home, "wbad").attempt(1)
     vm_exec(fast, "gpukit-2", "kill", "-9", str(rec["supervisor_pid"]), str(rec["trainer_pid"]))
     wait_for(fast, "wbad", lambda s: s["state"] == "killed", timeout=60)
     kit.glue("watch", "--once", "--run", "wbad", check=False, timeout=600)
-    st = WatchState.load(open_store(kit.home, "wbad"))
+    st = WatchState.load(RunStore.open(kit.home, "wbad"))
     assert st is not None and st.stopped and "bad_restart" in st.stopped, st
     actions = [h["action"] for h in st.history]
     assert actions[-3:] == ["recovering", "resume_check_failed", "stopped"], actions
     assert "recovery_failed" not in actions and status(fast, "wbad")["state"] == "bad_restart"
-    store = open_store(kit.home, "wbad")
+    store = RunStore.open(kit.home, "wbad")
     ckpt = st.history[-2]["checkpoint_step"]
     assert ckpt == 25 and st.history[-2]["failure_step"] == 27, st.history[-2]
     storage = monitor.checkpoint_storage(store, store.manifest())
@@ -464,7 +462,6 @@ def test_a_watcher_killed_after_recording_the_new_attempt_is_retried_on_its_budg
                                                                                   tmp_path: Path) -> None:
     """docs/watch.md: a watcher killed mid-recovery before the new attempt started leaves a retry to the next
     watcher, on the budget already spent; also when it had recorded the new attempt but not its trainer."""
-    from glue.runs.deploy import open_store
     from glue.watch.watch_state import WatchState
 
     kit, fast = cluster_kit, here(cluster_kit)
@@ -472,7 +469,7 @@ def test_a_watcher_killed_after_recording_the_new_attempt_is_retried_on_its_budg
                      checkpoint={"interval_steps": 10}, monitor={"heartbeat_seconds": 0.5})
     kit.glue("deploy", "--run", "wint", "--config", str(cfg), "--vm", "gpukit-2")
     wait_for(fast, "wint", lambda s: (s["step"] or 0) >= 15)
-    store = open_store(kit.home, "wint")
+    store = RunStore.open(kit.home, "wint")
     one = store.attempt(1)
     vm_exec(fast, "gpukit-2", "kill", "-9", str(one["supervisor_pid"]), str(one["trainer_pid"]))
     wait_for(fast, "wint", lambda s: s["state"] == "killed", timeout=60)

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from glue.paths import PROJECT_ROOT
 from glue.runs import config as runconfig
-from glue.runs.classify import Evidence, Outcome, Verdict
+from glue.runs.classify import AttemptClass, Diagnosis, Evidence
 from glue.runs.monitor import Report
 from glue.runs.store import RunStore, utc_iso
 from glue.watch import controller
@@ -78,8 +78,8 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     def check(home: Path, store: RunStore, record_incident: bool = True,
               unreachable: frozenset[str] = frozenset()) -> Report:
         att = store.attempt(store.attempts()[-1])
-        verdict = Verdict(Outcome(att["failure_class"]), str(att.get("reason"))) if att.get("failure_class") \
-            else Verdict(Outcome.RUNNING, "heartbeat fresh")
+        verdict = Diagnosis(AttemptClass(att["failure_class"]), str(att.get("reason"))) if att.get("failure_class") \
+            else Diagnosis(AttemptClass.RUNNING, "heartbeat fresh")
         return Report(attempt=att, evidence=Evidence(), verdict=verdict, heartbeat=None)
 
     monkeypatch.setattr(controller.monitor, "check", check)

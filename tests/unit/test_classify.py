@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from glue.runs.classify import Evidence, Outcome, classify
+from glue.runs.classify import AttemptClass, Evidence, classify
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -15,14 +15,14 @@ LOGS = Path(__file__).parent / "fixtures" / "logs"
 @pytest.mark.parametrize(
     ("fixture", "exit_code", "expected"),
     [
-        ("cuda_oom.log", 1, Outcome.OOM_GPU),
-        ("nccl_timeout.log", 134, Outcome.COMM),
-        ("gloo_peer.log", 1, Outcome.COMM),
-        ("value_error.log", 1, Outcome.USER_ERROR),
-        ("cpu_oom.log", 1, Outcome.OOM_HOST),
+        ("cuda_oom.log", 1, AttemptClass.OOM_GPU),
+        ("nccl_timeout.log", 134, AttemptClass.COMM),
+        ("gloo_peer.log", 1, AttemptClass.COMM),
+        ("value_error.log", 1, AttemptClass.USER_ERROR),
+        ("cpu_oom.log", 1, AttemptClass.OOM_HOST),
     ],
 )
-def test_log_fixtures(fixture: str, exit_code: int, expected: Outcome) -> None:
+def test_log_fixtures(fixture: str, exit_code: int, expected: AttemptClass) -> None:
     text = (LOGS / fixture).read_text()
     verdict = classify(Evidence(exit_code=exit_code, log_tail=text, ssh_reachable=True, vm_status="running",
                                 process_alive=False))
@@ -36,39 +36,39 @@ def test_user_error_excerpt_holds_the_exception() -> None:
 
 
 def test_sigkill_with_oom_record_is_host_oom_without_it_killed() -> None:
-    assert classify(Evidence(exit_signal=signal.SIGKILL, oom_kills=1)).outcome is Outcome.OOM_HOST
+    assert classify(Evidence(exit_signal=signal.SIGKILL, oom_kills=1)).outcome is AttemptClass.OOM_HOST
     v = classify(Evidence(exit_signal=signal.SIGKILL, oom_kills=0, ssh_reachable=True))
-    assert v.outcome is Outcome.KILLED and "SIGKILL" in v.reason
+    assert v.outcome is AttemptClass.KILLED and "SIGKILL" in v.reason
 
 
 def test_vm_gone_is_vm_lost_even_without_exit_record() -> None:
-    assert classify(Evidence(vm_status="gone", ssh_reachable=False)).outcome is Outcome.VM_LOST
-    assert classify(Evidence(ssh_reachable=False)).outcome is Outcome.VM_LOST
+    assert classify(Evidence(vm_status="gone", ssh_reachable=False)).outcome is AttemptClass.VM_LOST
+    assert classify(Evidence(ssh_reachable=False)).outcome is AttemptClass.VM_LOST
 
 
 def test_stall_needs_live_process_and_old_heartbeat() -> None:
     base = dict(process_alive=True, heartbeat_step=40, stall_timeout_s=30.0, vm_status="running")
-    assert classify(Evidence(heartbeat_age_s=5.0, **base)).outcome is Outcome.RUNNING  # type: ignore[arg-type]
+    assert classify(Evidence(heartbeat_age_s=5.0, **base)).outcome is AttemptClass.RUNNING  # type: ignore[arg-type]
     v = classify(Evidence(heartbeat_age_s=45.0, **base))  # type: ignore[arg-type]
-    assert v.outcome is Outcome.STALL and "step 40" in v.reason
-    assert classify(Evidence(process_stopped=True, heartbeat_age_s=1.0, **base)).outcome is Outcome.STALL  # type: ignore[arg-type]
+    assert v.outcome is AttemptClass.STALL and "step 40" in v.reason
+    assert classify(Evidence(process_stopped=True, heartbeat_age_s=1.0, **base)).outcome is AttemptClass.STALL  # type: ignore[arg-type]
 
 
 def test_completed_only_with_required_outputs() -> None:
-    assert classify(Evidence(exit_code=0)).outcome is Outcome.COMPLETED
+    assert classify(Evidence(exit_code=0)).outcome is AttemptClass.COMPLETED
     v = classify(Evidence(exit_code=0, outputs_missing=["model.pt"]))
-    assert v.outcome is Outcome.EXPORT_MISSING and "model.pt" in v.reason
+    assert v.outcome is AttemptClass.EXPORT_MISSING and "model.pt" in v.reason
 
 
 def test_bad_restart_wins() -> None:
     v = classify(Evidence(exit_code=0, resume_problem="first resumed step 7 != checkpoint step 10 + 1"))
-    assert v.outcome is Outcome.BAD_RESTART
+    assert v.outcome is AttemptClass.BAD_RESTART
 
 
 def test_exit_record_before_vm_loss_wins() -> None:
-    assert classify(Evidence(vm_status="gone", exit_code=0)).outcome is Outcome.COMPLETED
+    assert classify(Evidence(vm_status="gone", exit_code=0)).outcome is AttemptClass.COMPLETED
     assert classify(Evidence(vm_status="gone", exit_code=1, error_text="ValueError: x")).outcome \
-        is Outcome.USER_ERROR
+        is AttemptClass.USER_ERROR
 
 
 @pytest.mark.parametrize(
@@ -86,26 +86,27 @@ def test_exit_record_before_vm_loss_wins() -> None:
 def test_a_lost_bucket_is_storage_lost_not_the_users_error(error: str) -> None:
     v = classify(Evidence(exit_code=1, error_text=f"Traceback (most recent call last):\n{error}", process_alive=False,
                           ssh_reachable=True, vm_status="running"))
-    assert v.outcome is Outcome.STORAGE_LOST and "recover" in v.policy
+    assert v.outcome is AttemptClass.STORAGE_LOST and "recover" in v.policy
     assert error.split(":")[0] in v.excerpt
 
 
 def test_a_permission_error_elsewhere_stays_the_users() -> None:
     v = classify(Evidence(exit_code=1, error_text="PermissionError: [Errno 13] Permission denied: '/home/u/data'",
                           process_alive=False))
-    assert v.outcome is Outcome.USER_ERROR
+    assert v.outcome is AttemptClass.USER_ERROR
 
 
 def test_a_trainer_stuck_on_a_dead_mount_is_storage_lost_not_a_stall() -> None:
     dead = "the bucket mount at /mnt/s3 on gpukit-2 is dead (Transport endpoint is not connected)"
     v = classify(Evidence(process_alive=True, heartbeat_age_s=90, stall_timeout_s=20, heartbeat_step=40,
                           storage_problem=dead))
-    assert v.outcome is Outcome.STORAGE_LOST and "dead" in v.reason
-    assert classify(Evidence(process_alive=True, heartbeat_age_s=90, stall_timeout_s=20)).outcome is Outcome.STALL
-    assert classify(Evidence(process_alive=True, heartbeat_age_s=1, storage_problem=dead)).outcome is Outcome.RUNNING
+    assert v.outcome is AttemptClass.STORAGE_LOST and "dead" in v.reason
+    assert classify(Evidence(process_alive=True, heartbeat_age_s=90, stall_timeout_s=20)).outcome is AttemptClass.STALL
+    running = classify(Evidence(process_alive=True, heartbeat_age_s=1, storage_problem=dead))
+    assert running.outcome is AttemptClass.RUNNING
     v = classify(Evidence(exit_code=1, error_text="OSError: [Errno 13] Permission denied: '/mnt/s3/logs/x'",
                           storage_problem=dead, process_alive=False))
-    assert v.outcome is Outcome.STORAGE_LOST and v.reason == dead
+    assert v.outcome is AttemptClass.STORAGE_LOST and v.reason == dead
     # A bug of the trainer's own stays the trainer's, dead mount or not.
     v = classify(Evidence(exit_code=1, error_text="ValueError: boom", storage_problem=dead, process_alive=False))
-    assert v.outcome is Outcome.USER_ERROR
+    assert v.outcome is AttemptClass.USER_ERROR

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from glue.runs.classify import Evidence, Outcome, classify
+from glue.runs.classify import AttemptClass, Evidence, classify
 from glue.runs.monitor import NodeState, combine
 from glue.runs.timeline import Event, order
 from glue.runs.vm_group import GroupSpec, Rendezvous, node_env, torchrun_argv
@@ -42,7 +42,7 @@ def test_a_lost_vm_is_the_cause_and_the_survivors_comm_error_its_consequence() -
     beats = [{"rank": 0, "node": 1, "updated_at": at(4)}, {"rank": 1, "node": 0, "updated_at": at(8)}]
     ev, _ = judge(states, [err(1, 0, at(5), "builtins.RuntimeError", GLOO)], beats, log=GLOO)
     verdict = classify(ev)
-    assert verdict.outcome is Outcome.VM_LOST and "gpukit-2" in verdict.reason
+    assert verdict.outcome is AttemptClass.VM_LOST and "gpukit-2" in verdict.reason
     cause, then = ev.failure_events[0], ev.failure_events[1:]
     assert (cause["kind"], cause["vm"], cause["at"]) == ("vm_lost", "gpukit-2", at(4))
     assert [(e["kind"], e["rank"]) for e in then] == [("error", 1)]
@@ -54,12 +54,12 @@ def test_the_earliest_error_decides_the_class_not_the_loudest() -> None:
     errors = [err(0, 0, at(3.5), "builtins.RuntimeError", GLOO),
               err(1, 1, at(3.1), "builtins.ValueError", "batch_size must be positive")]
     ev, node = judge(states, errors)
-    assert classify(ev).outcome is Outcome.USER_ERROR
+    assert classify(ev).outcome is AttemptClass.USER_ERROR
     assert node == 1 and ev.failure_events[0]["rank"] == 1 and "ValueError" in ev.failure_events[0]["summary"]
     # The same errors the other way round: the communication failure came first.
     errors[0]["at"], errors[1]["at"] = at(3.0), at(3.4)
     ev, node = judge(states, errors, log=GLOO)
-    assert classify(ev).outcome is Outcome.COMM and node == 0
+    assert classify(ev).outcome is AttemptClass.COMM and node == 0
 
 
 def test_only_the_last_restart_rounds_errors_count() -> None:
@@ -69,7 +69,7 @@ def test_only_the_last_restart_rounds_errors_count() -> None:
               err(1, 1, at(20), "builtins.KeyError", "'tokens'", restart=1)]
     ev, _ = judge(states, errors)
     assert [(e["kind"], e["rank"], e["node"]) for e in ev.failure_events] == [("error", 1, 1), ("exit", None, 0)]
-    assert classify(ev).outcome is Outcome.USER_ERROR
+    assert classify(ev).outcome is AttemptClass.USER_ERROR
 
 
 def test_an_oom_killed_node_without_error_file_is_dated_by_its_exit() -> None:
@@ -79,7 +79,7 @@ def test_an_oom_killed_node_without_error_file_is_dated_by_its_exit() -> None:
               NodeState(1, "gpukit-2", gone=False, reachable=True, exit={"exit_code": 1, "ended_at": at(4)})]
     ev, _ = judge(states, [err(1, 1, at(3), "builtins.RuntimeError", GLOO)])
     assert ev.failure_events[0]["kind"] == "exit" and "OOM" in ev.failure_events[0]["summary"]
-    assert classify(ev).outcome is Outcome.OOM_HOST
+    assert classify(ev).outcome is AttemptClass.OOM_HOST
 
 
 def test_a_group_runs_only_while_no_node_failed() -> None:

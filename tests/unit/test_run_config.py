@@ -12,6 +12,7 @@ import yaml
 
 from glue.errors import GlueError
 from glue.runs import config
+from glue.runs.store import RunStore
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_gpt.yaml"
 
@@ -141,7 +142,6 @@ def test_a_file_that_is_no_run_config_is_one_line(tmp_path: Path, content: bytes
 
 
 def test_a_run_id_with_a_path_in_it_is_refused_before_the_bucket_is_asked(tmp_path: Path) -> None:
-    from glue.runs import deploy
 
     with pytest.raises(GlueError, match=r"invalid run id '\.\./runs/r1'"):
-        deploy.open_store(tmp_path, "../runs/r1")  # no cluster, no bucket: the id alone is refused
+        RunStore.open(tmp_path, "../runs/r1")  # no cluster, no bucket: the id alone is refused

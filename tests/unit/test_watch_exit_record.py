@@ -11,7 +11,7 @@ import pytest
 
 from glue.infra.inventory import Host
 from glue.runs import monitor
-from glue.runs.classify import Evidence, Outcome, classify
+from glue.runs.classify import AttemptClass, Evidence, classify
 from glue.train.layout import exit_key
 
 HOST = Host(name="gpukit-1", id="gpukit-1-a", ssh_host="127.0.0.1", ssh_port=2201, ssh_user="root",
@@ -50,4 +50,4 @@ def test_an_exit_record_ends_the_attempt_on_its_node(monkeypatch: pytest.MonkeyP
     if exit_rec is not None:
         ev = Evidence(heartbeat_age_s=22.0, stall_timeout_s=20.0, heartbeat_step=3000)
         monitor.combine(ev, [st], [], [], None)
-        assert classify(ev).outcome is Outcome.COMPLETED  # not a stall of the finished trainer
+        assert classify(ev).outcome is AttemptClass.COMPLETED  # not a stall of the finished trainer

@@ -18,7 +18,7 @@ from glue.infra.inventory import Host
 from glue.infra.terraform import vm_address
 from glue.operations import lifecycle
 from glue.operations.recovery import phases
-from glue.runs.classify import Outcome
+from glue.runs.classify import AttemptClass
 
 NODES = [{"node": 0, "vm": "gpukit-1", "vm_id": "gpukit-1-old"}, {"node": 1, "vm": "gpukit-2", "vm_id": "gpukit-2-old"}]
 
@@ -79,16 +79,16 @@ def group(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Backend:
     return backend
 
 
-def _failure(outcome: Outcome) -> phases.Failure:
+def _failure(outcome: AttemptClass) -> phases.Failure:
     attempt = {"run": "g", "attempt": 3, "nodes": NODES, "vm": "gpukit-1", "vm_id": "gpukit-1-old"}
     return phases.Failure(outcome, 3, attempt, {}, None, "2026-01-01T00:00:00.000000Z")
 
 
 def test_every_live_vm_of_a_failed_group_is_kept(group: Backend, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    assert phases.keepable(tmp_path, _failure(Outcome.COMM), keep_failed=False) == []
-    assert phases.keepable(tmp_path, _failure(Outcome.VM_LOST), keep_failed=True) == []  # nothing alive to debug
-    keep = phases.keepable(tmp_path, _failure(Outcome.COMM), keep_failed=True)
+    assert phases.keepable(tmp_path, _failure(AttemptClass.COMM), keep_failed=False) == []
+    assert phases.keepable(tmp_path, _failure(AttemptClass.VM_LOST), keep_failed=True) == []  # nothing alive to debug
+    keep = phases.keepable(tmp_path, _failure(AttemptClass.COMM), keep_failed=True)
     assert [(k.name, k.id, k.run, k.attempt, k.failure_class) for k in keep] == [
         ("gpukit-1", "gpukit-1-old", "g", 3, "comm"), ("gpukit-2", "gpukit-2-old", "g", 3, "comm")]
 
@@ -101,7 +101,7 @@ def test_every_live_vm_of_a_failed_group_is_kept(group: Backend, tmp_path: Path,
     monkeypatch.setattr(phases.ssh, "run", lambda home, host, cmd, timeout=0: commands.append((host.name, cmd)))
     monkeypatch.setattr(phases.remote, "kill_attempt", lambda home, host, run, n: killed.append(host.name))
     store = SimpleNamespace(run="g")
-    phases.kill_attempt(tmp_path, store, _failure(Outcome.COMM).attempt, freeze=keep)  # type: ignore[arg-type]
+    phases.kill_attempt(tmp_path, store, _failure(AttemptClass.COMM).attempt, freeze=keep)  # type: ignore[arg-type]
     assert [h for h, _ in commands] == ["gpukit-1", "gpukit-2"] and killed == []
     assert all("kill -STOP" in c and "10 11" in c for _, c in commands)
 
@@ -121,5 +121,5 @@ def test_every_live_vm_of_a_failed_group_is_kept(group: Backend, tmp_path: Path,
 
 def test_a_group_node_already_gone_is_not_kept(group: Backend, tmp_path: Path) -> None:
     group.live.discard("gpukit-2-old")
-    keep = phases.keepable(tmp_path, _failure(Outcome.STALL), keep_failed=True)
+    keep = phases.keepable(tmp_path, _failure(AttemptClass.STALL), keep_failed=True)
     assert [k.id for k in keep] == ["gpukit-1-old"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from glue.runs.classify import Evidence, Outcome, classify
+from glue.runs.classify import AttemptClass, Evidence, classify
 from glue.runs.config import NotifySpec, RecoverySpec
 from glue.train.run.notice import PREEMPTED_EXIT
 from glue.watch import notify
@@ -25,43 +25,43 @@ NOW = 1_000_000.0
 
 
 @pytest.mark.parametrize(("outcome", "action", "event", "budget"), [
-    (Outcome.RUNNING, "none", None, None),
-    (Outcome.COMPLETED, "done", None, None),
-    (Outcome.VM_LOST, "recover", None, "preemptions"),
-    (Outcome.PREEMPTED, "recover", None, "preemptions"),
-    (Outcome.STALL, "recover", None, "failures"),
-    (Outcome.COMM, "recover", None, "failures"),
-    (Outcome.STORAGE_LOST, "recover", None, "failures"),
-    (Outcome.KILLED, "recover", None, "failures"),
-    (Outcome.OOM_GPU, "stop", "oom", None),
-    (Outcome.OOM_HOST, "stop", "oom", None),
-    (Outcome.BAD_RESTART, "stop", "bad_restart", None),
-    (Outcome.USER_ERROR, "stop", "failed", None),
-    (Outcome.EXPORT_MISSING, "stop", "failed", None),
+    (AttemptClass.RUNNING, "none", None, None),
+    (AttemptClass.COMPLETED, "done", None, None),
+    (AttemptClass.VM_LOST, "recover", None, "preemptions"),
+    (AttemptClass.PREEMPTED, "recover", None, "preemptions"),
+    (AttemptClass.STALL, "recover", None, "failures"),
+    (AttemptClass.COMM, "recover", None, "failures"),
+    (AttemptClass.STORAGE_LOST, "recover", None, "failures"),
+    (AttemptClass.KILLED, "recover", None, "failures"),
+    (AttemptClass.OOM_GPU, "stop", "oom", None),
+    (AttemptClass.OOM_HOST, "stop", "oom", None),
+    (AttemptClass.BAD_RESTART, "stop", "bad_restart", None),
+    (AttemptClass.USER_ERROR, "stop", "failed", None),
+    (AttemptClass.EXPORT_MISSING, "stop", "failed", None),
 ])
-def test_decision_table(outcome: Outcome, action: str, event: str | None, budget: str | None) -> None:
+def test_decision_table(outcome: AttemptClass, action: str, event: str | None, budget: str | None) -> None:
     d = decide(outcome, SPEC, {}, NOW, 0.0, NOW - 60)
     assert (d.action, d.event, d.budget) == (action, event, budget)
 
 
 def test_budgets_are_separate_and_exhaustion_stops() -> None:
     used = {"preemptions": 1, "failures": 1}
-    assert decide(Outcome.VM_LOST, SPEC, used, NOW, 0.0, NOW).action == "recover"  # 1 of 2 used
-    d = decide(Outcome.STALL, SPEC, used, NOW, 0.0, NOW)  # the failure budget (1) is spent
+    assert decide(AttemptClass.VM_LOST, SPEC, used, NOW, 0.0, NOW).action == "recover"  # 1 of 2 used
+    d = decide(AttemptClass.STALL, SPEC, used, NOW, 0.0, NOW)  # the failure budget (1) is spent
     assert d.action == "stop" and d.event == "budget_exhausted" and "failures budget is used up (1/1)" in d.reason
     used["preemptions"] = 2
-    assert decide(Outcome.PREEMPTED, SPEC, used, NOW, 0.0, NOW).event == "budget_exhausted"
+    assert decide(AttemptClass.PREEMPTED, SPEC, used, NOW, 0.0, NOW).event == "budget_exhausted"
 
 
 def test_backoff_doubles_to_the_cap_retries_do_not_spend_budget_and_deadline_stops() -> None:
     assert [backoff(SPEC, k) for k in range(5)] == [0, 10, 20, 25, 25]
-    assert decide(Outcome.VM_LOST, SPEC, {}, NOW, NOW + 5, NOW).action == "wait"
+    assert decide(AttemptClass.VM_LOST, SPEC, {}, NOW, NOW + 5, NOW).action == "wait"
     spent = {"preemptions": 2}  # the budget is used up, but this failure's own retries go on (backing off)
-    assert decide(Outcome.VM_LOST, SPEC, spent, NOW, NOW + 5, NOW, retry=1).action == "wait"
-    assert decide(Outcome.VM_LOST, SPEC, spent, NOW, NOW - 1, NOW, retry=1).action == "recover"
-    gave_up = decide(Outcome.VM_LOST, SPEC, spent, NOW, 0.0, NOW, retry=MAX_TRIES)
+    assert decide(AttemptClass.VM_LOST, SPEC, spent, NOW, NOW + 5, NOW, retry=1).action == "wait"
+    assert decide(AttemptClass.VM_LOST, SPEC, spent, NOW, NOW - 1, NOW, retry=1).action == "recover"
+    gave_up = decide(AttemptClass.VM_LOST, SPEC, spent, NOW, 0.0, NOW, retry=MAX_TRIES)
     assert gave_up.action == "stop" and gave_up.event == "recovery_failed"
-    late = decide(Outcome.VM_LOST, SPEC, {}, NOW, 0.0, NOW - 3601)
+    late = decide(AttemptClass.VM_LOST, SPEC, {}, NOW, 0.0, NOW - 3601)
     assert late.action == "stop" and late.event == "budget_exhausted" and "deadline" in late.reason
 
 
@@ -69,12 +69,12 @@ def test_a_notice_makes_the_loss_preempted_not_a_crash() -> None:
     notice = {"source": "SIGTERM", "step": 42, "saved_step": 42}
     v = classify(Evidence(exit_code=PREEMPTED_EXIT, notice=notice, process_alive=False, vm_status="running",
                           ssh_reachable=True))
-    assert v.outcome is Outcome.PREEMPTED and "checkpoint 42 saved" in v.reason
+    assert v.outcome is AttemptClass.PREEMPTED and "checkpoint 42 saved" in v.reason
     gone = classify(Evidence(vm_status="gone", notice={**notice, "saved_step": None}, process_alive=False))
-    assert gone.outcome is Outcome.PREEMPTED
+    assert gone.outcome is AttemptClass.PREEMPTED
     # Without the notice record the same exit is the trainer's own failure; a live trainer is running.
-    assert classify(Evidence(exit_code=PREEMPTED_EXIT, process_alive=False)).outcome is Outcome.USER_ERROR
-    assert classify(Evidence(notice=notice, process_alive=True, heartbeat_age_s=1)).outcome is Outcome.RUNNING
+    assert classify(Evidence(exit_code=PREEMPTED_EXIT, process_alive=False)).outcome is AttemptClass.USER_ERROR
+    assert classify(Evidence(notice=notice, process_alive=True, heartbeat_age_s=1)).outcome is AttemptClass.RUNNING
 
 
 class _Receiver(BaseHTTPRequestHandler):

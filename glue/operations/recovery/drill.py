@@ -27,7 +27,7 @@ from glue.paths import glue_command
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import lease, monitor
-from glue.runs.classify import Outcome
+from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore
 from glue.workdir.pin import Workspace
 
@@ -55,9 +55,9 @@ def _wait(home: Path, store: RunStore, pred: Any, what: str, timeout: float) -> 
         rep = monitor.check(home, store)
         if pred(rep):
             return rep
-        if rep.verdict.outcome.is_failure:
-            raise GlueError(f"run {store.run} failed while waiting for {what}: {rep.verdict.outcome} "
-                            f"({rep.verdict.reason})")
+        if rep.diagnosis.outcome.is_failure:
+            raise GlueError(f"run {store.run} failed while waiting for {what}: {rep.diagnosis.outcome} "
+                            f"({rep.diagnosis.reason})")
         time.sleep(0.5)
     raise GlueError(f"run {store.run}: timed out after {timeout:.0f}s waiting for {what}")
 
@@ -155,7 +155,7 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
           kill_at: int | None = None, tolerance: float = 0.0, timeout: float = 600,
           overrides: dict[str, Any] | None = None) -> DrillResult:
     runconfig.check_run_id(run_id)
-    base = deploy_mod.open_store(home, run_id)
+    base = RunStore.open(home, run_id)
     pinned = None  # drilling an existing run: its code and requirements as its manifest pins them
     if config_path is None:
         if not base.exists():
@@ -168,7 +168,7 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
         config_path.write_text(yaml.safe_dump(run_neutral(manifest["config"], run_id)))
         pinned = Workspace.from_manifest(manifest)
     k = 1
-    while deploy_mod.open_store(home, f"{run_id}-drill{k}").exists():
+    while RunStore.open(home, f"{run_id}-drill{k}").exists():
         k += 1
     drill_id, ref_id = f"{run_id}-drill{k}", f"{run_id}-drill{k}-ref"
     rc = runconfig.load(config_path, drill_id, base.info.name)
@@ -191,7 +191,7 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
     # VM is destroyed at exactly that step; the recovered attempt (2) does not hold.
     deploy_mod.deploy(home, drill_id, config_path, victim.name, False, console, config_overrides=cfg,
                       env_overrides={"GPUKIT_HOLD_AT": f"1:{at}"}, pinned=pinned)
-    ref, dr = deploy_mod.open_store(home, ref_id), deploy_mod.open_store(home, drill_id)
+    ref, dr = RunStore.open(home, ref_id), RunStore.open(home, drill_id)
     with console.status(f"training {drill_id} to step {at}"):
         held = _wait(home, dr, lambda r: bool((r.heartbeat or {}).get("held")), f"the hold at step {at}", timeout)
     with lease.held(dr, "drill"):  # nobody else recovers the drill run while it loses its VM
@@ -209,9 +209,9 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
             rec = dr.keys("recoveries/")
             result.recovery = dr.get_json(sorted(rec)[-1]) if rec else {}
     with console.status("waiting for both runs to finish"):
-        _wait(home, ref, lambda r: r.verdict.outcome is Outcome.COMPLETED, "the reference to complete", timeout)
+        _wait(home, ref, lambda r: r.verdict.outcome is AttemptClass.COMPLETED, "the reference to complete", timeout)
         if result.problem is None:
-            _wait(home, dr, lambda r: r.verdict.outcome is Outcome.COMPLETED, "the drill run to complete", timeout)
+            _wait(home, dr, lambda r: r.verdict.outcome is AttemptClass.COMPLETED, "the drill run to complete", timeout)
     ref_l, dr_l = _losses(ref), _losses(dr)
     for label, losses in (("the reference", ref_l), ("the drill run", dr_l)):
         gone = [s_ for s_ in range(1, total + 1) if s_ not in losses]

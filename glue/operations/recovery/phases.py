@@ -31,19 +31,19 @@ from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, 
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import guard, monitor, remote, workspace
-from glue.runs.classify import Outcome
+from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.runs.vm_group import GroupSpec
 from glue.workdir.pin import Workspace
 
 REFUSE_WITHOUT_FORCE = {
-    Outcome.OOM_GPU: "restarting does not repair a repeatable memory failure; investigate with "
+    AttemptClass.OOM_GPU: "restarting does not repair a repeatable memory failure; investigate with "
                      "`glue memprobe --run {run}` and change the input, or pass --force",
-    Outcome.OOM_HOST: "restarting does not repair a repeatable memory failure; investigate with "
+    AttemptClass.OOM_HOST: "restarting does not repair a repeatable memory failure; investigate with "
                       "`glue memprobe --run {run}` and change the input, or pass --force",
-    Outcome.BAD_RESTART: "the last resume was wrong; fix the trainer (see `glue incidents --run {run}`), "
+    AttemptClass.BAD_RESTART: "the last resume was wrong; fix the trainer (see `glue incidents --run {run}`), "
                          "or pass --force",
-    Outcome.USER_ERROR: "the trainer failed with an error of its own (see `glue incidents --run {run}`); "
+    AttemptClass.USER_ERROR: "the trainer failed with an error of its own (see `glue incidents --run {run}`); "
                         "fix it, or pass --force",
 }
 
@@ -69,7 +69,7 @@ class Timings(dict[str, float]):
 class Failure:
     """What detect found: the failed attempt and when it stopped showing signs of life."""
 
-    outcome: Outcome
+    outcome: AttemptClass
     number: int
     attempt: dict[str, Any]
     heartbeat: dict[str, Any]
@@ -95,14 +95,14 @@ def detect(home: Path, store: RunStore, force: bool) -> Failure:
     """Classify the last attempt; refuse what a restart does not repair (unless forced)."""
     run_id = store.run
     report = monitor.check(home, store)
-    outcome = report.verdict.outcome
-    if outcome is Outcome.RUNNING:
-        raise GlueError(f"run {run_id} is healthy ({report.verdict.reason}); nothing to recover")
-    if outcome is Outcome.COMPLETED:
+    outcome = report.diagnosis.outcome
+    if outcome is AttemptClass.RUNNING:
+        raise GlueError(f"run {run_id} is healthy ({report.diagnosis.reason}); nothing to recover")
+    if outcome is AttemptClass.COMPLETED:
         raise GlueError(f"run {run_id} completed; nothing to recover")
-    if outcome is Outcome.EXPORT_MISSING:
+    if outcome is AttemptClass.EXPORT_MISSING:
         raise GlueError(f"run {run_id} finished, but required outputs are missing from the bucket "
-                        f"({report.verdict.reason.split(': ', 1)[-1]}); a restart does not fix that: export them")
+                        f"({report.diagnosis.reason.split(': ', 1)[-1]}); a restart does not fix that: export them")
     if outcome in REFUSE_WITHOUT_FORCE and not force:
         raise GlueError(f"run {run_id} failed with {outcome}: " + REFUSE_WITHOUT_FORCE[outcome].format(run=run_id))
     n = int(report.attempt["attempt"])
@@ -134,7 +134,8 @@ def validate(store: RunStore, manifest: dict[str, Any], failure: Failure, from_s
 
 
 # -- provision ----------------------------------------------------------------------------------------
-KEEPABLE = frozenset({Outcome.STALL, Outcome.COMM, Outcome.USER_ERROR, Outcome.KILLED, Outcome.STORAGE_LOST})
+KEEPABLE = frozenset({AttemptClass.STALL, AttemptClass.COMM, AttemptClass.USER_ERROR, AttemptClass.KILLED,
+                      AttemptClass.STORAGE_LOST})
 
 # SIGSTOP the attempt's processes and their children: frozen, a kept trainer keeps its stacks and memory
 # for py-spy or gdb, and writes nothing more (no heartbeat over the new attempt's).

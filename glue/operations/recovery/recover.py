@@ -33,7 +33,6 @@ from glue.errors import GlueError
 from glue.operations.recovery import phases
 from glue.operations.recovery.phases import REFUSE_WITHOUT_FORCE, Timings, secs_between
 from glue.operations.recovery.resume_check import check_resume, merged_metrics, step_ranges
-from glue.runs import deploy as deploy_mod
 from glue.runs import lease, monitor
 from glue.runs.store import RunStore, utc_iso
 
@@ -56,7 +55,7 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
     attempt stopped (SIGSTOP) for debugging, and the run moves to a new VM (glue.operations.lifecycle.kept).
     on_started: called once the new attempt runs, with what its resume check needs (`plan`), so a
     caller that dies before the check (glue watch) can have it made later."""
-    store = deploy_mod.open_store(home, run_id)
+    store = RunStore.open(home, run_id)
     manifest = store.manifest()  # unknown run -> one line
     with lease.held(store, "recover"):  # one writer: a second recover refuses, naming this one
         return _recover(home, store, manifest, console, force, from_scratch, same_vm, verify_steps, tolerance,

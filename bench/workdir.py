@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from glue.cloud.local.bucket import LocalBucket
 from glue.storage.bucket import client as bucket_client
+from glue.train.layout import code_index_key, code_key, wheelhouse_index_key, wheelhouse_prefix
 from glue.train.storage.target import open_target
 from glue.train.workspace import venv, wheelhouse
-from glue.train.workspace.keys import code_index_key, code_key, wheelhouse_index_key, wheelhouse_prefix
 from glue.train.workspace.pins import set_hash
 from glue.workdir import ship
 from glue.workdir.pack import pack, sha256_of

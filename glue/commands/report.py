@@ -19,7 +19,6 @@ from glue.runs.store import RunStore
 
 err = Console(stderr=True)
 out = Console()
-REPORT_KEY = "report.html"
 
 
 @click.command()
@@ -30,7 +29,7 @@ REPORT_KEY = "report.html"
 def report(run_id: str, out_path: Path | None, open_it: bool) -> None:
     """One self-contained HTML page (inline SVG, works offline) with the run's loss per attempt, timeline,
     recovery phases, checkpoints, work lost, step gaps, evaluation against thresholds, resources and cost.
-    Written locally and to runs/<run>/report.html in the bucket."""
+    Written locally and beside the run's records in the bucket."""
     from glue.report import facts, html
     from glue.runs.config import check_run_id
 
@@ -46,8 +45,8 @@ def report(run_id: str, out_path: Path | None, open_it: bool) -> None:
         path.write_text(page)
     except OSError as exc:
         raise GlueError(f"cannot write the report to {path}: {exc.strerror}; pick another --out") from exc
-    store.put_bytes(REPORT_KEY, page.encode())
-    err.print(f"report: {path} ({len(page) // 1024} KiB) and s3://{store.info.name}/{store.prefix}{REPORT_KEY}")
+    where = store.put_report(page.encode())
+    err.print(f"report: {path} ({len(page) // 1024} KiB) and {where}")
     if open_it:
         if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
             err.print(f"--open: no display here (DISPLAY is not set): open {path} in a browser yourself")

@@ -20,6 +20,7 @@ from glue.runs import monitor
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, all_run_ids
 from glue.runs.vm_group import GroupSpec
+from glue.train.layout import INVALID_PREFIX
 
 err = Console(stderr=True)
 out = Console()
@@ -199,7 +200,7 @@ def incident_lines(inc: dict[str, Any]) -> list[str]:
                 + (f"the restore fell back to step {fell}" if fell is not None
                    else "no valid checkpoint was left to restore from"),
                 "next: nothing to do if the restore's step is the one you expect; the skipped step's objects "
-                "are kept" + (" under ckpt-invalid/" if cls == "ckpt_corrupt" else "")]
+                "are kept" + (f" under {INVALID_PREFIX}" if cls == "ckpt_corrupt" else "")]
     vm = f" on {inc['vm']}" if inc.get("vm") else ""
     lines = [f"[bold]{when}[/] attempt {escape(str(inc.get('attempt', '?')))}{escape(vm)}: [red]{escape(cls)}[/] — "
              f"{escape(str(inc.get('reason', '')))}"]

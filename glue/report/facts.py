@@ -170,13 +170,10 @@ def _attempt(store: RunStore, n: int, steps: list[StepPoint]) -> AttemptFacts:
 
 def _checkpoints(store: RunStore) -> list[CheckpointFacts]:
     out = []
-    for key in sorted(store.keys("ckpt/")):
-        if not key.endswith("/COMMIT.json"):
-            continue
-        commit = store.get_json(key) or {}
+    for step, commit in store.checkpoint_commits().items():
         t = commit.get("timings") or {}
         out.append(CheckpointFacts(
-            step=int(commit.get("step", key.split("/")[1].removeprefix("step-"))),
+            step=int(commit.get("step", step)),
             created=when(commit.get("created_at")),
             stall_s=float(t.get("snapshot_s", 0)) + float(t.get("wait_s", 0)),
             full_s=sum(float(t.get(k, 0)) for k in ("serialize_s", "upload_s", "verify_s")),
@@ -185,18 +182,13 @@ def _checkpoints(store: RunStore) -> list[CheckpointFacts]:
     return sorted(out, key=lambda c: c.step)
 
 
-def _number(key: str) -> int:
-    stem = key.rsplit("/", 1)[-1].split(".")[0]
-    return int(stem) if stem.isdigit() else 0
-
-
 def gather(store: RunStore, state: str | None = None, with_reference: bool = True) -> RunFacts:
     """The run's records. `state`: the monitor's live view of the last attempt, when the caller has it."""
     manifest = store.manifest()
     metrics = store.metrics()
     attempts = [_attempt(store, n, _steps(metrics.get(n, {}))) for n in store.attempts()]
-    recoveries = [r for k in sorted(store.keys("recoveries/"), key=_number) if (r := store.get_json(k))]
-    incidents = [i for k in sorted(store.keys("incidents/")) if (i := store.get_json(k))]
+    recoveries = store.recoveries()
+    incidents = store.incidents()
     evals = evaluations(store)
     from glue.runs import monitor
 
@@ -204,7 +196,7 @@ def gather(store: RunStore, state: str | None = None, with_reference: bool = Tru
                     final_evaluation(evals))
     facts = RunFacts(run=store.run, manifest=manifest, attempts=attempts, checkpoints=_checkpoints(store),
                      recoveries=recoveries, incidents=incidents, evaluations=evals, acceptance=verdict,
-                     drill=store.get_json("drill.json"))
+                     drill=store.drill())
     if with_reference and facts.drill and facts.drill.get("ref_run"):
         ref = RunStore(store.info, store.creds, str(facts.drill["ref_run"]), refresh=store.refresh)
         merged: dict[int, dict[str, Any]] = {}

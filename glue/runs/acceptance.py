@@ -8,7 +8,6 @@ from typing import Any
 
 from glue.runs import monitor
 from glue.runs.store import RunStore
-from glue.train.run.evaluation import EVAL_PREFIX
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ def judge(state: str, missing_outputs: list[str], thresholds: dict[str, dict[str
 
 def evaluations(store: RunStore) -> list[dict[str, Any]]:
     """Every recorded evaluation, by attempt then step."""
-    return [rec for key in sorted(store.keys(EVAL_PREFIX)) if (rec := store.get_json(key))]
+    return store.evaluations()
 
 
 def final_evaluation(records: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -109,12 +108,10 @@ def recorded_state(store: RunStore) -> str:
 def latest_final(store: RunStore) -> dict[str, Any] | None:
     """final_evaluation without reading every record: the newest one marked final is usually the last key
     (`glue status` polls this)."""
-    keys = sorted(store.keys(EVAL_PREFIX))
-    for key in reversed(keys[-3:]):
-        rec = store.get_json(key)
-        if rec and rec.get("final"):
+    for rec in reversed(store.evaluations(last=3)):
+        if rec.get("final"):
             return dict(rec)
-    return final_evaluation([r for key in keys if (r := store.get_json(key))]) if keys else None
+    return final_evaluation(store.evaluations())
 
 
 def run_acceptance(store: RunStore, state: str | None = None) -> Acceptance:

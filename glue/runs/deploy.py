@@ -215,7 +215,7 @@ def _deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, vm: str | None
         digest = _image_digest(home, hosts[0], rc.image)
         rdzv = group_mod.rendezvous(home, hosts, [remote.python(h) for h in hosts]) if group.distributed else None
     ws = pinned if pinned is not None else workspace.ship(home, hosts[0], store, plan, console)
-    with lease.held(store, "deploy", unless_exists=None if exists else "manifest.json"):
+    with lease.held(store, "deploy", new_run=not exists):
         return _record_and_start(home, store, rc, hosts, argvs, resume, env_info, digest, group, rdzv,
                                  memory_limit_mb, console, eval_pin, ws)
 
@@ -234,7 +234,7 @@ def _record_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, host
     attempt = (max(attempts) + 1) if attempts else 1
     names = ", ".join(h.name for h in hosts)
     if not exists:
-        store.put_json("manifest.json", {
+        store.put_manifest({
             "run": run_id, "created_at": utc_iso(), "image": rc.image, "image_digest": digest,
             "command": list(rc.command), "runtime": rc.runtime, "config": rc.as_dict(),
             "input": rc.input.model_dump() if rc.input else None, "code": code_version(),

@@ -51,10 +51,10 @@ def validation(info: BucketInfo, creds: BucketCredentials, git_sha: str | None, 
         return found
     for rid in run_ids(info, creds):
         store = RunStore(info, creds, rid)
-        manifest = store.get_json("manifest.json")
+        manifest = store.find_manifest()
         if not manifest or not _same_code(manifest, git_sha, workdir_sha256) or nodes_of_manifest(manifest) >= nodes:
             continue
-        if found.passed_drill is None and (store.get_json("drill.json") or {}).get("passed"):
+        if found.passed_drill is None and (store.drill() or {}).get("passed"):
             found.passed_drill = rid
         # Only a run with acceptance criteria can be accepted: skip the others' records.
         if found.accepted_run is None and thresholds_of(manifest) and run_acceptance(store).accepted:

@@ -3,8 +3,9 @@
 S3-compatible stores do not all honour conditional writes (rclone's `serve s3` ignores If-None-Match),
 so the lease is built from plain PUT and LIST:
 
-  runs/<run>/lease/<gen>/claim-<token>.json   a contender's claim on generation <gen>
-  runs/<run>/lease/<gen>/released.json        written by the winner when it is done
+  lease/<gen>/claim-<token>.json   a contender's claim on generation <gen> (under the run's prefix)
+  lease/<gen>/released.json        written by the winner when it is done
+  (keys: glue.train.layout; read and written through RunStore's lease methods)
 
 To take the lease a contender reads the newest generation; if it is held (claimed, not released, not
 expired, and its holder not a dead process on this machine) it refuses, naming the holder. Otherwise
@@ -31,13 +32,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from glue.errors import GlueError
 from glue.process import pid_alive
 from glue.runs.store import RunStore, parse_iso, utc_iso
+from glue.train.layout import is_lease_claim, is_lease_release, lease_claim_name
 
-PREFIX = "lease/"
 SETTLE_S = float(os.environ.get("GPUKIT_LEASE_SETTLE_S", "1.5"))  # > the store's timestamp resolution (1 s)
 TTL_S = 6 * 3600.0  # a lease whose holder vanished elsewhere is free again after this
 
@@ -60,27 +59,14 @@ def _holder() -> str:
 
 
 def _claims(store: RunStore, gen: int | None = None) -> dict[int, list[dict[str, Any]]]:
-    """gen -> its claims (each with the server's LastModified), plus a `released` flag per gen."""
-    sub = PREFIX + (f"{gen:06d}/" if gen is not None else "")
-    out: dict[int, list[dict[str, Any]]] = {}
-    try:
-        pages = store.s3.get_paginator("list_objects_v2").paginate(Bucket=store.info.name, Prefix=store.prefix + sub)
-        for page in pages:
-            for obj in page.get("Contents", []):
-                rel = obj["Key"][len(store.prefix) + len(PREFIX):]
-                g, _, name = rel.partition("/")
-                if not g.isdigit():
-                    continue
-                out.setdefault(int(g), []).append({"name": name, "modified": obj["LastModified"]})
-    except (ClientError, BotoCoreError) as exc:
-        raise GlueError(f"bucket {store.info.name} did not answer (list {sub}): {str(exc).splitlines()[0]}") from exc
-    return out
+    """gen -> its entries, claims and release (each with the server's LastModified)."""
+    return store.lease_entries(gen)
 
 
 def _winner(store: RunStore, gen: int, entries: list[dict[str, Any]]) -> dict[str, Any] | None:
-    claims = sorted((e for e in entries if e["name"].startswith("claim-")), key=lambda e: (e["modified"], e["name"]))
+    claims = sorted((e for e in entries if is_lease_claim(e["name"])), key=lambda e: (e["modified"], e["name"]))
     for entry in claims:  # the first claim that still reads back (a torn write is skipped)
-        doc = store.get_json(f"{PREFIX}{gen:06d}/{entry['name']}")
+        doc = store.lease_doc(gen, entry["name"])
         if doc:
             return dict(doc)
     return None
@@ -101,7 +87,7 @@ def current(store: RunStore) -> dict[str, Any] | None:
     if not gens:
         return None
     gen = max(gens)
-    if any(e["name"] == "released.json" for e in gens[gen]):
+    if any(is_lease_release(e["name"]) for e in gens[gen]):
         return None
     doc = _winner(store, gen, gens[gen])
     return None if doc is None or _stale(doc) else {**doc, "gen": gen}
@@ -129,7 +115,7 @@ def acquire(store: RunStore, op: str) -> Lease:
     doc = {"run": store.run, "gen": gen, "token": token, "holder": _holder(), "host": socket.gethostname(),
            "pid": os.getpid(), "op": op, "created_at": utc_iso(now),
            "expires_at": utc_iso(now + timedelta(seconds=TTL_S))}
-    store.put_json(f"{PREFIX}{gen:06d}/claim-{token}.json", doc)
+    store.put_lease_claim(gen, token, doc)
     time.sleep(SETTLE_S)
     entries = _claims(store, gen).get(gen, [])
     winner = _winner(store, gen, entries)
@@ -140,24 +126,23 @@ def acquire(store: RunStore, op: str) -> Lease:
     return Lease(store.run, gen, token, str(doc["holder"]), op, str(doc["expires_at"]))
 
 
-def release(store: RunStore, lease: Lease, unless_exists: str | None = None) -> None:
-    """Free the lease. With `unless_exists` (a new run's manifest.json) and that key absent, the command
-    created nothing: its claim is removed instead, so a refused new run leaves no trace in the bucket."""
-    gen_dir = f"{PREFIX}{lease.gen:06d}/"
-    if unless_exists is not None and store.get_bytes(unless_exists) is None \
-            and list(store.keys(gen_dir)) == [f"{gen_dir}claim-{lease.token}.json"]:
+def release(store: RunStore, lease: Lease, new_run: bool = False) -> None:
+    """Free the lease. For a `new_run` whose manifest was not written the command created nothing: its claim
+    is removed instead, so a refused new run leaves no trace in the bucket."""
+    if new_run and not store.exists() \
+            and [e["name"] for e in _claims(store, lease.gen).get(lease.gen, [])] == [lease_claim_name(lease.token)]:
         try:
-            store.s3.delete_object(Bucket=store.info.name, Key=f"{store.prefix}{gen_dir}claim-{lease.token}.json")
+            store.delete_lease_claim(lease.gen, lease.token)
             return
-        except (ClientError, BotoCoreError):
+        except GlueError:
             pass  # then release it the ordinary way
-    store.put_json(f"{gen_dir}released.json", {"token": lease.token, "released_at": utc_iso()})
+    store.put_lease_release(lease.gen, {"token": lease.token, "released_at": utc_iso()})
 
 
 @contextmanager
-def held(store: RunStore, op: str, unless_exists: str | None = None) -> Iterator[Lease]:
+def held(store: RunStore, op: str, new_run: bool = False) -> Iterator[Lease]:
     """Hold the run's lease for the block. Re-entrant within one process (drill -> deploy, recover).
-    `unless_exists`: see release()."""
+    `new_run`: see release()."""
     key = (store.info.endpoint, store.info.name, store.run)
     with _LOCK:
         mine = _HELD.get(key)
@@ -179,4 +164,4 @@ def held(store: RunStore, op: str, unless_exists: str | None = None) -> Iterator
     finally:
         with _LOCK:
             del _HELD[key]
-        release(store, lease, unless_exists)
+        release(store, lease, new_run)

@@ -24,7 +24,6 @@ from glue.runs import guard, lease, remote, timeline
 from glue.runs.classify import STORAGE, AttemptClass, Diagnosis, Evidence, classify
 from glue.runs.guard import MOUNT
 from glue.runs.store import RunStore, parse_iso, utc_iso
-from glue.train.layout import exit_key
 
 if TYPE_CHECKING:
     from glue.train.storage.target import Storage
@@ -94,7 +93,7 @@ def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str,
                 started_at: str | None = None) -> NodeState:
     k = int(nd.get("node", 0))
     st = NodeState(node=k, vm=str(nd.get("vm")), gone=backend.read_vm(str(nd.get("vm_id"))) is None,
-                   exit=store.get_json(exit_key(n, k)))
+                   exit=store.exit_record(n, k))
     host = host_for(home, nd)
     if st.gone or host is None or str(nd.get("vm_id")) in unreachable:
         st.reachable = False
@@ -110,7 +109,7 @@ def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str,
         if st.exit is None and not st.alive:
             # The supervisor writes its exit record as its last act: read again now that it is gone,
             # or an attempt that ended between the first read and the process check looks killed.
-            st.exit = store.get_json(exit_key(n, k))
+            st.exit = store.exit_record(n, k)
         if st.exit is not None:
             # The supervisor writes it once the trainer has exited: the attempt ended on this node, even
             # while the supervisor itself is still finishing (a lingering interpreter exit is not a stall).
@@ -338,8 +337,7 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
     }
     if verdict.outcome in (AttemptClass.OOM_GPU, AttemptClass.OOM_HOST):
         incident["next_step"] = f"glue memprobe --run {store.run}"
-    key = f"incidents/{now.replace(':', '').replace('-', '')}-{verdict.outcome}.json"
-    store.put_json(key, incident)
+    key = store.put_incident(incident, str(verdict.outcome), now)
     attempt.update(failure_class=str(verdict.outcome), reason=verdict.reason, ended_at=now, exit=ev.exit_code,
                    signal=ev.exit_signal, last_step=incident["last_completed_step"], incident=key)
     store.put_attempt(attempt)
@@ -348,4 +346,4 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
 
 def incidents(store: RunStore) -> list[dict[str, Any]]:
     store.manifest()
-    return [store.get_json(k) for k in sorted(store.keys("incidents/"))]
+    return store.incidents()

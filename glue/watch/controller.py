@@ -36,7 +36,6 @@ from glue.runs import config as runconfig
 from glue.runs import lease, monitor
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, all_run_ids, parse_iso, utc_iso
-from glue.train.layout import exit_key
 from glue.watch import interrupted, notify, policy
 from glue.watch import ssh_probe as probe_mod
 from glue.watch.adopt import adopt
@@ -235,7 +234,7 @@ class Watcher:
         moving = _age_s(beat.get("step_at") or beat.get("started_at"))
         if moving is None or moving > rc.monitor.stall_timeout_seconds or beat.get("held"):
             return closer
-        if store.get_json(exit_key(latest, 0)) is not None:
+        if store.exit_record(latest) is not None:
             return closer
         backend = get_backend(str(rec.get("backend", "local")), self.home)
         if backend.read_vm(str(rec.get("vm_id"))) is None:

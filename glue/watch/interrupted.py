@@ -8,7 +8,6 @@ from typing import Any
 from glue.operations.recovery import phases
 from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, merged_metrics
 from glue.runs.store import RunStore, utc_iso
-from glue.train.layout import exit_key
 
 
 def readiness(store: RunStore, plan: dict[str, Any]) -> tuple[bool, str | None, dict[int, dict[str, Any]]]:
@@ -16,7 +15,7 @@ def readiness(store: RunStore, plan: dict[str, Any]) -> tuple[bool, str | None, 
     passed the plan's step (or finished); not ready and nothing to wait for once it failed before."""
     new, upto = int(plan["new_attempt"]), int(plan["upto"])
     steps = store.metrics().get(new, {})
-    exit_rec = store.get_json(exit_key(new, 0))
+    exit_rec = store.exit_record(new)
     ready = bool((steps and max(steps) >= upto) or (exit_rec is not None and exit_rec.get("exit_code") == 0))
     if ready:
         return True, None, steps

@@ -1,4 +1,4 @@
-"""The watcher's state of one run, in the bucket beside the run (`runs/<run>/watch/state.json`), so a
+"""The watcher's state of one run, in the bucket beside the run (RunStore.watch_state), so a
 watcher restarted anywhere (even after SIGKILL) carries on with the same counts.
 
 A recovery is counted BEFORE it starts: a watcher killed mid-recovery has still spent that budget.
@@ -13,7 +13,6 @@ from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, utc_iso
 from glue.watch.policy import Decision
 
-KEY = "watch/state.json"
 HISTORY = 50  # actions kept in the state (events also go to the notification hooks)
 
 
@@ -34,14 +33,14 @@ class WatchState:
 
     @classmethod
     def load(cls, store: RunStore) -> WatchState | None:
-        doc = store.get_json(KEY)
+        doc = store.watch_state()
         if not doc:
             return None
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in doc.items() if k in known})
 
     def save(self, store: RunStore) -> None:
-        store.put_json(KEY, {**asdict(self), "updated_at": utc_iso()})
+        store.put_watch_state({**asdict(self), "updated_at": utc_iso()})
 
     def note(self, action: str, **detail: Any) -> dict[str, Any]:
         entry = {"at": utc_iso(), "action": action, **detail}
@@ -96,12 +95,10 @@ def record_budget_incident(store: RunStore, st: WatchState, n: int, outcome: Att
                            reason: str) -> str:
     """The `budget_exhausted` incident of attempt n; returns its key."""
     now = utc_iso()
-    key = f"incidents/{now.replace(':', '').replace('-', '')}-budget_exhausted.json"
-    store.put_json(key, {
+    return store.put_incident({
         "run": store.run, "attempt": n, "class": "budget_exhausted", "reason": decision.reason,
         "policy": "stopped: no more automatic recoveries; recover by hand (`glue recover`) once the cause is "
                   "understood, or raise the budget",
         "detected_at": now, "failure_class": str(outcome), "failure_reason": reason, "budget": decision.budget,
         "used": dict(st.used), "history": st.history[-10:],
-    })
-    return key
+    }, "budget_exhausted", now)

@@ -34,7 +34,7 @@ class Plan:
         """The manifest's `workdir` record (the files' list stays in the bucket's package index)."""
         if self.package is None:
             return None
-        from glue.train.workspace.keys import code_key
+        from glue.train.layout import code_key
 
         return {"sha256": self.package.sha256, "size": self.package.size, "files": len(self.package.files),
                 "key": code_key(self.package.sha256), "path": str(self.root), "uploaded": uploaded,

@@ -9,7 +9,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from glue.errors import GlueError
-from glue.train.workspace.keys import code_index_key, code_key
+from glue.train.layout import code_index_key, code_key
 from glue.workdir.pack import Package
 
 # Multipart above 16 MiB, parts in parallel: a 256 MiB tree moves at the link's speed.

@@ -18,7 +18,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from glue.errors import GlueError
-from glue.train.workspace.keys import wheelhouse_index_key, wheelhouse_prefix
+from glue.train.layout import wheel_key, wheelhouse_index_key
 from glue.train.workspace.pins import canonical, set_hash
 from glue.train.workspace.venv import pip_problem
 from glue.workdir import image_stubs
@@ -93,7 +93,7 @@ def _index(s3: Any, bucket: str, digest: str) -> dict[str, Any] | None:
 def _upload(s3: Any, bucket: str, digest: str, folder: Path, index: dict[str, Any]) -> None:
     """Every wheel, then the index: a set whose index is in the bucket is complete."""
     for name in sorted(index["wheels"]):
-        s3.upload_file(str(folder / name), bucket, wheelhouse_prefix(digest) + name, Config=TRANSFER)
+        s3.upload_file(str(folder / name), bucket, wheel_key(digest, name), Config=TRANSFER)
     s3.put_object(Bucket=bucket, Key=wheelhouse_index_key(digest), Body=json.dumps(index, indent=1).encode())
 
 

@@ -60,9 +60,9 @@ def test_a_later_contender_is_refused_until_release(local_bucket: Any) -> None:
 def test_a_holder_that_died_on_this_machine_frees_the_lease(local_bucket: Any) -> None:
     store = _store(local_bucket)
     taken = lease.acquire(store, "recover")
-    claim = f"{lease.PREFIX}{taken.gen:06d}/claim-{taken.token}.json"
+    claim = f"lease/{taken.gen:06d}/claim-{taken.token}.json"  # the key as existing buckets hold it
     doc = store.get_json(claim)
-    store.put_json(claim, {**doc, "pid": 2**22 + 12345})  # no such process
+    store.put_lease_claim(taken.gen, taken.token, {**doc, "pid": 2**22 + 12345})  # no such process
     assert lease.current(store) is None
     assert lease.acquire(store, "recover").gen == taken.gen + 1
 
@@ -74,8 +74,8 @@ def test_a_holder_killed_but_not_yet_reaped_frees_the_lease(local_bucket: Any) -
     holder = subprocess.Popen(["sleep", "600"])
     try:
         taken = lease.acquire(store, "watch")
-        claim = f"{lease.PREFIX}{taken.gen:06d}/claim-{taken.token}.json"
-        store.put_json(claim, {**store.get_json(claim), "pid": holder.pid})
+        doc = store.lease_doc(taken.gen, f"claim-{taken.token}.json")
+        store.put_lease_claim(taken.gen, taken.token, {**doc, "pid": holder.pid})
         assert lease.current(store) is not None  # alive: the lease holds
         holder.kill()
         deadline = time.monotonic() + 10
@@ -95,6 +95,6 @@ def test_held_is_reentrant_and_a_refused_new_run_leaves_nothing(local_bucket: An
         assert inner == outer
     assert lease.current(store) is None
     fresh = _store(local_bucket)
-    with pytest.raises(RuntimeError), lease.held(fresh, "deploy", unless_exists="manifest.json"):
+    with pytest.raises(RuntimeError), lease.held(fresh, "deploy", new_run=True):
         raise RuntimeError("the deploy failed before writing its manifest")
     assert fresh.keys() == {}

@@ -12,7 +12,6 @@ import pytest
 from glue.infra.inventory import Host
 from glue.runs import monitor
 from glue.runs.classify import AttemptClass, Evidence, classify
-from glue.train.layout import exit_key
 
 HOST = Host(name="gpukit-1", id="gpukit-1-a", ssh_host="127.0.0.1", ssh_port=2201, ssh_user="root",
             host_key="ssh-ed25519 A", gpu_type="none", gpu_count=0, backend="local")
@@ -23,8 +22,8 @@ class Store:
         self.exit_rec = exit_rec
         self.run = "r"
 
-    def get_json(self, key: str) -> Any:
-        return self.exit_rec if key == exit_key(1, 0) else None
+    def exit_record(self, n: int, node: int = 0) -> dict[str, Any] | None:
+        return self.exit_rec if (n, node) == (1, 0) else None
 
 
 class Backend:

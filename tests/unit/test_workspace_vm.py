@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from glue.train.layout import code_key, wheelhouse_prefix
 from glue.train.run import agreement
 from glue.train.storage.target import Storage, open_target
 from glue.train.workspace import pins, venv
 from glue.train.workspace.errors import WorkspaceError
-from glue.train.workspace.keys import code_key, wheelhouse_prefix
 from glue.train.workspace.paths import WorkPaths
 from glue.train.workspace.prepare import ensure_venv, prepare
 

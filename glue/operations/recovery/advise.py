@@ -59,13 +59,12 @@ class Measured:
 def measure(store: RunStore) -> Measured:
     manifest = store.manifest()
     stalls, fulls = [], []
-    for key in store.keys("ckpt/"):
-        if key.endswith("COMMIT.json"):
-            t = (store.get_json(key) or {}).get("timings", {})
-            stalls.append(float(t.get("snapshot_s", 0)) + float(t.get("wait_s", 0)))
-            fulls.append(sum(float(t.get(k, 0)) for k in ("serialize_s", "upload_s", "verify_s")))
-    restores = [float(r["seconds"]["restore"]) for k in store.keys("recoveries/")
-                if (r := store.get_json(k)) and r.get("seconds", {}).get("restore") is not None]
+    for commit in store.checkpoint_commits().values():
+        t = commit.get("timings", {})
+        stalls.append(float(t.get("snapshot_s", 0)) + float(t.get("wait_s", 0)))
+        fulls.append(sum(float(t.get(k, 0)) for k in ("serialize_s", "upload_s", "verify_s")))
+    restores = [float(r["seconds"]["restore"]) for r in store.recoveries()
+                if r.get("seconds", {}).get("restore") is not None]
     step_gaps: list[float] = []
     for steps in store.metrics().values():
         ordered = sorted(steps.items())

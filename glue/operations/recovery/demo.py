@@ -20,6 +20,7 @@ from glue.errors import GlueError
 from glue.operations import lifecycle
 from glue.operations.recovery import drill
 from glue.paths import PROJECT_ROOT, glue_command, home
+from glue.train.layout import run_uri
 
 STEPS, KILL_AT = 60, 30
 
@@ -57,7 +58,7 @@ def main() -> int:
                   f"{result.recovery.get('checkpoint_step')} on a new VM and "
                   f"matched the uninterrupted {result.ref_run} exactly ({result.compared_steps} per-step losses, "
                   f"{result.compared_tensors} tensors)." if result.passed else f"{verdict}: {result.problem}")
-    console.print(f"records: s3://gpukit/runs/{result.drill_run}/ (GPUKIT_HOME={demo_home} {glue_command()} "
+    console.print(f"records: {run_uri('gpukit', result.drill_run)}/ (GPUKIT_HOME={demo_home} {glue_command()} "
                   f"status --run {result.drill_run})", soft_wrap=True)
     return 0 if result.passed else 1
 

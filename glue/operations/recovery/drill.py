@@ -29,6 +29,7 @@ from glue.runs import deploy as deploy_mod
 from glue.runs import lease, monitor
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore
+from glue.train.layout import COMMIT, run_prefix
 from glue.workdir.pin import Workspace
 
 
@@ -117,7 +118,7 @@ def compare_final(ref: RunStore, drill: RunStore, step: int) -> tuple[str | None
 
     commits = []
     for store in (ref, drill):
-        data = store.get_bytes(f"ckpt/step-{step}/COMMIT.json")
+        data = store.checkpoint_object(step, COMMIT)
         if data is None:
             raise GlueError(f"run {store.run} has no checkpoint at its final step {step}")
         commits.append(Commit.parse(data, step))
@@ -126,7 +127,7 @@ def compare_final(ref: RunStore, drill: RunStore, step: int) -> tuple[str | None
         if name not in commits[0].components or name not in commits[1].components:
             return f"{name} (component present in only one run)", tensors
         for obj in commits[0].components[name]:
-            loaded = [torch.load(io.BytesIO(s.get_bytes(f"ckpt/step-{step}/{obj.key}") or b""), weights_only=True)
+            loaded = [torch.load(io.BytesIO(s.checkpoint_object(step, obj.key) or b""), weights_only=True)
                       for s in (ref, drill)]
             diff = first_difference(loaded[0], loaded[1], obj.key.removesuffix(".pt"))
             tensors += _count_tensors(loaded[0])
@@ -142,8 +143,9 @@ def run_neutral(config: dict[str, Any], run_id: str) -> dict[str, Any]:
     out = {**config}
     for section, key in (("checkpoint", "target"), ("outputs", "destination")):
         where = str(config[section][key])
-        named = where.replace(f"/runs/{run_id}/", "/runs/{run}/")
-        named = named[: -len(f"/runs/{run_id}")] + "/runs/{run}" if named.endswith(f"/runs/{run_id}") else named
+        mine, neutral = "/" + run_prefix(run_id), "/" + run_prefix("{run}")  # /runs/<run>/, /runs/{run}/
+        named = where.replace(mine, neutral)
+        named = named[: -len(mine) + 1] + neutral[:-1] if named.endswith(mine[:-1]) else named
         if "{run}" not in named:
             raise GlueError(f"run {run_id}'s {section}.{key} {where} does not name the run: a drill of it would "
                             "write there too; pass --config with {run} in its locations")
@@ -206,8 +208,7 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
             result.recovery = recover_mod.recover(home, drill_id, console, tolerance=tolerance, wait_timeout=timeout)
         except GlueError as exc:
             result.problem = str(exc)
-            rec = dr.keys("recoveries/")
-            result.recovery = dr.get_json(sorted(rec)[-1]) if rec else {}
+            result.recovery = (dr.recoveries() or [{}])[-1]
     with console.status("waiting for both runs to finish"):
         _wait(home, ref, lambda r: r.verdict.outcome is AttemptClass.COMPLETED, "the reference to complete", timeout)
         if result.problem is None:
@@ -238,7 +239,7 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
     if not result.passed and result.problem is None:
         result.problem = "the recovered run diverged from the reference"
     print_result(console, result)
-    dr.put_json("drill.json", result.__dict__)
+    dr.put_drill(result.__dict__)
     # As typed in another shell: a kit home other than the default has to be named (make demo's is).
     where = f"GPUKIT_HOME={home} " if os.environ.get("GPUKIT_HOME") else ""
     console.print(f"see it: {where}{glue_command()} report --run {drill_id}  (losses over the reference, recovery "

@@ -110,7 +110,7 @@ def detect(home: Path, store: RunStore, force: bool) -> Failure:
     beat = report.heartbeat or {}
     last_alive = beat.get("step_at") or attempt.get("started_at")
     detected_at = attempt.get("ended_at") or utc_iso()
-    incident = store.get_json(str(attempt.get("incident"))) if attempt.get("incident") else None
+    incident = store.incident(str(attempt.get("incident"))) if attempt.get("incident") else None
     if incident:
         detected_at = incident["detected_at"]
         # In a group the cause's time (a lost VM's last heartbeat, the first error) is the failure's.
@@ -335,8 +335,7 @@ def _created_since(created_at: str, since: datetime) -> bool:
 
 
 # -- record -------------------------------------------------------------------------------------------
-def record(store: RunStore, result: dict[str, Any]) -> str:
-    """runs/<run>/recoveries/<k>.json: the phases, the work lost, the verdict."""
-    key = f"recoveries/{len(store.keys('recoveries/')) + 1}.json"
-    store.put_json(key, result)
-    return key
+def record(store: RunStore, result: dict[str, Any]) -> int:
+    """The run's next recovery record (RunStore.add_recovery): the phases, the work lost, the verdict; returns
+    its number."""
+    return store.add_recovery(result)

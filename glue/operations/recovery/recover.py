@@ -123,12 +123,12 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
         "problem": verdict.problem, "tolerance": tolerance, "recorded_at": utc_iso(),
         "kept_vm": keep[0].as_dict() if keep else None, "kept_vms": [k.as_dict() for k in keep],
     }
-    key = phases.record(store, result)
+    number = phases.record(store, result)
     print_table(console, result)
     if not verdict.ok:
         rejected, trouble = phases.flag_bad_restart(home, store, manifest, new_n, verdict)
         result.update(rejected_checkpoints=rejected, reject_problem=trouble)
-        store.put_json(key, result)  # the record says which checkpoints the wrong resume had committed
+        store.put_recovery(number, result)  # the record says which checkpoints the wrong resume had committed
         marked = f"; the checkpoint(s) it committed (step {', '.join(map(str, rejected))}) marked rejected" \
             if rejected else ""
         raise BadRestart(f"bad restart of run {run_id}: {verdict.problem}; the trainer was stopped{marked}"

@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from glue.train.checkpoint.format import COMMIT
 from glue.train.errors import CheckpointError
-from glue.train.layout import ATTEMPTS_PREFIX, attempt_of
+from glue.train.layout import ATTEMPTS_PREFIX, COMMIT, attempt_of
 from glue.train.storage.target import Storage
 
 

@@ -19,33 +19,28 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from glue.train import layout
 from glue.train.errors import ObjectMissingError
+from glue.train.layout import (
+    CKPT_PREFIX,
+    COMMIT,
+    REJECTED,
+    incident_key,
+    key_stamp,
+    step_of_dir,
+    step_prefix,
+)
 from glue.train.storage.target import Storage, open_target
 from glue.train.utc import iso, utc_now
 
 FORMAT = "gpukit-ckpt/1"
-COMMIT = "COMMIT.json"
-REJECTED = "REJECTED.json"
-CKPT = "ckpt"
-INCIDENTS = "incidents"
 # COMMIT.json's list of the rank parts; the field's name is part of format gpukit-ckpt/1.
 _RANK_PARTS_FIELD = "rank_manifests"
-_STEP_RE = re.compile(r"^step-(\d+)$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 READ_DEPTH = 2  # objects a deep validation downloads at once
-
-
-def step_prefix(step: int) -> str:
-    return f"{CKPT}/step-{step}/"
-
-
-def object_key(component: str, rank: int | None) -> str:
-    return f"{component}.pt" if rank is None else f"{component}.rank{rank}.pt"
-
-
-def rank_part_key(rank: int) -> str:
-    """Rank r's part of a save (r >= 1): the objects it wrote, for rank 0 to list in COMMIT.json."""
-    return f"rank{rank}.json"
+# The objects' names on the target are glue.train.layout's (here too: the checkpoint modules use them).
+object_key = layout.checkpoint_object_key
+rank_part_key = layout.rank_part_key
 
 
 @dataclass(frozen=True)
@@ -154,13 +149,13 @@ class CheckpointStatus:
 def list_steps(storage: Storage) -> dict[int, dict[str, int]]:
     """step -> {key relative to the step directory: size} for every `ckpt/step-<N>/` on the target."""
     out: dict[int, dict[str, int]] = {}
-    for key, size in storage.list(f"{CKPT}/").items():
+    for key, size in storage.list(CKPT_PREFIX).items():
         parts = key.split("/")
-        if len(parts) < 3 or parts[0] != CKPT:
+        if len(parts) < 3 or parts[0] + "/" != CKPT_PREFIX:
             continue
-        m = _STEP_RE.match(parts[1])
-        if m:
-            out.setdefault(int(m.group(1)), {})["/".join(parts[2:])] = size
+        step = step_of_dir(parts[1])
+        if step is not None:
+            out.setdefault(step, {})["/".join(parts[2:])] = size
     return out
 
 
@@ -298,7 +293,7 @@ def record_incident(
         "host": socket.gethostname(),
         "pid": os.getpid(),
     }
-    key = f"{INCIDENTS}/{now.strftime('%Y%m%dT%H%M%S.%fZ')}-{kind}.json"
+    key = incident_key(key_stamp(iso(now)), kind)
     storage.put(key, (json.dumps(body, indent=1) + "\n").encode())
     return key
 

@@ -13,13 +13,13 @@ import logging
 import os
 import socket
 
-from glue.train.checkpoint.format import COMMIT, INCIDENTS, REJECTED, CheckpointStatus, record_incident, step_prefix
+from glue.train.checkpoint.format import CheckpointStatus, record_incident
 from glue.train.errors import NoValidCheckpointError, StorageError
+from glue.train.layout import COMMIT, REJECTED, commit_key, incident_key, invalid_step_prefix, key_stamp, step_prefix
 from glue.train.storage.target import Storage
 from glue.train.utc import iso, utc_now
 
 log = logging.getLogger("glue.train")
-INVALID = "ckpt-invalid"
 
 
 def interrupted(listing: dict[str, int]) -> bool:
@@ -44,7 +44,7 @@ def no_valid_error(where: str, skipped: list[CheckpointStatus]) -> NoValidCheckp
 def move_aside(st: Storage, step: int, listing: dict[str, int], stamp: str) -> str:
     """Copy the step's objects to ckpt-invalid/<stamp>/step-<N>/, then delete them (COMMIT.json first)."""
     src = step_prefix(step)
-    dst = f"{INVALID}/{stamp}/step-{step}/"
+    dst = invalid_step_prefix(stamp, step)
     for key in sorted(listing):
         data, _ = st.get(src + key, listing[key])
         st.put(dst + key, data)
@@ -90,7 +90,7 @@ def _record_interrupted(
         "at": iso(now),
         "target": st.describe(),
         "step": status.step,
-        "object": step_prefix(status.step) + COMMIT,
+        "object": commit_key(status.step),
         "what": "COMMIT.json is missing: the save was interrupted (process killed or VM lost mid-save)",
         "objects": sorted(step_prefix(status.step) + k for k in listing),
         "fell_back_to": fell_back_to,
@@ -98,6 +98,6 @@ def _record_interrupted(
         "host": socket.gethostname(),
         "pid": os.getpid(),
     }
-    key = f"{INCIDENTS}/{now.strftime('%Y%m%dT%H%M%S.%fZ')}-ckpt_interrupted.json"
+    key = incident_key(key_stamp(iso(now)), "ckpt_interrupted")
     st.put(key, (json.dumps(body, indent=1) + "\n").encode())
     return key

@@ -33,7 +33,7 @@ from typing import Any
 from glue.train.checkpoint.checkpointer import Checkpointer
 from glue.train.checkpoint.fence import FencedStorage
 from glue.train.errors import StorageError
-from glue.train.layout import error_key, heartbeat_key, metrics_key, notice_key
+from glue.train.layout import carried_metrics_key, error_key, heartbeat_key, metrics_key, notice_key, run_uri
 from glue.train.run import process_group as group
 from glue.train.run.notice import PREEMPTED_EXIT, TerminationNotice
 from glue.train.storage.credentials import credentials_from_file
@@ -98,7 +98,7 @@ class RunContext:
         self._creds = (lambda: credentials_from_file(cred_file)) if cred_file else None
         bucket = env["GPUKIT_BUCKET_NAME"]
         self.bucket, self.mount = bucket, env.get("GPUKIT_BUCKET_MOUNT", MOUNT)
-        self.store: Storage = self._open(f"s3://{bucket}/runs/{self.run}")
+        self.store: Storage = self._open(run_uri(bucket, self.run))
         self._lock = threading.Lock()
         self._last: dict[str, Any] = {}
         if group.under_torchrun(env):
@@ -139,7 +139,7 @@ class RunContext:
         prev, prev_restart = beat.get("attempt"), int(beat.get("restart") or 0)
         if isinstance(prev, int) and (prev, prev_restart) < (self.attempt, self.restart) and beat.get("recent"):
             lines = "".join(json.dumps(r) + "\n" for r in beat["recent"])
-            self.store.put(metrics_key(prev, self.rank, prev_restart, 99999, "-heartbeat"), lines.encode())
+            self.store.put(carried_metrics_key(prev, self.rank, prev_restart), lines.encode())
 
     @classmethod
     def from_env(cls) -> RunContext:

@@ -19,9 +19,8 @@ import os
 from typing import Any, Protocol
 
 from glue.train.errors import StorageError
+from glue.train.layout import evaluation_key
 from glue.train.utc import iso, utc_now
-
-EVAL_PREFIX = "evaluation/"
 
 
 class _Store(Protocol):
@@ -41,11 +40,6 @@ class _Run(Protocol):
 
 class EvalSetError(RuntimeError):
     """The evaluation set is missing or is not the pinned one."""
-
-
-def evaluation_key(attempt: int, step: int) -> str:
-    """Sorted by name = by attempt, then step."""
-    return f"{EVAL_PREFIX}{attempt:03d}-{step:09d}.json"
 
 
 def record_evaluation(ctx: _Run, step: int, metrics: dict[str, float], *, final: bool = False) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from glue.train.errors import StorageError
-from glue.train.layout import exit_key, log_prefix
+from glue.train.layout import exit_key, log_key, run_uri
 from glue.train.storage.credentials import credentials_from_file
 from glue.train.storage.target import Storage, open_target
 from glue.train.utc import iso, utc_now
@@ -80,9 +80,9 @@ class MemoryLimit:
 class LogShipper(threading.Thread):
     """Copies new bytes of the local log to runs/<run>/logs/<attempt>-<part>.log every few seconds."""
 
-    def __init__(self, log: Path, store: Storage, prefix: str, every_s: float) -> None:
+    def __init__(self, log: Path, store: Storage, attempt: int, node: int, every_s: float) -> None:
         super().__init__(name="gpukit-logship", daemon=True)
-        self.log, self.store, self.prefix, self.every_s = log, store, prefix, every_s
+        self.log, self.store, self.attempt, self.node, self.every_s = log, store, attempt, node, every_s
         self.offset, self.part = 0, 0
         self.done = threading.Event()
 
@@ -96,7 +96,7 @@ class LogShipper(threading.Thread):
         if not data:
             return
         try:
-            self.store.put(f"{self.prefix}{self.part + 1:05d}.log", data)
+            self.store.put(log_key(self.attempt, self.node, self.part + 1), data)
         except StorageError:
             return  # try again next round with the same bytes
         self.part += 1
@@ -115,7 +115,7 @@ def main(spec_path: str) -> int:
     cred_file = spec.get("credentials_file")
     bucket = spec["bucket"]
     store = open_target(
-        f"s3://{bucket['name']}/runs/{run}", endpoint_url=bucket.get("endpoint"), region=bucket.get("region"),
+        run_uri(bucket["name"], run), endpoint_url=bucket.get("endpoint"), region=bucket.get("region"),
         credentials=(lambda: credentials_from_file(cred_file)) if cred_file else None, check=False,
     )
     limit = MemoryLimit(f"gpukit-{run}-{attempt}", int(spec["memory_limit_mb"])) if spec.get("memory_limit_mb") \
@@ -137,7 +137,7 @@ def main(spec_path: str) -> int:
         signal.signal(sig, forward)
     # Node k of a multi-node attempt ships to its own keys (node 0 keeps the single-node names).
     node = int(spec.get("node", 0))
-    shipper = LogShipper(log_path, store, log_prefix(attempt, node), float(spec.get("log_every_s", 3.0)))
+    shipper = LogShipper(log_path, store, attempt, node, float(spec.get("log_every_s", 3.0)))
     shipper.start()
     code = child.wait()
     shipper.done.set()

@@ -10,9 +10,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from glue.train.errors import ObjectMissingError, StorageError
+from glue.train.layout import code_key
 from glue.train.storage.target import Storage
 from glue.train.workspace.errors import WorkspaceError
-from glue.train.workspace.keys import code_key
 from glue.train.workspace.paths import WorkPaths
 
 

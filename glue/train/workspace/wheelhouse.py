@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 from glue.train.errors import ObjectMissingError, StorageError
+from glue.train.layout import wheel_key, wheelhouse_prefix
 from glue.train.storage.target import Storage
 from glue.train.workspace.errors import WorkspaceError
-from glue.train.workspace.keys import wheelhouse_prefix
 
 
 def fetch(storage: Storage, set_sha256: str, wheels: dict[str, str], folder: Path) -> None:
@@ -20,7 +20,7 @@ def fetch(storage: Storage, set_sha256: str, wheels: dict[str, str], folder: Pat
     prefix = wheelhouse_prefix(set_sha256)
     for name, want in sorted(wheels.items()):
         try:
-            data, got = storage.get(prefix + name)
+            data, got = storage.get(wheel_key(set_sha256, name))
         except ObjectMissingError:
             raise WorkspaceError(f"wheel {name} of the run's dependency set is not in the bucket "
                                  f"({prefix}); deploy a new run to resolve the requirements again") from None

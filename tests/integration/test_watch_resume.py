@@ -80,7 +80,7 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         att = store.attempt(store.attempts()[-1])
         verdict = Diagnosis(AttemptClass(att["failure_class"]), str(att.get("reason"))) if att.get("failure_class") \
             else Diagnosis(AttemptClass.RUNNING, "heartbeat fresh")
-        return Report(attempt=att, evidence=Evidence(), verdict=verdict, heartbeat=None)
+        return Report(attempt=att, evidence=Evidence(), diagnosis=verdict, heartbeat=None)
 
     monkeypatch.setattr(controller.monitor, "check", check)
     monkeypatch.setattr(controller.phases, "kill_attempt",

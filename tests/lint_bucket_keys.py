@@ -40,6 +40,8 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset({
     ("glue/commands/memprobe.py", "memprobe/{}.snapshot.pickle"),
     ("glue/commands/memprobe.py", "runs/{}/memprobe/{}.snapshot.pickle"),
     ("glue/commands/memprobe.py", "runs/{}/{} (bucket {})"),
+    # glue/commands/doctor.py: the bucket probe's prefix (layout.DOCTOR_PREFIX, layout.doctor_probe_key).
+    ("glue/commands/doctor.py", "gpukit-doctor/"),
 })
 
 

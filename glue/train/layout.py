@@ -13,6 +13,7 @@ At the bucket's root, content-addressed (written once, never changed, never dele
     wheels/<set>/<file>.whl                    wheel_key             one wheel of a resolved requirements set
     wheels/<set>/index.json                    wheelhouse_index_key  the set (pins, sha256s); written last
     runs/<run>/                                run_prefix, run_uri   everything about one run, below
+    gpukit-doctor/<host>-<hex>                 doctor_probe_key      glue doctor's probe, deleted again at once
 
 Under runs/<run>/ (the keys below are relative to it, as RunStore and the trainer's store take them):
 
@@ -57,6 +58,7 @@ import re
 CODE_PREFIX = "code/"
 WHEELS_PREFIX = "wheels/"
 RUNS_PREFIX = "runs/"
+DOCTOR_PREFIX = "gpukit-doctor/"  # the only keys glue doctor writes (and deletes again)
 
 
 def code_key(sha256: str) -> str:
@@ -99,6 +101,11 @@ def run_of_prefix(prefix: str) -> str | None:
         return None
     run = prefix[len(RUNS_PREFIX):-1]
     return run if run and "/" not in run else None
+
+
+def doctor_probe_key(host: str, token: str) -> str:
+    """glue doctor's bucket probe: written, read back and deleted."""
+    return f"{DOCTOR_PREFIX}{host}-{token}"
 
 
 def key_stamp(iso_utc: str) -> str:
@@ -325,7 +332,7 @@ def invalid_step_prefix(stamp: str, step: int) -> str:
 # of these as a key (a segment at a path boundary, a file name as the whole string or after "/") must be
 # built here instead. Key segments are "<name>/"; file names are whole names.
 KEY_SEGMENTS = tuple(p.rstrip("/") for p in (
-    CODE_PREFIX, WHEELS_PREFIX, RUNS_PREFIX, ATTEMPTS_PREFIX, METRICS_PREFIX, LOGS_PREFIX, INCIDENTS_PREFIX,
-    RECOVERIES_PREFIX, EVALUATIONS_PREFIX, MEMPROBE_PREFIX, LEASE_PREFIX, CKPT_PREFIX, INVALID_PREFIX,
+    CODE_PREFIX, WHEELS_PREFIX, RUNS_PREFIX, DOCTOR_PREFIX, ATTEMPTS_PREFIX, METRICS_PREFIX, LOGS_PREFIX,
+    INCIDENTS_PREFIX, RECOVERIES_PREFIX, EVALUATIONS_PREFIX, MEMPROBE_PREFIX, LEASE_PREFIX, CKPT_PREFIX, INVALID_PREFIX,
     WATCH_STATE.split("/")[0] + "/", OUTPUTS + "/"))
 KEY_FILES = (MANIFEST, COMMIT, REJECTED, REPORT, DRILL, heartbeat_key(0), _RELEASED)

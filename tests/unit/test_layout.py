@@ -16,6 +16,7 @@ KEYS = [
     (layout.wheelhouse_index_key("s1"), "wheels/s1/index.json"),
     (layout.run_prefix("r1"), "runs/r1/"),
     (layout.run_uri("gpukit", "r1"), "s3://gpukit/runs/r1"),
+    (layout.doctor_probe_key("ctl", "0a1b"), "gpukit-doctor/ctl-0a1b"),
     (layout.MANIFEST, "manifest.json"),
     (layout.attempt_key(3), "attempts/3.json"),
     (layout.exit_key(3, 0), "attempts/3.exit.json"),

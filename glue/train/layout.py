@@ -6,7 +6,7 @@ sides build the same names. Light on purpose (no torch, no other glue module): t
 on every command. `make lint` (tests/lint_bucket_keys.py) fails on a bucket key spelled anywhere else in
 glue/; the record fields are in docs/design.md, section 4 "Bucket layout", which this table mirrors.
 
-At the bucket's root, content-addressed (written once, never changed, never deleted by the kit):
+At the bucket's root (code/ and wheels/ content-addressed: written once, never changed, never deleted):
 
     code/<sha256>.tar                          code_key              a run's workdir, a deterministic tar
     code/<sha256>.json                         code_index_key        its file list (path, size), written first

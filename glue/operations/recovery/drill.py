@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,8 @@ class DrillResult:
     compared_tensors: int = 0
 
 
-def _wait(home: Path, store: RunStore, pred: Any, what: str, timeout: float) -> monitor.Report:
+def _wait(home: Path, store: RunStore, pred: Callable[[monitor.Report], bool], what: str,
+          timeout: float) -> monitor.Report:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         rep = monitor.check(home, store)
@@ -61,6 +63,10 @@ def _wait(home: Path, store: RunStore, pred: Any, what: str, timeout: float) -> 
                             f"({rep.diagnosis.reason})")
         time.sleep(0.5)
     raise GlueError(f"run {store.run}: timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _completed(rep: monitor.Report) -> bool:
+    return rep.diagnosis.outcome is AttemptClass.COMPLETED
 
 
 def _losses(store: RunStore) -> dict[int, dict[str, Any]]:
@@ -210,9 +216,9 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
             result.problem = str(exc)
             result.recovery = (dr.recoveries() or [{}])[-1]
     with console.status("waiting for both runs to finish"):
-        _wait(home, ref, lambda r: r.verdict.outcome is AttemptClass.COMPLETED, "the reference to complete", timeout)
+        _wait(home, ref, _completed, "the reference to complete", timeout)
         if result.problem is None:
-            _wait(home, dr, lambda r: r.verdict.outcome is AttemptClass.COMPLETED, "the drill run to complete", timeout)
+            _wait(home, dr, _completed, "the drill run to complete", timeout)
     ref_l, dr_l = _losses(ref), _losses(dr)
     for label, losses in (("the reference", ref_l), ("the drill run", dr_l)):
         gone = [s_ for s_ in range(1, total + 1) if s_ not in losses]

@@ -34,12 +34,6 @@ _NAME = r"A-Za-z0-9_.\-"
 # exactly, as (file, the literal as this checker shows it, placeholders as {}). Remove an entry once its
 # file builds the key through glue.train.layout / RunStore; an entry that matches nothing fails the check.
 ALLOWED: frozenset[tuple[str, str]] = frozenset({
-    # glue/commands/memprobe.py: the memprobe report, its CUDA snapshot, and their bucket keys as the report
-    # and the output name them; RunStore.put_memprobe_snapshot / put_memprobe write both and return those keys.
-    ("glue/commands/memprobe.py", "memprobe/{}.json"),
-    ("glue/commands/memprobe.py", "memprobe/{}.snapshot.pickle"),
-    ("glue/commands/memprobe.py", "runs/{}/memprobe/{}.snapshot.pickle"),
-    ("glue/commands/memprobe.py", "runs/{}/{} (bucket {})"),
     # glue/commands/doctor.py: the bucket probe's prefix (layout.DOCTOR_PREFIX, layout.doctor_probe_key).
     ("glue/commands/doctor.py", "gpukit-doctor/"),
 })

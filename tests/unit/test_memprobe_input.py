@@ -139,7 +139,7 @@ def test_out_under_a_file_is_refused_before_probing(run_yaml: Path) -> None:
 
 
 def test_out_may_overwrite_an_earlier_report(run_yaml: Path) -> None:
-    from glue.commands.memprobe import check_out
+    from glue.memprobe.session import check_out
 
     earlier = run_yaml.parent / "earlier.json"
     earlier.write_text(json.dumps({"kind": "gpukit.memprobe", "complete": False}))
@@ -148,7 +148,7 @@ def test_out_may_overwrite_an_earlier_report(run_yaml: Path) -> None:
 
 
 def test_duplicate_vary_and_remedy_are_probed_once(run_yaml: Path) -> None:
-    from glue.commands.memprobe import unique
+    from glue.memprobe.session import unique
 
     assert unique(("batch_size", "seq_len", "batch_size")) == ["batch_size", "seq_len"]
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any, cast
 
 import torch
 
+from glue.train.checkpoint import hold_point
 from glue.train.checkpoint.format import (
     COMMIT,
     FORMAT,
@@ -63,24 +66,78 @@ def _busy(spans: list[tuple[float, float]]) -> float:
     return total
 
 
+class _Clock:
+    """The seconds of each protocol step, recorded into the save's timings apart from the steps."""
+
+    def __init__(self, timings: dict[str, Any]) -> None:
+        self.timings = timings
+        self.started = time.monotonic()
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        yield
+        self.timings[f"{name}_s"] = round(time.monotonic() - t0, 6)
+
+    def since_start(self) -> float:
+        return round(time.monotonic() - self.started, 6)
+
+
 def write_step(
     st: Storage, job: SaveJob, *, rank: int, world_size: int, io_pool: ThreadPoolExecutor, rank_timeout_s: float
 ) -> None:
     """Write this rank's objects of one save; rank 0 then verifies every rank's objects and commits.
 
-    Fills job.timings. Returns once this rank's share is durable (rank 0: once COMMIT.json is).
+    The protocol, step by step: retract (a re-saved step stops counting first), upload (serialize and
+    put this rank's objects), rank part (ranks >= 1: their object list, and done), collect (rank 0:
+    every rank's part), verify (read every object back), commit (strays out, COMMIT.json written last
+    and read back). Fills job.timings. Returns once this rank's share is durable (rank 0: once
+    COMMIT.json is).
     """
+    clock = _Clock(job.timings)
+    with clock.step("prepare"):
+        _retract(st, job.step, rank)
+    refs = _upload(st, job, rank, io_pool)
+    if rank != 0:
+        _write_rank_part(st, job, rank, refs)
+        return
+    parts, rank_timings = collect_rank_parts(st, job, refs, world_size=world_size, timeout_s=rank_timeout_s)
+    commit = _commit_record(job, refs, parts, world_size)
+    hold_point.reached("verify", job.step)
+    with clock.step("verify"):
+        _read_back(st, job.step, commit, io_pool)
+    with clock.step("commit"):
+        _drop_strays(st, job.step, commit)
+        if rank_timings:
+            job.timings["ranks"] = rank_timings
+        job.timings["restore"] = job.restore
+        job.timings["background_s"] = clock.since_start()  # up to writing COMMIT.json
+        commit.timings = job.timings
+        _write_commit(st, job.step, commit)
+    log.info(
+        "checkpoint step %d committed to %s (%.1f MB, upload %.2fs, verify %.2fs)",
+        job.step,
+        st.describe(),
+        job.timings["bytes"] / 1e6,
+        job.timings["upload_s"],
+        job.timings["verify_s"],
+    )
+
+
+def _retract(st: Storage, step: int, rank: int) -> None:
+    """Re-saving a step: its COMMIT.json goes before any of its objects change (rank 0 owns it)."""
+    if rank == 0 and COMMIT in list_step(st, step):
+        st.delete([step_prefix(step) + COMMIT])
+
+
+def _upload(st: Storage, job: SaveJob, rank: int, io_pool: ThreadPoolExecutor) -> dict[str, list[ObjectRef]]:
+    """Serialize each component's state (hashed as it is written) and put it; the next object is serialized
+    while the previous ones upload, at most IO_DEPTH of them waiting in memory. Records serialize_s,
+    upload_s (seconds with an upload running) and bytes."""
     prefix = step_prefix(job.step)
-    t = job.timings
-    t_start = time.monotonic()
-    if rank == 0 and COMMIT in list_step(st, job.step):
-        st.delete([prefix + COMMIT])  # re-saving a step: it stops counting before it changes
-    t["prepare_s"] = round(time.monotonic() - t_start, 6)
     refs: dict[str, list[ObjectRef]] = {}
     ser = 0.0
     nbytes = 0
-    # Serialize the next object while the previous one uploads; at most IO_DEPTH serialized
-    # objects wait in memory at a time.
     uploads: list[Future[None]] = []
     spans: list[tuple[float, float]] = []
 
@@ -107,68 +164,68 @@ def write_step(
                 wait(uploads, return_when=FIRST_COMPLETED)
             uploads.append(io_pool.submit(put, prefix + key, blob))
             del blob
+            if len(uploads) == 1 and job.states and hold_point.armed_at("upload", job.step):
+                uploads[0].result()  # held with exactly one object in the target
+                hold_point.reached("upload", job.step)
     finally:
         wait(uploads)  # never leave an upload running behind a failure
     for u in uploads:
         u.result()  # raises the first failure
-    up = _busy(spans)
-    t.update(serialize_s=round(ser, 6), upload_s=round(up, 6), bytes=nbytes)
-    if rank != 0:
-        part = {
-            "format": FORMAT,
-            "step": job.step,
-            "nonce": job.nonce,
-            "rank": rank,
-            "components": {n: [o.as_json() for o in objs] for n, objs in refs.items()},
-            "timings": t,
-        }
-        st.put(prefix + rank_part_key(rank), json.dumps(part).encode())
-        return
-    parts, rank_timings = collect_rank_parts(st, job, refs, world_size=world_size, timeout_s=rank_timeout_s)
+    job.timings.update(serialize_s=round(ser, 6), upload_s=round(_busy(spans), 6), bytes=nbytes)
+    return refs
+
+
+def _write_rank_part(st: Storage, job: SaveJob, rank: int, refs: dict[str, list[ObjectRef]]) -> None:
+    """Ranks >= 1: the list of their objects, which rank 0 verifies and commits for all."""
+    part = {
+        "format": FORMAT,
+        "step": job.step,
+        "nonce": job.nonce,
+        "rank": rank,
+        "components": {n: [o.as_json() for o in objs] for n, objs in refs.items()},
+        "timings": job.timings,
+    }
+    st.put(step_prefix(job.step) + rank_part_key(rank), json.dumps(part).encode())
+
+
+def _commit_record(job: SaveJob, refs: dict[str, list[ObjectRef]], parts: list[ObjectRef], world_size: int) -> Commit:
     for objs in refs.values():
         objs.sort(key=lambda o: -1 if o.rank is None else o.rank)
-    commit = Commit(
-        step=job.step,
-        created_at=iso(utc_now()),
-        world_size=world_size,
-        components=refs,
-        rank_parts=parts,
-        timings={},
-    )
-    t0 = time.monotonic()
+    return Commit(step=job.step, created_at=iso(utc_now()), world_size=world_size, components=refs,
+                  rank_parts=parts, timings={})
 
-    def read_back(ref: ObjectRef) -> None:
+
+def _read_back(st: Storage, step: int, commit: Commit, io_pool: ThreadPoolExecutor) -> None:
+    """Every object, every rank's, read back and checked against the size and sha256 it was written with."""
+    prefix = step_prefix(step)
+
+    def check(ref: ObjectRef) -> None:
         data, sha = st.get(prefix + ref.key, ref.size)
         if len(data) != ref.size or sha != ref.sha256:
             raise CheckpointError(f"read-back of {prefix + ref.key} does not match what was written")
 
-    for _ in io_pool.map(read_back, commit.objects()):
+    for _ in io_pool.map(check, commit.objects()):
         pass
-    t["verify_s"] = round(time.monotonic() - t0, 6)
-    t0 = time.monotonic()
+
+
+def _drop_strays(st: Storage, step: int, commit: Commit) -> None:
+    """Leftovers of an earlier attempt at this step: objects the commit does not list."""
     listed = {o.key for o in commit.objects()} | {COMMIT}
-    strays = [prefix + k for k in list_step(st, job.step) if k not in listed]
+    strays = [step_prefix(step) + k for k in list_step(st, step) if k not in listed]
     if strays:
-        st.delete(strays)  # leftovers of an earlier attempt at this step
-    if rank_timings:
-        t["ranks"] = rank_timings
-    t["restore"] = job.restore
-    t["background_s"] = round(time.monotonic() - t_start, 6)  # up to writing COMMIT.json
-    commit.timings = t
+        st.delete(strays)
+
+
+def _write_commit(st: Storage, step: int, commit: Commit) -> None:
+    """COMMIT.json, written last and read back: from here on the step counts."""
+    key = step_prefix(step) + COMMIT
     body = commit.to_json()
-    st.put(prefix + COMMIT, body)
-    back, _ = st.get(prefix + COMMIT, len(body))
+    hold_point.reached("commit", step)
+    st.put(key, body)
+    hold_point.reached("committed", step)
+    back, _ = st.get(key, len(body))
     if bytes(back) != body:
-        raise CheckpointError(f"read-back of {prefix + COMMIT} does not match what was written")
-    t["commit_s"] = round(time.monotonic() - t0, 6)
-    log.info(
-        "checkpoint step %d committed to %s (%.1f MB, upload %.2fs, verify %.2fs)",
-        job.step,
-        st.describe(),
-        nbytes / 1e6,
-        up,
-        t["verify_s"],
-    )
+        raise CheckpointError(f"read-back of {key} does not match what was written")
 
 
 def collect_rank_parts(
@@ -251,6 +308,7 @@ def prune(st: Storage, new_step: int, *, keep_last: int, stale_steps: set[int], 
             else:
                 if COMMIT in objs:
                     st.delete([step_prefix(s) + COMMIT])
+                    hold_point.reached("prune", new_step)
                 st.delete([step_prefix(s) + k for k in objs if k != COMMIT])
             stale_steps.discard(s)
     except StorageError as exc:

@@ -34,8 +34,6 @@ _NAME = r"A-Za-z0-9_.\-"
 # exactly, as (file, the literal as this checker shows it, placeholders as {}). Remove an entry once its
 # file builds the key through glue.train.layout / RunStore; an entry that matches nothing fails the check.
 ALLOWED: frozenset[tuple[str, str]] = frozenset({
-    # glue/commands/doctor.py: the bucket probe's prefix (layout.DOCTOR_PREFIX, layout.doctor_probe_key).
-    ("glue/commands/doctor.py", "gpukit-doctor/"),
 })
 
 

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from glue.bucket_access import BucketCredentials, BucketInfo
+from glue.cloud.checks import Readiness
 from glue.errors import GlueError
 
 
@@ -50,6 +51,17 @@ class Backend(Protocol):
     name: str
     credentials_expire: bool  # True: bucket credentials must be refreshed and pushed to the VMs
     bucket_on_host: bool  # True: the bucket is a server on this machine, (re)started on demand by bucket()
+    # The gpukit image its VMs boot, baked here before terraform runs: "tree" (a root filesystem), "disk"
+    # (that tree as a boot disk); None: the cloud's own image.
+    baked_image: str | None
+
+    def check_host(self) -> None:
+        """What this machine needs for the backend's VMs (tools, devices): one GlueError line when missing."""
+        ...
+
+    def readiness(self) -> Readiness:
+        """`glue doctor`'s checks for this backend (this machine, or the cloud account), creating no VM."""
+        ...
 
     def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
         """Variables for terraform/envs/<backend>; checks the backend's own inputs before terraform runs."""

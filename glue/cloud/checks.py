@@ -1,9 +1,12 @@
-"""One line of `glue doctor`: what was checked, whether it holds, and the fix when it does not."""
+"""`glue doctor`'s lines (what was checked, whether it holds, the fix when it does not), and what a
+backend's own checks found."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from glue.bucket_access import BucketCredentials, BucketInfo
 
 
 @dataclass(frozen=True)
@@ -15,3 +18,13 @@ class Check:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """A backend's doctor lines, and the bucket + credentials to probe with (None: nothing to probe
+    without starting something, e.g. the local bucket server)."""
+
+    checks: list[Check]
+    bucket: BucketInfo | None = None
+    credentials: BucketCredentials | None = None

@@ -23,12 +23,14 @@ from glue.storage import bucket as bucket_store
 def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True,
        force: bool = False) -> list[inventory.Host]:
     """terraform apply, then inventory + known_hosts, then the Ansible playbook (when configure)."""
-    preflight.check(cfg.backend)
+    backend = get_backend(cfg.backend, home)
+    preflight.check_terraform()
+    backend.check_host()
     variables = tf_vars(home, cfg)  # bad input (e.g. GPUKIT_VM_MEMORY_GB) fails before a bake
     for reason in guard_removals(home, cfg, force):
         console.print(f"[yellow]--force:[/] {reason}")
-    if cfg.backend in ("local", "qemu"):
-        bake_image(home, console, boot_disk=cfg.backend == "qemu")
+    if backend.baked_image is not None:
+        bake_image(home, console, boot_disk=backend.baked_image == "disk")
     tf = Terraform(home, cfg.backend, console)
     with tf.locked():
         tf.apply(variables)

@@ -6,11 +6,11 @@ from tf import schema, types
 from tf.iface import Config, DataSource, ReadDataContext, State
 
 from glue.errors import GlueError
-from glue.tfprovider.provider import GpukitProvider
+from glue.tfprovider.configured import ConfiguredProvider
 
 
 class BucketDataSource(DataSource):
-    def __init__(self, provider: GpukitProvider) -> None:
+    def __init__(self, provider: ConfiguredProvider) -> None:
         self._provider = provider
 
     @classmethod

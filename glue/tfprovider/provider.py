@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from tf import schema, types
 from tf.iface import Config, DataSource, Resource
@@ -18,6 +17,8 @@ from tf.utils import Diagnostics
 from glue.cloud import BACKENDS, get_backend
 from glue.cloud.base import Backend
 from glue.errors import GlueError
+from glue.tfprovider.bucket_data import BucketDataSource
+from glue.tfprovider.vm_resource import VMResource
 
 SOURCE = "local/gpukit/gpukit"
 VERSION = "0.1.0"
@@ -70,18 +71,8 @@ class GpukitProvider(Provider):
         return self._backend
 
     def get_data_sources(self) -> list[type[DataSource]]:
-        from glue.tfprovider.bucket_data import BucketDataSource
-
         return [BucketDataSource]
 
     def get_resources(self) -> list[type[Resource]]:
-        from glue.tfprovider.vm_resource import VMResource
-
         return [VMResource]
 
-
-def provider_of(obj: Any) -> GpukitProvider:
-    """The provider instance the framework passed to a resource's constructor."""
-    prov = obj._provider
-    assert isinstance(prov, GpukitProvider)
-    return prov

@@ -17,14 +17,14 @@ from tf.utils import Diagnostics
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.lyceum.spec import PROFILES, input_errors, with_instance_specs
 from glue.errors import GlueError
-from glue.tfprovider.provider import GpukitProvider
+from glue.tfprovider.configured import ConfiguredProvider
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
 COMPUTED = ("id", "ssh_host", "ssh_port", "ssh_user", "host_key", "status", "backend")
 
 
 class VMResource(Resource):
-    def __init__(self, provider: GpukitProvider) -> None:
+    def __init__(self, provider: ConfiguredProvider) -> None:
         self._provider = provider
 
     @classmethod

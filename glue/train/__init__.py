@@ -10,7 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from glue.train.checkpoint.checkpointer import Checkpointer, RestoreReport, Stateful
+    from glue.train.checkpoint.checkpointer import Checkpointer
+    from glue.train.checkpoint.components import RestoreReport, Stateful
     from glue.train.checkpoint.fence import FencedError
     from glue.train.checkpoint.format import (
         CheckpointStatus,
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
     from glue.train.storage.target import Storage, open_target
 
 _WHERE = {
-    "checkpoint.checkpointer": ("Checkpointer", "RestoreReport", "Stateful"),
+    "checkpoint.checkpointer": ("Checkpointer",),
+    "checkpoint.components": ("RestoreReport", "Stateful"),
     "errors": ("CheckpointError", "CorruptCheckpointError", "NoValidCheckpointError", "ObjectMissingError",
                "SaveFailedError", "StateMismatchError", "StorageError", "TargetError"),
     "run.evaluation": ("EvalSetError", "load_eval_set", "record_evaluation"),

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from glue.cloud.lyceum.backend import LyceumBackend
-from glue.commands.doctor import PROBE_PREFIX
 from glue.storage import bucket as bucket_store
+from glue.train import layout
 from tests.kit import Kit
 from tests.lyceum_emulator import Emulator
 
@@ -49,7 +49,8 @@ def probe_keys(kit: Kit, emu: Emulator) -> list[str]:
     try:
         backend = LyceumBackend(kit.home / "probe")
         s3 = bucket_store.client(backend.bucket(), backend.bucket_credentials())
-        return [o["Key"] for o in s3.list_objects_v2(Bucket=emu.sts.bucket, Prefix=PROBE_PREFIX).get("Contents", [])]
+        listing = s3.list_objects_v2(Bucket=emu.sts.bucket, Prefix=layout.DOCTOR_PREFIX)
+        return [o["Key"] for o in listing.get("Contents", [])]
     finally:
         for key in emu.env():
             os.environ.pop(key, None)

@@ -22,7 +22,8 @@ from typing import Any
 
 from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud.base import VMRecord, VMSpec
-from glue.cloud.local import nspawn, vm_cgroup
+from glue.cloud.checks import Check, Readiness
+from glue.cloud.local import host, nspawn, vm_cgroup
 from glue.cloud.local.bucket import HOST, LocalBucket, free_port
 from glue.errors import GlueError
 from glue.images import build, recipe
@@ -53,6 +54,17 @@ class LocalBackend:
     name = "local"
     credentials_expire = False
     bucket_on_host = True
+    baked_image: str | None = "tree"
+
+    def check_host(self) -> None:
+        host.check()
+
+    def readiness(self) -> Readiness:
+        try:
+            host.check()
+        except GlueError as exc:
+            return Readiness([Check("local VMs", False, str(exc), "see the message")])
+        return Readiness([Check("local VMs", True, "systemd-nspawn, FUSE and mount namespaces are available")])
 
     def __init__(self, home: Path) -> None:
         self.home = home

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import sys
 import threading
@@ -36,24 +35,22 @@ from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElaps
 
 from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud.base import VMRecord, VMSpec
+from glue.cloud.checks import Readiness
 from glue.cloud.lyceum import bucket as lyceum_creds
 from glue.cloud.lyceum import login
 from glue.cloud.lyceum.api import (
     GONE_STATUSES,
     LyceumClient,
     LyceumNotFound,
-    api_key_from_env,
-    api_url_from_env,
 )
 from glue.cloud.lyceum.capacity import offers, shortfall
-from glue.cloud.lyceum.spec import GPU_PROFILES, PROFILES, SPECS_SHAPES, check, input_errors, instance_specs
+from glue.cloud.lyceum.inputs import specs_shape, tf_vars
+from glue.cloud.lyceum.spec import PROFILES, check, instance_specs
 from glue.errors import GlueError
 from glue.paths import ssh_client_key_path
 
 NAME = "lyceum"
 SSH_USER = "root"  # what a VM recorded before users were detected logged in as
-USER_ENV = "LYCEUM_SSH_USER"
-_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 RUNNING_STATUSES = frozenset({"running", "ready"})
 DELETE_COMMAND = "python -m glue.cloud.lyceum delete"  # __main__.py
 HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
@@ -105,39 +102,6 @@ def scan_host_key(host: str, port: int, timeout: float = 10.0) -> str:
         transport.close()
 
 
-def tf_vars(vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
-    """Terraform variables for terraform/envs/lyceum; checks key and inputs before terraform runs."""
-    api_key_from_env()
-    api_url_from_env()
-    profile = os.environ.get("LYCEUM_HARDWARE_PROFILE", "").strip().lower() or "a100"
-    raw_count = os.environ.get("LYCEUM_GPU_COUNT", "").strip()
-    try:
-        gpu_count = int(raw_count) if raw_count else (1 if profile in GPU_PROFILES else 0)
-    except ValueError:
-        raise GlueError(f"LYCEUM_GPU_COUNT={raw_count!r} is not a whole number") from None
-    problems = input_errors(profile, gpu_count)
-    if problems:
-        attr, what, fix = problems[0]
-        env = "LYCEUM_HARDWARE_PROFILE" if attr == "hardware_profile" else "LYCEUM_GPU_COUNT"
-        raise GlueError(f"{what} ({env}): {fix}")
-    specs_shape()
-    tfv: dict[str, Any] = {"vm_count": vm_count, "name_prefix": name_prefix, "ssh_public_key": ssh_public_key,
-                           "hardware_profile": profile, "gpu_count": gpu_count}
-    user = os.environ.get(USER_ENV, "").strip()
-    if user and not _USER_RE.match(user):
-        raise GlueError(f"{USER_ENV}={user!r} is not a user name (lowercase letters, digits, '_' and '-')")
-    if user:
-        tfv["ssh_user"] = user
-    return tfv
-
-
-def specs_shape() -> str:
-    shape = os.environ.get("LYCEUM_INSTANCE_SPECS", "").strip().lower() or "current"
-    if shape not in SPECS_SHAPES:
-        raise GlueError(f"LYCEUM_INSTANCE_SPECS={shape!r}: use one of {', '.join(SPECS_SHAPES)}")
-    return shape
-
-
 class LyceumBackend:
     """Backend `lyceum`. The API client is built on first use, so commands that never reach the
     API (an empty destroy) do not need a key."""
@@ -145,6 +109,16 @@ class LyceumBackend:
     name = NAME
     credentials_expire = True  # STS-style: refreshed near expiry and pushed to the VMs
     bucket_on_host = False
+    baked_image: str | None = None  # Lyceum's own image; Ansible installs the rest
+
+    def check_host(self) -> None:
+        """Nothing local beyond terraform and SSH: the VMs are Lyceum's."""
+
+    def readiness(self) -> Readiness:
+        """The account: API key, capacity, storage credentials (glue.cloud.lyceum.doctor)."""
+        from glue.cloud.lyceum import doctor
+
+        return doctor.account(self._client)
 
     def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
         """Inputs checked, then capacity: a profile Lyceum cannot serve is refused before terraform

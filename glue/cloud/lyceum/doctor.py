@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 
-from glue.bucket_access import BucketCredentials, BucketInfo
-from glue.cloud.checks import Check
+from glue.cloud.checks import Check, Readiness
 from glue.cloud.lyceum import bucket as lyceum_creds
 from glue.cloud.lyceum.api import KEY_ENV, KEYS_PAGE, LyceumClient, api_key_from_env, api_url_from_env
-from glue.cloud.lyceum.backend import tf_vars
 from glue.cloud.lyceum.capacity import offers, shortfall
+from glue.cloud.lyceum.inputs import tf_vars
 from glue.errors import GlueError
 
 # Credentials that live shorter than this cannot carry a run between refreshes: gpukit refreshes
@@ -25,23 +23,14 @@ MIN_LIFETIME_S = 120.0
 _PLACEHOLDER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGdvY3RvcmRvY3RvcmRvY3RvcmRvY3RvcmRvY3Rvcg doctor"
 
 
-@dataclass(frozen=True)
-class Account:
-    """What the checks found: the lines, and the bucket + credentials for the probe (or None)."""
-
-    checks: list[Check]
-    bucket: BucketInfo | None = None
-    credentials: BucketCredentials | None = None
-
-
 def _lifetime(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
-def account(client: LyceumClient | None = None) -> Account:
+def account(client: LyceumClient | None = None) -> Readiness:
     checks: list[Check] = []
     if not os.environ.get(KEY_ENV, "").strip():  # the API's own message would repeat the fix line's text
-        return Account([Check("API key", False, f"{KEY_ENV} is not set",
+        return Readiness([Check("API key", False, f"{KEY_ENV} is not set",
                               f"create a key at {KEYS_PAGE} and `export {KEY_ENV}=lk_...`")])
     try:
         api_key_from_env()
@@ -51,7 +40,7 @@ def account(client: LyceumClient | None = None) -> Account:
     except GlueError as exc:
         fix = f"create a key at {KEYS_PAGE} and `export {KEY_ENV}=lk_...`" if "API key" in str(exc) or \
             KEY_ENV in str(exc) else "check LYCEUM_API_URL and the network"
-        return Account([Check("API key", False, str(exc), fix)])
+        return Readiness([Check("API key", False, str(exc), fix)])
     live = [v for v in vms if str(v.get("status", "")).lower() in ("pending", "provisioning", "running", "ready")]
     checks.append(Check("API key", True, f"accepted by {url} (GET /vms/list: {len(live)} VM(s) up on the account)"))
 
@@ -78,7 +67,7 @@ def account(client: LyceumClient | None = None) -> Account:
     except GlueError as exc:
         checks.append(Check("storage credentials", False, str(exc),
                             "is storage enabled for this account? (POST /storage/credentials)"))
-        return Account(checks)
+        return Readiness(checks)
     said = any(answer.get(k) is not None for k in ("expires_at", "expiration", "expiry", "expires_in"))
     life = creds.expires_at - now
     where = f"bucket {creds.bucket} at {creds.endpoint}"
@@ -95,7 +84,7 @@ def account(client: LyceumClient | None = None) -> Account:
         checks.append(Check("storage credentials", True,
                             f"issued for {where}; they expire in {_lifetime(life)} (expires_at), and gpukit "
                             f"refreshes them {_lifetime(creds.margin())} before"))
-    return Account(checks, creds.bucket_info(), creds.bucket_credentials())
+    return Readiness(checks, creds.bucket_info(), creds.bucket_credentials())
 
 
 def settings() -> dict[str, str]:

@@ -22,10 +22,11 @@ from typing import Any
 
 from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud.base import VMRecord, VMSpec
+from glue.cloud.checks import Check, Readiness
 from glue.cloud.local.bucket import HOST, LocalBucket, free_port
 from glue.cloud.qemu import vm
 from glue.errors import GlueError
-from glue.images import build, disk, recipe
+from glue.images import build, disk, docker_seed, recipe
 from glue.process import pid_alive, start_time
 
 IMAGE = "gpukit"
@@ -40,6 +41,18 @@ class QemuBackend:
     name = "qemu"
     credentials_expire = False
     bucket_on_host = True
+    baked_image: str | None = "disk"
+
+    def check_host(self) -> None:
+        vm.check_tools()
+        docker_seed.check_tools()  # the boot disk's Docker base is imported in a systemd-nspawn container
+
+    def readiness(self) -> Readiness:
+        try:
+            self.check_host()
+        except GlueError as exc:
+            return Readiness([Check("qemu VMs", False, str(exc), "see the message")])
+        return Readiness([Check("qemu VMs", True, "qemu, qemu-img, socat, mke2fs and systemd-nspawn are installed")])
 
     def __init__(self, home: Path) -> None:
         self.home = home

@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import secrets
 import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch.distributed as dist
 from boto3.s3.transfer import TransferConfig
 
 from glue.train.checkpoint import exit_hooks, invalid
 from glue.train.checkpoint.commit import IO_DEPTH, SaveJob, prune, refuse_rewind, write_step
+from glue.train.checkpoint.components import Component, RestoreReport, Stateful
 from glue.train.checkpoint.format import (
     CheckpointStatus,
     Commit,
@@ -42,34 +41,6 @@ from glue.train.storage.target import Storage, open_target
 from glue.train.utc import iso, utc_now
 
 log = logging.getLogger("glue.train")
-
-
-class Stateful(Protocol):
-    def state_dict(self) -> Any: ...
-
-    def load_state_dict(self, state: Any) -> Any: ...
-
-
-@dataclass
-class _Component:
-    name: str
-    obj: Stateful
-    per_rank: bool
-
-
-@dataclass
-class RestoreReport:
-    step: int
-    skipped: list[CheckpointStatus] = field(default_factory=list)
-    timings: dict[str, Any] = field(default_factory=dict)
-
-
-def _is_stateful_dataloader(obj: object) -> bool:
-    try:
-        from torchdata.stateful_dataloader import StatefulDataLoader
-    except ImportError:
-        return False
-    return isinstance(obj, StatefulDataLoader)
 
 
 def _dist_ready() -> bool:
@@ -123,7 +94,7 @@ class Checkpointer:
         self.weights_only = weights_only
         self.sigterm_timeout_s = sigterm_timeout_s
         self.rank_timeout_s = rank_timeout_s
-        self._components: dict[str, _Component] = {}
+        self._components: dict[str, Component] = {}
         self._snap = HostSnapshotter()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpukit-ckpt")
         self._io = ThreadPoolExecutor(max_workers=IO_DEPTH, thread_name_prefix="gpukit-ckpt-io")
@@ -153,15 +124,10 @@ class Checkpointer:
         per_rank defaults to True for RNGState, ResumableSampler and StatefulDataLoader: every rank
         saves and restores its own. Everything else is shared and saved by rank 0 only.
         """
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name) or name.startswith("rank"):
-            raise CheckpointError(f"component name {name!r} must be [A-Za-z0-9_-]+ and not start with 'rank'")
-        if not callable(getattr(obj, "state_dict", None)) or not callable(getattr(obj, "load_state_dict", None)):
-            raise CheckpointError(f"component {name!r} has no state_dict()/load_state_dict()")
+        component = Component.of(name, obj, per_rank)
         if name in self._components:
             raise CheckpointError(f"component {name!r} is already registered")
-        if per_rank is None:
-            per_rank = bool(getattr(obj, "checkpoint_per_rank", False)) or _is_stateful_dataloader(obj)
-        self._components[name] = _Component(name, obj, per_rank)
+        self._components[name] = component
         return obj
 
     # -- save --------------------------------------------------------------------------------

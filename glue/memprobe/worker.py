@@ -67,19 +67,12 @@ def _batches(ids: Any, batch: int, seq_len: int, seed: int, device: Any) -> Call
     return draw
 
 
-def run(trial: Trial) -> None:
+def _open_device(spec: dict[str, Any], res: dict[str, Any]) -> Any:
+    """The trial's device; on CUDA the allocator capped at gpu_limit_mb and its peak statistics reset."""
     import torch
-    from torch import nn
-    from torch.profiler import record_function
 
-    from glue.examples.tiny_gpt import build
     from glue.memprobe import measure
 
-    spec, res = trial.spec, trial.result
-    cfg: dict[str, Any] = dict(spec["cfg"])
-    mode = spec.get("mode", "trial")
-    steps = int(spec.get("steps", 2))
-    res["rss_base_mb"] = measure.proc_status_mb().get("VmRSS")
     device = torch.device(spec.get("device", "cpu"))
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -91,107 +84,157 @@ def run(trial: Trial) -> None:
             torch.cuda.set_per_process_memory_fraction(fraction, device)
             res["gpu_fraction"] = round(fraction, 4)
         torch.cuda.reset_peak_memory_stats(device)
-    torch.set_num_threads(int(cfg.get("threads") or 1))
-    phases = measure.CudaPhases(device)
+    return device
 
-    trial.set_phase("build")
-    model, data, _ = build(cfg)
-    model.to(device)
-    if cfg.get("adapter_only"):
-        for name, p in model.named_parameters():
-            p.requires_grad = name.startswith("head.")
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=float(cfg["lr"]), weight_decay=0.01)
-    total_steps, warm = int(cfg["steps"]), int(cfg["warmup"])
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, total_steps) / total_steps))
-    )
-    weights = measure.tensor_bytes(model.parameters()) + measure.tensor_bytes(model.buffers())
-    trainable = measure.tensor_bytes(params)
-    res["model"] = {
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "trainable_parameters": sum(p.numel() for p in params),
-        "weights_mb": round(weights / measure.MB, 2),
-        # fp32 gradients for every trainable weight; AdamW keeps exp_avg and exp_avg_sq for each.
-        "expected_gradients_mb": round(trainable / measure.MB, 2),
-        "expected_optimizer_state_mb": round(2 * trainable / measure.MB, 2),
-    }
+
+class _Training:
+    """tiny_gpt's model, optimizer and schedule as glue.examples.tiny_gpt.train builds them, and its
+    whole training step, each phase named (for the OOM report) and measured."""
+
+    def __init__(self, trial: Trial, cfg: dict[str, Any], device: Any) -> None:
+        import torch
+
+        from glue.examples.tiny_gpt import build
+        from glue.memprobe import measure
+
+        self.trial, self.device = trial, device
+        self.phases = measure.CudaPhases(device)
+        trial.set_phase("build")
+        self.model, data, _ = build(cfg)
+        self.model.to(device)
+        if cfg.get("adapter_only"):
+            for name, p in self.model.named_parameters():
+                p.requires_grad = name.startswith("head.")
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=float(cfg["lr"]), weight_decay=0.01)
+        total_steps, warm = int(cfg["steps"]), int(cfg["warmup"])
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt,
+            lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, total_steps) / total_steps)))
+        self.weights = measure.tensor_bytes(self.model.parameters()) + measure.tensor_bytes(self.model.buffers())
+        batch, self.accum = int(cfg["batch_size"]), max(1, int(cfg.get("grad_accum") or 1))
+        self.draw = _batches(data.ids, batch * self.accum, int(cfg["seq_len"]), int(cfg["seed"]), device)
+        self.autocast = bool(cfg.get("autocast_bf16"))
+        self.losses: list[float] = []
+        self.resident: dict[str, float] = {}
+
+    def model_facts(self) -> dict[str, Any]:
+        from glue.memprobe import measure
+
+        trainable = measure.tensor_bytes(self.params)
+        return {
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "trainable_parameters": sum(p.numel() for p in self.params),
+            "weights_mb": round(self.weights / measure.MB, 2),
+            # fp32 gradients for every trainable weight; AdamW keeps exp_avg and exp_avg_sq for each.
+            "expected_gradients_mb": round(trainable / measure.MB, 2),
+            "expected_optimizer_state_mb": round(2 * trainable / measure.MB, 2),
+        }
+
+    def _enter(self, phase: str | None) -> None:
+        if phase is not None:
+            self.trial.set_phase(phase)
+        self.phases.enter(phase)
+
+    def step(self) -> None:
+        import torch
+        from torch import nn
+        from torch.profiler import record_function
+
+        from glue.memprobe import measure
+
+        self.opt.zero_grad(set_to_none=True)
+        x, y = self.draw()
+        loss_value = 0.0
+        for xm, ym in zip(x.chunk(self.accum), y.chunk(self.accum), strict=True):
+            self._enter("forward")
+            with record_function("memprobe::forward"), torch.autocast(self.device.type, dtype=torch.bfloat16,
+                                                                       enabled=self.autocast):
+                logits = self.model(xm)
+                loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), ym.reshape(-1))
+            self._enter("backward")
+            with record_function("memprobe::backward"):
+                (loss / self.accum).backward()
+            loss_value += loss.item() / self.accum
+            del logits, loss
+        self._enter("optimizer")
+        with record_function("memprobe::optimizer"):
+            self.resident["gradients_mb"] = round(measure.tensor_bytes(p.grad for p in self.params) / measure.MB, 2)
+            torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+            self.opt.step()
+            self.sched.step()
+        self._enter(None)
+        self.resident["optimizer_state_mb"] = round(measure.optimizer_state_bytes(self.opt) / measure.MB, 2)
+        self.losses.append(loss_value)
+
+
+def _profiled_step(trial: Trial, training: _Training) -> None:
+    """Breakdown mode: one step to create the optimizer state, then a profiled steady-state step; the
+    whole step's memory by part, from the profiler's timeline or (its API is private) measured directly."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from glue.memprobe import measure
+
+    spec, res, device = trial.spec, trial.result, training.device
+    training.step()
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    snap_path = spec.get("snapshot") if device.type == "cuda" else None
+    recording = bool(snap_path) and _record_history(True)
+    direct: dict[str, float] = {}
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        direct["before_mb"] = torch.cuda.memory_allocated(device) / measure.MB
+    with profile(activities=acts, profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        training.step()
+    if device.type == "cuda":
+        direct["peak_mb"] = torch.cuda.max_memory_allocated(device) / measure.MB
+    if recording:
+        import pickle
+
+        snap = torch.cuda.memory._snapshot()
+        _record_history(False)
+        Path(str(snap_path)).write_bytes(pickle.dumps(snap))
+        res["cuda_snapshot"] = measure.snapshot_summary(snap)
+    trial.set_phase("analysis")
+    try:
+        res["breakdown"] = measure.profile_breakdown(prof, device)
+    except (AttributeError, AssertionError, IndexError, KeyError, RuntimeError, TypeError, ValueError) as exc:
+        # The memory timeline is a private profiler API: fall back to what was measured directly.
+        res["breakdown"] = measure.direct_breakdown(direct, training.resident, training.weights, exc)
+
+
+def run(trial: Trial) -> None:
+    """The trial as named steps: open the device, build, train (or profile one step), record."""
+    import torch
+
+    from glue.memprobe import measure  # torch: imported once the trial's phase says "import"
+
+    spec, res = trial.spec, trial.result
+    cfg: dict[str, Any] = dict(spec["cfg"])
+    res["rss_base_mb"] = measure.proc_status_mb().get("VmRSS")
+    device = _open_device(spec, res)
+    torch.set_num_threads(int(cfg.get("threads") or 1))
+
+    training = _Training(trial, cfg, device)
+    res["model"] = training.model_facts()
     res["rss_after_build_mb"] = measure.proc_status_mb().get("VmRSS")
     trial.write()  # survives a later SIGKILL
 
-    batch, accum = int(cfg["batch_size"]), max(1, int(cfg.get("grad_accum") or 1))
-    draw = _batches(data.ids, batch * accum, int(cfg["seq_len"]), int(cfg["seed"]), device)
-    autocast = bool(cfg.get("autocast_bf16"))
-    losses: list[float] = []
-    resident: dict[str, float] = {}
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        x, y = draw()
-        loss_value = 0.0
-        for xm, ym in zip(x.chunk(accum), y.chunk(accum), strict=True):
-            trial.set_phase("forward")
-            phases.enter("forward")
-            with record_function("memprobe::forward"), torch.autocast(device.type, dtype=torch.bfloat16,
-                                                                       enabled=autocast):
-                logits = model(xm)
-                loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), ym.reshape(-1))
-            trial.set_phase("backward")
-            phases.enter("backward")
-            with record_function("memprobe::backward"):
-                (loss / accum).backward()
-            loss_value += loss.item() / accum
-            del logits, loss
-        trial.set_phase("optimizer")
-        phases.enter("optimizer")
-        with record_function("memprobe::optimizer"):
-            resident["gradients_mb"] = round(measure.tensor_bytes(p.grad for p in params) / measure.MB, 2)
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            sched.step()
-        phases.enter(None)
-        resident["optimizer_state_mb"] = round(measure.optimizer_state_bytes(opt) / measure.MB, 2)
-        losses.append(loss_value)
-
     t0 = time.monotonic()
-    if mode == "breakdown":
-        from torch.profiler import ProfilerActivity, profile
-
-        step()  # the optimizer state exists from here on: profile a steady-state step
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-        snap_path = spec.get("snapshot") if device.type == "cuda" else None
-        recording = bool(snap_path) and _record_history(True)
-        direct: dict[str, float] = {}
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            torch.cuda.reset_peak_memory_stats(device)
-            direct["before_mb"] = torch.cuda.memory_allocated(device) / measure.MB
-        with profile(activities=acts, profile_memory=True, record_shapes=True, with_stack=True) as prof:
-            step()
-        if device.type == "cuda":
-            direct["peak_mb"] = torch.cuda.max_memory_allocated(device) / measure.MB
-        if recording:
-            import pickle
-
-            snap = torch.cuda.memory._snapshot()
-            _record_history(False)
-            Path(str(snap_path)).write_bytes(pickle.dumps(snap))
-            res["cuda_snapshot"] = measure.snapshot_summary(snap)
-        trial.set_phase("analysis")
-        try:
-            res["breakdown"] = measure.profile_breakdown(prof, device)
-        except (AttributeError, AssertionError, IndexError, KeyError, RuntimeError, TypeError, ValueError) as exc:
-            # The memory timeline is a private profiler API: fall back to what was measured directly.
-            res["breakdown"] = measure.direct_breakdown(direct, resident, weights, exc)
+    if spec.get("mode", "trial") == "breakdown":
+        _profiled_step(trial, training)
     else:
-        for _ in range(steps):
-            step()
-    if phases.peaks:
-        res["cuda_phase_peak_mb"] = dict(phases.peaks)
+        for _ in range(int(spec.get("steps", 2))):
+            training.step()
+    losses = training.losses
+    if training.phases.peaks:
+        res["cuda_phase_peak_mb"] = dict(training.phases.peaks)
     res["step_s"] = round((time.monotonic() - t0) / max(1, len(losses)), 4)
     res["steps_run"] = len(losses)
     res["loss_first"], res["loss_last"] = losses[0], losses[-1]
-    res["resident"] = resident | {"weights_mb": round(weights / measure.MB, 2)}
+    res["resident"] = training.resident | {"weights_mb": round(training.weights / measure.MB, 2)}
 
 
 def _record_history(on: bool) -> bool:

@@ -159,26 +159,94 @@ def run_neutral(config: dict[str, Any], run_id: str) -> dict[str, Any]:
     return out
 
 
-def drill(home: Path, run_id: str, config_path: Path | None, console: Console, steps: int | None = None,
-          kill_at: int | None = None, tolerance: float = 0.0, timeout: float = 600,
-          overrides: dict[str, Any] | None = None) -> DrillResult:
-    runconfig.check_run_id(run_id)
-    base = RunStore.open(home, run_id)
-    pinned = None  # drilling an existing run: its code and requirements as its manifest pins them
-    if config_path is None:
-        if not base.exists():
-            raise GlueError(f"run {run_id!r} does not exist; pass --config run.yaml to drill a new workload")
-        config_path = Path(home) / "drill" / f"{run_id}.yaml"
-        config_path.parent.mkdir(parents=True, exist_ok=True)
-        import yaml
+def _config_of(home: Path, base: RunStore, run_id: str, config_path: Path | None) -> tuple[Path, Workspace | None]:
+    """The run.yaml to drill, and the code it runs: the given config (the workdir as it is now), or an
+    existing run's own config with its code and requirements as its manifest pins them."""
+    if config_path is not None:
+        return config_path, None
+    if not base.exists():
+        raise GlueError(f"run {run_id!r} does not exist; pass --config run.yaml to drill a new workload")
+    config_path = Path(home) / "drill" / f"{run_id}.yaml"
+    config_path.parent.mkdir(parents=True, exist_ok=True)
+    import yaml
 
-        manifest = base.manifest()
-        config_path.write_text(yaml.safe_dump(run_neutral(manifest["config"], run_id)))
-        pinned = Workspace.from_manifest(manifest)
+    manifest = base.manifest()
+    config_path.write_text(yaml.safe_dump(run_neutral(manifest["config"], run_id)))
+    return config_path, Workspace.from_manifest(manifest)
+
+
+def _new_ids(home: Path, run_id: str) -> tuple[str, str]:
+    """The next unused drill of run_id, and its reference: (<run>-drill<k>, <run>-drill<k>-ref)."""
     k = 1
     while RunStore.open(home, f"{run_id}-drill{k}").exists():
         k += 1
-    drill_id, ref_id = f"{run_id}-drill{k}", f"{run_id}-drill{k}-ref"
+    return f"{run_id}-drill{k}", f"{run_id}-drill{k}-ref"
+
+
+def _destroy_and_recover(home: Path, dr: RunStore, victim_name: str, result: DrillResult, console: Console,
+                         tolerance: float, timeout: float) -> None:
+    """Wait for the drill run's hold, destroy its VM there, and recover it as `glue recover` would."""
+    with console.status(f"training {dr.run} to step {result.kill_at}"):
+        held = _wait(home, dr, lambda r: bool((r.heartbeat or {}).get("held")), f"the hold at step {result.kill_at}",
+                     timeout)
+    with lease.held(dr, "drill"):  # nobody else recovers the drill run while it loses its VM
+        backend = get_backend(current.ClusterConfig.load(home).backend, home)
+        victim_id = dr.attempt(1)["vm_id"]
+        backend.delete_vm(victim_id)
+        result.destroyed_at = (held.heartbeat or {}).get("step")
+        console.print(f"[red]destroyed VM {victim_name}[/] ({victim_id}) under {dr.run} at step {result.destroyed_at}")
+        try:
+            result.recovery = recover_mod.recover(home, dr.run, console, tolerance=tolerance, wait_timeout=timeout)
+        except GlueError as exc:
+            result.problem = str(exc)
+            result.recovery = (dr.recoveries() or [{}])[-1]
+
+
+def compare_losses(result: DrillResult, ref_l: dict[int, dict[str, Any]], dr_l: dict[int, dict[str, Any]],
+                   tolerance: float) -> None:
+    """Every step of both runs, in order: the first whose losses disagree, and the step input that differs
+    (the component that was not restored); a step missing from either run is a problem, not a pass."""
+    total = result.steps
+    for label, losses in (("the reference", ref_l), ("the drill run", dr_l)):
+        gone = [s_ for s_ in range(1, total + 1) if s_ not in losses]
+        if gone and result.problem is None:
+            result.problem = f"step(s) {step_ranges(gone)} missing from {label}: those steps cannot be compared"
+    for step in range(1, total + 1):
+        a, b = ref_l.get(step), dr_l.get(step)
+        if a is None or b is None:
+            continue
+        result.compared_steps += 1
+        if not losses_agree(float(a["loss"]), float(b["loss"]), tolerance):
+            result.first_bad_step = step
+            lost = [n for k_, n in STEP_INPUTS.items() if k_ in a and a[k_] != b.get(k_)]
+            if "data position" in lost and "worker RNG" in lost:
+                lost.remove("worker RNG")  # other samples have other contents: the position is the cause
+            result.component = ", ".join(lost) or "model/optimizer state"
+            break
+
+
+def _judge(result: DrillResult, ref: RunStore, dr: RunStore, tolerance: float) -> None:
+    """Losses step by step, then (when they all agree) the final tensors; passed only when both agree."""
+    compare_losses(result, _losses(ref), _losses(dr), tolerance)
+    if result.problem is None and result.first_bad_step is None:
+        diff, result.compared_tensors = compare_final(ref, dr, result.steps)
+        result.first_bad_tensor = diff
+    if result.problem is None and result.compared_steps == 0:
+        result.problem = "no step was compared"
+    result.passed = result.problem is None and result.first_bad_step is None and result.first_bad_tensor is None
+    if not result.passed and result.problem is None:
+        result.problem = "the recovered run diverged from the reference"
+
+
+def drill(home: Path, run_id: str, config_path: Path | None, console: Console, steps: int | None = None,
+          kill_at: int | None = None, tolerance: float = 0.0, timeout: float = 600,
+          overrides: dict[str, Any] | None = None) -> DrillResult:
+    """A reference run and a drill run of the same workload on two VMs; the drill run's VM destroyed at
+    step kill_at and recovered; both runs compared step by step and at the end."""
+    runconfig.check_run_id(run_id)
+    base = RunStore.open(home, run_id)
+    config_path, pinned = _config_of(home, base, run_id, config_path)
+    drill_id, ref_id = _new_ids(home, run_id)
     rc = runconfig.load(config_path, drill_id, base.info.name)
     total = int(steps or rc.config.get("steps", 100))
     interval = rc.checkpoint.interval_steps
@@ -200,50 +268,13 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, s
     deploy_mod.deploy(home, drill_id, config_path, victim.name, False, console, config_overrides=cfg,
                       env_overrides={"GPUKIT_HOLD_AT": f"1:{at}"}, pinned=pinned)
     ref, dr = RunStore.open(home, ref_id), RunStore.open(home, drill_id)
-    with console.status(f"training {drill_id} to step {at}"):
-        held = _wait(home, dr, lambda r: bool((r.heartbeat or {}).get("held")), f"the hold at step {at}", timeout)
-    with lease.held(dr, "drill"):  # nobody else recovers the drill run while it loses its VM
-        backend = get_backend(current.ClusterConfig.load(home).backend, home)
-        victim_id = dr.attempt(1)["vm_id"]
-        backend.delete_vm(victim_id)
-        console.print(f"[red]destroyed VM {victim.name}[/] ({victim_id}) under {drill_id} at step "
-                      f"{(held.heartbeat or {}).get('step')}")
-        result = DrillResult(passed=False, ref_run=ref_id, drill_run=drill_id, steps=total, kill_at=at,
-                             destroyed_at=(held.heartbeat or {}).get("step"))
-        try:
-            result.recovery = recover_mod.recover(home, drill_id, console, tolerance=tolerance, wait_timeout=timeout)
-        except GlueError as exc:
-            result.problem = str(exc)
-            result.recovery = (dr.recoveries() or [{}])[-1]
+    result = DrillResult(passed=False, ref_run=ref_id, drill_run=drill_id, steps=total, kill_at=at)
+    _destroy_and_recover(home, dr, victim.name, result, console, tolerance, timeout)
     with console.status("waiting for both runs to finish"):
         _wait(home, ref, _completed, "the reference to complete", timeout)
         if result.problem is None:
             _wait(home, dr, _completed, "the drill run to complete", timeout)
-    ref_l, dr_l = _losses(ref), _losses(dr)
-    for label, losses in (("the reference", ref_l), ("the drill run", dr_l)):
-        gone = [s_ for s_ in range(1, total + 1) if s_ not in losses]
-        if gone and result.problem is None:
-            result.problem = f"step(s) {step_ranges(gone)} missing from {label}: those steps cannot be compared"
-    for step in range(1, total + 1):
-        a, b = ref_l.get(step), dr_l.get(step)
-        if a is None or b is None:
-            continue
-        result.compared_steps += 1
-        if not losses_agree(float(a["loss"]), float(b["loss"]), tolerance):
-            result.first_bad_step = step
-            lost = [n for k_, n in STEP_INPUTS.items() if k_ in a and a[k_] != b.get(k_)]
-            if "data position" in lost and "worker RNG" in lost:
-                lost.remove("worker RNG")  # other samples have other contents: the position is the cause
-            result.component = ", ".join(lost) or "model/optimizer state"
-            break
-    if result.problem is None and result.first_bad_step is None:
-        diff, result.compared_tensors = compare_final(ref, dr, total)
-        result.first_bad_tensor = diff
-    if result.problem is None and result.compared_steps == 0:
-        result.problem = "no step was compared"
-    result.passed = result.problem is None and result.first_bad_step is None and result.first_bad_tensor is None
-    if not result.passed and result.problem is None:
-        result.problem = "the recovered run diverged from the reference"
+    _judge(result, ref, dr, tolerance)
     print_result(console, result)
     dr.put_drill(result.__dict__)
     # As typed in another shell: a kit home other than the default has to be named (make demo's is).

@@ -19,7 +19,7 @@ state in the bucket and the latest attempt; a watcher that loses the lease leave
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,13 +64,15 @@ SUMMARY_KEYS = ("failed_attempt", "new_attempt", "checkpoint_step", "failure_ste
 class Watcher:
     def __init__(self, home: Path, runs: tuple[str, ...], console: Console, keep_failed: bool = False,
                  tolerance: float = 0.0,
-                 pause: Callable[[], AbstractContextManager[None]] = nullcontext, single_pass: bool = False) -> None:
+                 pause: Callable[[], AbstractContextManager[None]] = nullcontext, single_pass: bool = False,
+                 stores: Mapping[str, RunStore] | None = None) -> None:
+        """stores: the RunStore of a run (default: opened from the kit home's bucket on first use)."""
         self.home, self.runs, self.console = home, runs, console
         # `--once` (a cron job): no later poll collects a background probe's answer, so a late heartbeat
         # gets the full check (SSH, process state) in this pass.
         self.single_pass = single_pass
         self.keep_failed, self.tolerance, self.pause = keep_failed, tolerance, pause
-        self._stores: dict[str, RunStore] = {}
+        self._stores: dict[str, RunStore] = dict(stores or {})
         self._configs: dict[str, tuple[runconfig.RunConfig, float | None]] = {}
         self._probes: dict[str, probe_mod.Probe] = {}
         # Seconds a poll of a run took to classify a lost VM without SSH (the probe's verdict, or the

@@ -16,7 +16,6 @@ import yaml
 from rich.console import Console
 
 from glue.paths import PROJECT_ROOT
-from glue.runs import config as runconfig
 from glue.runs.classify import AttemptClass, Diagnosis, Evidence
 from glue.runs.monitor import Report
 from glue.runs.store import RunStore, utc_iso
@@ -49,7 +48,7 @@ def _run(local_bucket: BucketHandle, tmp_path: Path, run: str, new_steps: range,
                      "events": ["recovered", "bad_restart"]}
     store = RunStore(local_bucket.info, local_bucket.creds, run)
     target = f"s3://{local_bucket.info.name}/runs/{run}"
-    store.put_json("manifest.json", {"run": run, "config": raw, "checkpoint": {"target": target},
+    store.put_manifest({"run": run, "config": raw, "checkpoint": {"target": target},
                                      "created_at": utc_iso(), "environment": {}})
     store.put_json("attempts/1.json", {"run": run, "attempt": 1, "vm": "gpukit-1", "vm_id": "gpukit-1-aaaa",
                                        "backend": "local", "failure_class": "vm_lost", "started_at": utc_iso()})
@@ -65,9 +64,7 @@ def _run(local_bucket: BucketHandle, tmp_path: Path, run: str, new_steps: range,
                       "failure_step": FAILED_AT, "upto": UPTO, "world_size": 1, "finished_before": False,
                       "tolerance": 0.0, "started_at": utc_iso(), "seconds": {"detect": 1.2, "provision": 3.0}}
     st.save(store)
-    watcher = Watcher(tmp_path, (run,), Console(file=io.StringIO()))
-    watcher._stores[run] = store
-    watcher._configs[run] = (runconfig.parse(raw, run, local_bucket.info.name), None)
+    watcher = Watcher(tmp_path, (run,), Console(file=io.StringIO()), stores={run: store})
     return store, watcher, events
 
 

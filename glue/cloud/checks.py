@@ -3,10 +3,12 @@ backend's own checks found."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from glue.bucket_access import BucketCredentials, BucketInfo
+from glue.errors import GlueError
 
 
 @dataclass(frozen=True)
@@ -28,3 +30,13 @@ class Readiness:
     checks: list[Check]
     bucket: BucketInfo | None = None
     credentials: BucketCredentials | None = None
+
+
+def host_readiness(name: str, check_host: Callable[[], None], ok: str) -> Readiness:
+    """A backend whose VMs run on this machine: its doctor line is its `check_host`, ✓ with `ok` or ✗
+    with the check's own line (which names the fix)."""
+    try:
+        check_host()
+    except GlueError as exc:
+        return Readiness([Check(name, False, str(exc), "see the message")])
+    return Readiness([Check(name, True, ok)])

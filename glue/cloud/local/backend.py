@@ -22,7 +22,7 @@ from typing import Any
 
 from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud.base import VMRecord, VMSpec
-from glue.cloud.checks import Check, Readiness
+from glue.cloud.checks import Readiness, host_readiness
 from glue.cloud.local import host, nspawn, vm_cgroup
 from glue.cloud.local.bucket import HOST, LocalBucket, free_port
 from glue.errors import GlueError
@@ -60,11 +60,7 @@ class LocalBackend:
         host.check()
 
     def readiness(self) -> Readiness:
-        try:
-            host.check()
-        except GlueError as exc:
-            return Readiness([Check("local VMs", False, str(exc), "see the message")])
-        return Readiness([Check("local VMs", True, "systemd-nspawn, FUSE and mount namespaces are available")])
+        return host_readiness("local VMs", self.check_host, "systemd-nspawn, FUSE and mount namespaces are available")
 
     def __init__(self, home: Path) -> None:
         self.home = home

@@ -22,7 +22,7 @@ from typing import Any
 
 from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud.base import VMRecord, VMSpec
-from glue.cloud.checks import Check, Readiness
+from glue.cloud.checks import Readiness, host_readiness
 from glue.cloud.local.bucket import HOST, LocalBucket, free_port
 from glue.cloud.qemu import vm
 from glue.errors import GlueError
@@ -48,11 +48,8 @@ class QemuBackend:
         docker_seed.check_tools()  # the boot disk's Docker base is imported in a systemd-nspawn container
 
     def readiness(self) -> Readiness:
-        try:
-            self.check_host()
-        except GlueError as exc:
-            return Readiness([Check("qemu VMs", False, str(exc), "see the message")])
-        return Readiness([Check("qemu VMs", True, "qemu, qemu-img, socat, mke2fs and systemd-nspawn are installed")])
+        return host_readiness("qemu VMs", self.check_host,
+                              "qemu, qemu-img, socat, mke2fs and systemd-nspawn are installed")
 
     def __init__(self, home: Path) -> None:
         self.home = home

@@ -35,6 +35,14 @@ def lyceum_env(kit: Kit, emu: Emulator, **extra: str) -> dict[str, str]:
     return {k: v for k, v in env.items() if v != ""}
 
 
+def without_group_firewall(home: Path) -> None:
+    """As docs/lyceum.md says for the emulator: its VMs are machines on this host that cannot run nft, so
+    a configured `glue up` there needs group_firewall_enabled: false in the kit home's group_vars."""
+    group_vars = home / "ansible" / "group_vars"
+    group_vars.mkdir(parents=True, exist_ok=True)
+    (group_vars / "all.yml").write_text("group_firewall_enabled: false\n")
+
+
 def error_line(res: subprocess.CompletedProcess[str]) -> str:
     """The CLI's error: one 'Error:' and one line (after the terraform progress table, if any)."""
     assert res.stderr.count("Error:") == 1 and "Traceback" not in res.stderr, res.stderr
@@ -174,9 +182,7 @@ def test_bad_input_is_one_clear_line_and_nothing_runs(kit: Kit, emu: Emulator, c
 @pytest.mark.timeout(1800)
 def test_demo_on_the_lyceum_backend(kit: Kit, emu: Emulator) -> None:
     env = lyceum_env(kit, emu, BACKEND="lyceum")  # `make demo BACKEND=lyceum` passes it the same way
-    group_vars = kit.home / "demo" / "ansible" / "group_vars"  # as docs/lyceum.md says: machines, no firewall
-    group_vars.mkdir(parents=True)
-    (group_vars / "all.yml").write_text("group_firewall_enabled: false\n")
+    without_group_firewall(kit.home / "demo")  # the demo's kit home
     res = subprocess.run([sys.executable, "-m", "glue.operations.recovery.demo"], env=env, capture_output=True,
                          text=True,
                          timeout=1800, stdin=subprocess.DEVNULL)

@@ -20,7 +20,7 @@ from glue.paths import ssh_client_key_path
 from tests.kit import Kit
 from tests.lyceum_emulator import Emulator
 
-from .test_lyceum_e2e import error_line, lyceum_env
+from .test_lyceum_e2e import error_line, lyceum_env, without_group_firewall
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +79,7 @@ def test_the_playbooks_converge_and_verify_as_ubuntu(kit: Kit, emu: Emulator) ->
     """The whole `glue up` (site.yml, then verify.yml) on a VM whose login is ubuntu: every play
     escalates through sudo, the bucket is mounted and the trainer runtime works."""
     env = lyceum_env(kit, emu)
+    without_group_firewall(kit.home)
     kit.glue("up", "--backend", "lyceum", "--vms", "1", env=env, timeout=900)
     [vm] = json.loads(kit.glue("status", "--json", env=env).stdout)["vms"]
     assert vm["ssh_user"] == "ubuntu" and vm["verify"]["ready"], vm
@@ -104,6 +105,7 @@ def test_demo_with_the_ubuntu_user(kit: Kit, tmp_path: Path) -> None:
 
 def _demo(kit: Kit, emu: Emulator) -> None:
     env = lyceum_env(kit, emu, BACKEND="lyceum")
+    without_group_firewall(kit.home / "demo")  # the demo's kit home
     res = subprocess.run([sys.executable, "-m", "glue.operations.recovery.demo"], env=env, capture_output=True,
                          text=True,
                          timeout=1800, stdin=subprocess.DEVNULL)

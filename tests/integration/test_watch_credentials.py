@@ -20,6 +20,7 @@ from tests.kit import GLUE
 from tests.lyceum_emulator import Emulator
 
 from .conftest import Kit
+from .test_lyceum_e2e import without_group_firewall
 
 pytestmark = [pytest.mark.integration, pytest.mark.stress]
 
@@ -28,9 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.stress]
 def test_watch_keeps_expiring_credentials_fresh(kit: Kit, tmp_path: Path) -> None:
     ttl = float(os.environ.get("GPUKIT_SOAK_TTL", "60"))
     seconds = float(os.environ.get("GPUKIT_SOAK_SECONDS", "300"))
-    # As docs/lyceum.md says for the emulator: its VMs are machines on this host that cannot run nft.
-    (kit.home / "ansible" / "group_vars").mkdir(parents=True, exist_ok=True)
-    (kit.home / "ansible" / "group_vars" / "all.yml").write_text("group_firewall_enabled: false\n")
+    without_group_firewall(kit.home)
     # `glue up` (the playbook pushes the credentials once) gets long-lived ones; the run gets short ones.
     with Emulator(tmp_path / "emu", pending_s=0.2, credentials_ttl=1800) as emu:
         env = {**kit.env, **emu.env(), "LYCEUM_HARDWARE_PROFILE": "cpu", "LYCEUM_POLL_INTERVAL": "0.2",

@@ -169,10 +169,14 @@ def reachable(home: Path, host: Host, timeout: float = 3.0) -> bool:
 
 def put_file(home: Path, host: Host, path: str, data: bytes, mode: int = 0o600) -> None:
     """Write `data` to `path` on the VM, created with `mode` (umask first, so a secret is never
-    readable by others, not even for a moment). The bytes travel on stdin, never in arguments."""
+    readable by others, not even for a moment). The bytes travel on stdin, never in arguments. The file
+    is replaced by a rename: a reader (the trainer rereading refreshed credentials) sees the old file
+    or the new one, never a truncated one."""
     umask = 0o777 & ~mode
     directory = path.rsplit("/", 1)[0] or "/"
-    cmd = f"umask {umask:03o} && mkdir -p '{directory}' && cat > '{path}' && chmod {mode:o} '{path}'"
+    new, dest = shlex.quote(f"{path}.gpukit-new"), shlex.quote(path)
+    cmd = (f"umask {umask:03o} && mkdir -p {shlex.quote(directory)} && cat > {new} && chmod {mode:o} {new} "
+           f"&& mv -f {new} {dest}")
     with _connection(home, host) as client:
         chan = _open_channel(client, host)
         try:

@@ -44,3 +44,18 @@ def test_a_connection_that_died_is_replaced_within_the_session(cluster_kit: Kit)
         time.sleep(1.0)
         second = ssh.run(cluster_kit.home, host, PARENT).stdout.strip()
     assert second and second != first
+
+
+def test_put_file_replaces_a_file_whole_for_a_reader_rereading_it(cluster_kit: Kit) -> None:
+    """The trainer rereads its credentials file on every refresh: a push must swap in a complete new
+    file (a rename), never truncate the one being read; the new file is 0600 and nothing is left over."""
+    host = current.hosts(cluster_kit.home)[0]
+    path = "/tmp/gpukit-put-probe/credentials.json"
+    ssh.put_file(cluster_kit.home, host, path, b'{"old":1}')
+    before = ssh.run(cluster_kit.home, host, f"stat -c %i {path}").stdout.strip()
+    ssh.put_file(cluster_kit.home, host, path, b'{"new":2}')
+    after = ssh.run(cluster_kit.home, host, f"stat -c '%i %a' {path}; cat {path}; echo; ls -a /tmp/gpukit-put-probe")
+    inode, mode, content, *listing = after.stdout.split()
+    assert inode != before, "the file was rewritten in place: a reader could see it empty"
+    assert (mode, content) == ("600", '{"new":2}'), after.stdout
+    assert sorted(listing) == [".", "..", "credentials.json"], listing

@@ -31,7 +31,7 @@ def account(client: LyceumClient | None = None) -> Readiness:
     checks: list[Check] = []
     if not os.environ.get(KEY_ENV, "").strip():  # the API's own message would repeat the fix line's text
         return Readiness([Check("API key", False, f"{KEY_ENV} is not set",
-                              f"create a key at {KEYS_PAGE} and `export {KEY_ENV}=lk_...`")])
+                                f"create a key at {KEYS_PAGE} and `export {KEY_ENV}=lk_...`")])
     try:
         api_key_from_env()
         url = api_url_from_env()

@@ -30,7 +30,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from glue.examples.corpus import generate
-from glue.train import Checkpointer, ResumableSampler, RNGState, TrainState
+from glue.train import Checkpointer, OptimizerState, ResumableSampler, RNGState, TrainState
 from glue.train.run.agreement import agree
 from glue.train.run.evaluation import load_eval_set, record_evaluation
 from glue.train.run.process_group import join, under_torchrun
@@ -45,6 +45,9 @@ DEFAULTS: dict[str, Any] = {
     # Evaluation on a fixed held-out set (the run's pinned evaluation set, else generated text the training
     # corpus never holds): at the end, and every eval_every steps when > 0.
     "eval_every": 0, "eval_chars": 4000,
+    # "fsdp": every block and the model sharded with FSDP2 (fully_shard): parameters, gradients and optimizer
+    # state split over the ranks, checkpointed through torch DCP (glue.train's sharded path).
+    "parallel": "ddp",
 }
 
 
@@ -56,7 +59,7 @@ _SPEC: dict[str, tuple[type | tuple[type, ...], float | None]] = {
     "broken_resume": ((str, type(None)), None), "skip_outputs": (bool, None), "step_sleep": ((int, float), 0),
     "checkpoint_interval": (int, 1), "grad_accum": (int, 1), "checkpointing": (bool, None),
     "autocast_bf16": (bool, None), "adapter_only": (bool, None), "dist_timeout_s": ((int, float), 1),
-    "log_dir": ((str, type(None)), None), "eval_every": (int, 0), "eval_chars": (int, 256),
+    "log_dir": ((str, type(None)), None), "eval_every": (int, 0), "eval_chars": (int, 256), "parallel": (str, None),
 }
 
 
@@ -81,6 +84,8 @@ def check_config(cfg: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"config.dropout must be below 1, got {cfg['dropout']!r}")
     if cfg["d_model"] % cfg["n_head"]:
         raise ConfigError(f"config.d_model ({cfg['d_model']}) must be a multiple of config.n_head ({cfg['n_head']})")
+    if cfg["parallel"] not in ("ddp", "fsdp"):
+        raise ConfigError(f"config.parallel must be 'ddp' or 'fsdp', got {cfg['parallel']!r}")
     if cfg["device"] not in ("cpu", "cuda") and not str(cfg["device"]).startswith("cuda:"):
         raise ConfigError(f"config.device must be 'cpu', 'cuda' or 'cuda:N', got {cfg['device']!r}")
     return cfg
@@ -210,9 +215,14 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
     if cfg["adapter_only"]:
         for name, p in model.named_parameters():
             p.requires_grad = name.startswith("head.")
-    # DDP averages gradients across ranks (of the parameters that train: wrap after freezing); the
-    # checkpoint holds the plain module (rank 0 saves it).
-    net: nn.Module = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    fsdp = cfg["parallel"] == "fsdp"
+    net: nn.Module = model
+    if fsdp:
+        shard(model, device)
+    elif world > 1:
+        # DDP averages gradients across ranks (of the parameters that train: wrap after freezing); the
+        # checkpoint holds the plain module (rank 0 saves it).
+        net = nn.parallel.DistributedDataParallel(model)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=float(cfg["lr"]), weight_decay=0.01)
     steps, warm = int(cfg["steps"]), int(cfg["warmup"])
@@ -226,8 +236,8 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
     restored = None
     if ckpt is not None:
         broken = cfg.get("broken_resume")
-        comps: dict[str, Any] = {"model": model, "optimizer": opt, "scheduler": sched, "data": sampler,
-                                 "rng": rng, "train": ts}
+        comps: dict[str, Any] = {"model": model, "optimizer": OptimizerState(model, opt) if fsdp else opt,
+                                 "scheduler": sched, "data": sampler, "rng": rng, "train": ts}
         for name, obj in comps.items():
             if name != {"skip_rng": "rng", "skip_data": "data"}.get(str(broken)):
                 ckpt.register(name, obj)
@@ -273,9 +283,11 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
             with open(os.path.join(str(cfg["log_dir"]), "steps.log"), "a") as fh:
                 fh.write(f"{ts.step} {loss_value!r}\n")
         every = int(cfg["eval_every"])
-        if report is not None and heldout is not None and rank == 0 and every and ts.step % every == 0 \
+        if report is not None and heldout is not None and (rank == 0 or fsdp) and every and ts.step % every == 0 \
                 and ts.step < steps:
-            record_evaluation(report, ts.step, evaluate(model, heldout, cfg, device))
+            result = evaluate(model, heldout, cfg, device)  # sharded: every rank takes part in the forward
+            if rank == 0:
+                record_evaluation(report, ts.step, result)
         if cfg["step_sleep"]:
             import time
 
@@ -284,7 +296,28 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
             ckpt.save(ts.step)
     if ckpt is not None:
         ckpt.flush()
-    return {"step": ts.step, "loss": loss_value, "model": model, "device": device}
+    return {"step": ts.step, "loss": loss_value, "model": model, "device": device, "optimizer": opt, "sampler": sampler}
+
+
+def shard(model: TinyGPT, device: torch.device) -> None:
+    """FSDP2: each block, then the rest of the model, sharded over every rank (a one-rank group when the
+    run has none: the checkpoints are sharded ones whatever the world size, so a run can change it)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def full_state(model: nn.Module) -> dict[str, Any]:
+    """The whole model's parameters on the CPU (sharded: gathered; every rank must call it)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -330,17 +363,19 @@ def _deployed(args: argparse.Namespace, cfg: dict[str, Any]) -> int:
         heldout = heldout_ids(cfg, load_eval_set())  # a missing or changed pinned set fails here, not at the end
         result = train(cfg, ckpt, resume=ctx.resume or args.resume, report=ctx, heldout=heldout)
         ckpt.close()
-        if distributed:
+        fsdp = cfg["parallel"] == "fsdp"
+        final_eval = evaluate(result["model"], heldout, cfg, result["device"]) if fsdp or ctx.rank == 0 else None
+        weights = full_state(result["model"]) if fsdp else result["model"].state_dict()
+        if distributed or fsdp:
             dist.barrier()  # rank 0 exports only after every rank finished its last step
             dist.destroy_process_group()
-        if ctx.rank == 0:  # the final evaluation, before the outputs that mark the run completed
-            record_evaluation(ctx, result["step"], evaluate(result["model"], heldout, cfg, result["device"]),
-                              final=True)
+        if ctx.rank == 0 and final_eval is not None:  # recorded before the outputs that mark the run completed
+            record_evaluation(ctx, result["step"], final_eval, final=True)
         if not cfg["skip_outputs"] and ctx.rank == 0:
             import io
 
             buf = io.BytesIO()
-            torch.save(result["model"].state_dict(), buf)
+            torch.save(weights, buf)
             ctx.write_output("model.pt", buf.getvalue())
             ctx.write_output("final.json", json.dumps({"step": result["step"], "loss": result["loss"]}).encode())
     return 0

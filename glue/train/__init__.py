@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         check_checkpoints,
         validate_checkpoints,
     )
+    from glue.train.checkpoint.optimizer_state import OptimizerState
     from glue.train.data.loader import LoaderRNG, ResumableLoader, WorkerRNG
     from glue.train.data.sampler import ResumableSampler
     from glue.train.errors import (
@@ -47,6 +48,7 @@ _WHERE = {
                "SaveFailedError", "StateMismatchError", "StorageError", "TargetError"),
     "run.evaluation": ("EvalSetError", "load_eval_set", "record_evaluation"),
     "checkpoint.fence": ("FencedError",),
+    "checkpoint.optimizer_state": ("OptimizerState",),
     "checkpoint.format": ("CheckpointStatus", "Commit", "ObjectRef", "Problem", "check_checkpoints",
                           "validate_checkpoints"),
     "data.loader": ("LoaderRNG", "ResumableLoader", "WorkerRNG"),
@@ -79,6 +81,7 @@ __all__ = [
     "NoValidCheckpointError",
     "ObjectMissingError",
     "ObjectRef",
+    "OptimizerState",
     "Problem",
     "RNGState",
     "RestoreReport",

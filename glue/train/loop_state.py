@@ -41,6 +41,11 @@ class RNGState:
         elif cuda:
             log.warning("checkpoint has CUDA RNG state but CUDA is not available here; not restored")
 
+    def checkpoint_reshard(self, states: list[dict[str, Any]], rank: int, world_size: int) -> dict[str, Any]:
+        """At another world size: rank r continues saved rank r's streams; a rank the saved run did not
+        have keeps the streams it was started with (its own seeding), as a fresh rank would."""
+        return states[rank] if rank < len(states) else self.state_dict()
+
 
 def host_rng_state() -> dict[str, Any]:
     """This process's Python, NumPy and torch CPU streams, as types torch.load(weights_only=True) reads."""

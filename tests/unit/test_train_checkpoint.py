@@ -332,41 +332,84 @@ def test_simulated_ranks_each_restore_their_own(tmp_path: Path) -> None:
         assert ck.restore() == 3
         assert sampler.index == index and train.step == 3
         ck.close()
-    # A different world size is refused with the component and key named, and nothing is loaded.
+    # At another world size the data position is split anew, which needs ranks in lockstep (these are
+    # not): refused on every rank, nothing loaded.
     solo = _ck(tmp_path)
     solo.register("data", ResumableSampler(10, seed=1))
-    solo.register("train", TrainState())
-    with pytest.raises(StateMismatchError, match="'data', key 'world_size'"):
+    solo.register("train", solo_train := TrainState())
+    with pytest.raises(CheckpointError, match=r"data positions differ \(\[\(0, 1\), \(0, 2\)\]\): not in lockstep"):
         solo.restore()
-    ck, _, _ = ranked(0)
-    ck.close()
-    third = _ck(tmp_path, rank=2, world_size=3)
-    third.register("data", ResumableSampler(10, rank=2, world_size=3))
-    third.register("train", TrainState())
-    with pytest.raises(StateMismatchError, match=r"'data', key 'rank2'.*world_size 2"):
-        third.restore()
-    third.close()
+    assert solo_train.step == 0
+    solo.close()
 
 
-def test_a_checkpoint_of_2_ranks_is_refused_on_every_rank_of_4(tmp_path: Path) -> None:
+class _PerRankCounter:
+    """A per-rank component that does not say how to reshard itself."""
+
+    checkpoint_per_rank = True
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"n": self.n}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.n = int(state["n"])
+
+
+def test_a_checkpoint_of_2_ranks_is_refused_on_every_rank_of_4_for_a_component_that_cannot_reshard(
+    tmp_path: Path,
+) -> None:
     """Also the ranks that have a state of their own in it (0 and 1): none of them restores alone."""
     for rank in (1, 0):
         ck = _ck(tmp_path, rank=rank, world_size=2)
-        ck.register("rng", RNGState())
+        ck.register("count", _PerRankCounter())
         ck.register("train", TrainState())
         ck.save(5, blocking=True)
         ck.close()
     for rank in range(4):
         ck = _ck(tmp_path, rank=rank, world_size=4)
         train = TrainState()
-        ck.register("rng", RNGState())
+        ck.register("count", _PerRankCounter())
         ck.register("train", train)
-        want = (r"'rng', key 'world_size': saved with world_size 2, this run has 4" if rank < 2
-                else r"'rng', key 'rank\d': no state for rank \d: saved with world_size 2, this run has 4")
+        want = (r"'count', key 'world_size': saved with world_size 2, this run has 4" if rank < 2
+                else r"'count', key 'rank\d': no state for rank \d: saved with world_size 2, this run has 4")
         with pytest.raises(StateMismatchError, match=want):
             ck.restore()
         assert train.step == 0  # nothing loaded
         ck.close()
+
+
+def test_rng_and_data_position_reshard_from_2_ranks_to_4(tmp_path: Path) -> None:
+    """Rank r < 2 continues saved rank r's streams, ranks 2 and 3 keep their own; the 2 x 6 samples used
+    are split over 4 ranks (3 each), so the next samples continue the global order."""
+    saved_rng = []
+    for rank in (1, 0):
+        ck = _ck(tmp_path, rank=rank, world_size=2)
+        torch.manual_seed(10 + rank)
+        rng, sampler = RNGState(), ResumableSampler(40, seed=3, rank=rank, world_size=2)
+        sampler.index = 6
+        ck.register("rng", rng)
+        ck.register("data", sampler)
+        saved_rng.insert(0, torch.get_rng_state())
+        ck.save(5, blocking=True)
+        ck.close()
+    upcoming = []
+    for rank in range(4):
+        torch.manual_seed(100 + rank)
+        own = torch.get_rng_state()
+        ck = _ck(tmp_path, rank=rank, world_size=4)
+        sampler = ResumableSampler(40, seed=3, rank=rank, world_size=4)
+        ck.register("rng", RNGState())
+        ck.register("data", sampler)
+        assert ck.restore() == 5
+        assert torch.equal(torch.get_rng_state(), saved_rng[rank] if rank < 2 else own)
+        assert (sampler.epoch, sampler.index) == (0, 3)
+        upcoming.append(list(iter(sampler))[:2])
+        ck.close()
+    order = ResumableSampler(40, seed=3)._order(0)
+    assert sorted(i for pair in upcoming for i in pair) == sorted(order[12:20])
 
 
 class Custom:

@@ -20,18 +20,16 @@ from typing import Any
 import torch.distributed as dist
 from boto3.s3.transfer import TransferConfig
 
-from glue.train.checkpoint import exit_hooks, invalid
-from glue.train.checkpoint.commit import IO_DEPTH, SaveJob, prune, refuse_rewind, write_step
-from glue.train.checkpoint.components import Component, RestoreReport, Stateful
+from glue.train.checkpoint import assemble, exit_hooks, invalid
+from glue.train.checkpoint.commit import IO_DEPTH, Piece, SaveJob, prune, refuse_rewind, write_step
+from glue.train.checkpoint.components import Component, RestoreReport, Stateful, is_sharded
 from glue.train.checkpoint.format import (
     CheckpointStatus,
-    Commit,
     check_checkpoints,
     list_steps,
-    object_key,
     validate_step,
 )
-from glue.train.checkpoint.load import StepFetch, load_priority, pick_object
+from glue.train.checkpoint.load import StepFetch, load_priority
 from glue.train.checkpoint.snapshot import HostSnapshotter, check_compatible
 from glue.train.errors import CheckpointError, CorruptCheckpointError, SaveFailedError
 from glue.train.storage import mount_config
@@ -150,16 +148,15 @@ class Checkpointer:
         refuse_rewind(self.storage, step, self._restored_step)
         nonce = self._agree_nonce()
         t1 = time.monotonic()
-        mine = [c for c in self._components.values() if c.per_rank or self.rank == 0]
-        states = self._snap.copy({c.name: c.obj.state_dict() for c in mine})
+        pieces, sharded = self._snapshot()
         snapshot_s = time.monotonic() - t1
         job = SaveJob(
             step=step,
             nonce=nonce,
-            states=states,
-            per_rank={c.name: c.per_rank for c in mine},
+            pieces=pieces,
             timings={"wait_s": round(wait_s, 6), "snapshot_s": round(snapshot_s, 6)},
             restore=self._pending_restore,
+            sharded=sharded,
         )
         self._pending_restore = None
         self._saves += 1
@@ -176,6 +173,32 @@ class Checkpointer:
             except (CheckpointError, OSError, RuntimeError) as exc:
                 fut.set_exception(exc)
             self.flush()
+
+    def _snapshot(self) -> tuple[list[Piece], list[str]]:
+        """Host copies of this rank's objects of a save, and the names of the sharded components.
+        A sharded component is staged through DCP by every rank; shared state by rank 0 only."""
+        pieces: list[Piece] = []
+        sharded: list[str] = []
+        plain: dict[str, Any] = {}
+        for c in self._components.values():
+            if c.sharded is False and not c.per_rank and self.rank != 0:
+                continue
+            state = c.obj.state_dict()
+            if c.sharded is None:
+                c.sharded = is_sharded(state)  # the same on every rank: it is the model's layout
+            if c.sharded:
+                from glue.train.checkpoint import sharded_save  # DCP: imported only by sharded runs
+
+                staged = sharded_save.stage(c.name, state, self.rank, self._snap)
+                if staged.metadata is not None:
+                    pieces.append(Piece(c.name, None, staged.metadata))
+                pieces.append(Piece(c.name, self.rank, staged.chunks))
+                sharded.append(c.name)
+            elif c.per_rank or self.rank == 0:
+                plain[c.name] = state
+        for name, copied in self._snap.copy(plain).items():
+            pieces.append(Piece(name, self.rank if self._components[name].per_rank else None, copied))
+        return pieces, sharded
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until the in-flight save is committed; raise SaveFailedError if it failed."""
@@ -291,12 +314,13 @@ class Checkpointer:
         candidates = sorted(steps, reverse=True) if step is None else [step]
         if step is not None and step not in steps:
             raise CorruptCheckpointError(f"no checkpoint for step {step} in {self.storage.describe()}")
-        wanted = {object_key(c.name, self.rank if c.per_rank else None): c.name for c in self._components.values()}
         skipped: list[CheckpointStatus] = []
         fetched: StepFetch | None = None
         for s in candidates:
             status = validate_step(self.storage, s, steps[s], deep=False)
             if status.valid:
+                assert status.commit is not None
+                wanted = assemble.wanted(self._components, status.commit, self.rank, self.world_size)
                 fetch = StepFetch(self.storage, status, wanted, self._loader, weights_only=self.weights_only)
                 if fetch.run().valid:
                     fetched = fetch
@@ -323,7 +347,7 @@ class Checkpointer:
             return None
         assert fetched is not None
         t_load = time.monotonic()
-        states = self._loaded_states(chosen.commit, fetched)
+        states = assemble.states(self._components, chosen.commit, fetched.states, self.rank, self.world_size)
         for name, state in states.items():
             check_compatible(name, state, self._components[name].obj)
         for name in sorted(states, key=lambda n: load_priority(self._components[n].obj)):
@@ -346,18 +370,6 @@ class Checkpointer:
         self._stale_steps = {s.step for s in skipped if s.step > chosen.step}
         log.info("restored step %d from %s (%.2fs)", chosen.step, self.storage.describe(), timings["total_s"])
         return chosen.step
-
-    def _loaded_states(self, commit: Commit, fetched: StepFetch) -> dict[str, Any]:
-        """Each component's state, deserialized from its verified object (waits for the loads still
-        running; raises the first load's error)."""
-        states: dict[str, Any] = {}
-        for c in self._components.values():
-            ref = pick_object(commit, c.name, per_rank=c.per_rank, rank=self.rank, world_size=self.world_size)
-            loading = fetched.states.pop(ref.key, None)
-            if loading is None:
-                raise CheckpointError(f"checkpoint step {commit.step}: {ref.key} for {c.name!r} was not read")
-            states[c.name] = loading.result()
-        return states
 
     def _agree_step(self, step: int | None) -> None:
         if self.world_size > 1 and _dist_ready():

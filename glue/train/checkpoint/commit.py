@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
 import torch
@@ -45,15 +45,24 @@ IO_DEPTH = 2  # objects uploaded / read back concurrently by one save
 
 
 @dataclass
+class Piece:
+    """One object of a save: a component's state (rank None: shared, written by rank 0 alone)."""
+
+    component: str
+    rank: int | None
+    state: Any
+
+
+@dataclass
 class SaveJob:
     """What the training thread hands the background thread: host copies of this rank's states."""
 
     step: int
     nonce: str
-    states: dict[str, Any]
-    per_rank: dict[str, bool]
+    pieces: list[Piece]
     timings: dict[str, Any]
     restore: dict[str, Any] | None = None
+    sharded: list[str] = field(default_factory=list)  # components saved through DCP
 
 
 def _busy(spans: list[tuple[float, float]]) -> float:
@@ -147,14 +156,14 @@ def _upload(st: Storage, job: SaveJob, rank: int, io_pool: ThreadPoolExecutor) -
         spans.append((t0, time.monotonic()))
 
     try:
-        for name in list(job.states):
-            state = job.states.pop(name)
-            obj_rank = rank if job.per_rank[name] else None
+        while job.pieces:
+            piece = job.pieces.pop(0)
+            name, obj_rank = piece.component, piece.rank
             key = object_key(name, obj_rank)
             t0 = time.monotonic()
             writer = HashingWriter()
-            torch.save(state, cast(IO[bytes], writer))
-            del state
+            torch.save(piece.state, cast(IO[bytes], writer))
+            del piece
             blob, sha = writer.result()
             del writer
             ser += time.monotonic() - t0
@@ -164,7 +173,7 @@ def _upload(st: Storage, job: SaveJob, rank: int, io_pool: ThreadPoolExecutor) -
                 wait(uploads, return_when=FIRST_COMPLETED)
             uploads.append(io_pool.submit(put, prefix + key, blob))
             del blob
-            if len(uploads) == 1 and job.states and hold_point.armed_at("upload", job.step):
+            if len(uploads) == 1 and job.pieces and hold_point.armed_at("upload", job.step):
                 uploads[0].result()  # held with exactly one object in the target
                 hold_point.reached("upload", job.step)
     finally:
@@ -192,7 +201,7 @@ def _commit_record(job: SaveJob, refs: dict[str, list[ObjectRef]], parts: list[O
     for objs in refs.values():
         objs.sort(key=lambda o: -1 if o.rank is None else o.rank)
     return Commit(step=job.step, created_at=iso(utc_now()), world_size=world_size, components=refs,
-                  rank_parts=parts, timings={})
+                  rank_parts=parts, timings={}, sharded=sorted(job.sharded))
 
 
 def _read_back(st: Storage, step: int, commit: Commit, io_pool: ThreadPoolExecutor) -> None:

@@ -4,6 +4,7 @@ what a restore reports."""
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +25,7 @@ class Component:
     name: str
     obj: Stateful
     per_rank: bool
+    sharded: bool | None = None  # holds DTensors (saved through DCP); known at the first save
 
     @classmethod
     def of(cls, name: str, obj: Any, per_rank: bool | None) -> Component:
@@ -50,3 +52,21 @@ def _is_stateful_dataloader(obj: object) -> bool:
     except ImportError:
         return False
     return isinstance(obj, StatefulDataLoader)
+
+
+def is_sharded(state: Any) -> bool:
+    """True when a state_dict holds a DTensor (FSDP2, tensor parallel) anywhere, nested included."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    if dtensor is None:
+        return False  # never imported: no DTensor exists (and importing it costs most of a second)
+    return _holds(state, dtensor.DTensor)
+
+
+def _holds(state: Any, cls: type) -> bool:
+    if isinstance(state, cls):
+        return True
+    if isinstance(state, dict):
+        return any(_holds(v, cls) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return any(_holds(v, cls) for v in state)
+    return False

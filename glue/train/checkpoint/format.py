@@ -85,6 +85,8 @@ class Commit:
     components: dict[str, list[ObjectRef]]
     rank_parts: list[ObjectRef] = field(default_factory=list)
     timings: dict[str, Any] = field(default_factory=dict)
+    # Components saved through DCP: a shared object (DCP's metadata) and one object per saving rank.
+    sharded: list[str] = field(default_factory=list)
 
     def objects(self) -> list[ObjectRef]:
         return [o for objs in self.components.values() for o in objs] + list(self.rank_parts)
@@ -99,6 +101,8 @@ class Commit:
             _RANK_PARTS_FIELD: [o.as_json() for o in self.rank_parts],
             "timings": self.timings,
         }
+        if self.sharded:
+            body["sharded"] = self.sharded
         return (json.dumps(body, indent=1, sort_keys=True) + "\n").encode()
 
     @classmethod
@@ -125,7 +129,13 @@ class Commit:
             components[str(name)] = [ObjectRef.from_json(o) for o in objs]
         parts = [ObjectRef.from_json(o) for o in raw.get(_RANK_PARTS_FIELD, [])]
         timings = raw["timings"] if isinstance(raw.get("timings"), dict) else {}
-        return cls(step, str(raw.get("created_at", "")), ws, components, parts, timings)
+        sharded = raw.get("sharded", [])
+        if not isinstance(sharded, list) or any(n not in components for n in sharded):
+            raise ValueError("COMMIT.json's sharded list names components it does not list")
+        for name in sharded:
+            if not any(o.rank is None for o in components[name]):
+                raise ValueError(f"sharded component {name!r} has no metadata object")
+        return cls(step, str(raw.get("created_at", "")), ws, components, parts, timings, [str(n) for n in sharded])
 
 
 @dataclass

@@ -29,10 +29,19 @@ class HostSnapshotter:
 
     def copy(self, states: Mapping[str, Any]) -> dict[str, Any]:
         out = {name: self._copy(state, name) for name, state in states.items()}
+        self.wait()
+        return out
+
+    def copy_tensor(self, path: str, src: torch.Tensor) -> torch.Tensor:
+        """One tensor into the host buffer kept for `path` (CUDA copies: call wait() before use)."""
+        out: torch.Tensor = self._copy(src, path)
+        return out
+
+    def wait(self) -> None:
+        """Until every CUDA copy started by copy_tensor has landed."""
         if self._cuda_pending:
             torch.cuda.synchronize()
             self._cuda_pending = False
-        return out
 
     def _buffer(self, path: str, src: torch.Tensor) -> torch.Tensor:
         buf = self._pool.get(path)

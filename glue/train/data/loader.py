@@ -148,6 +148,12 @@ class ResumableLoader(DataLoader[Any]):
         if isinstance(self.sampler, _KeyedSampler):
             self.sampler.seed = self.worker_seed
 
+    def checkpoint_reshard(self, states: list[dict[str, Any]], rank: int, world_size: int) -> dict[str, Any]:
+        """At another world size: the sampler's global position split anew (ResumableSampler); the
+        worker seed is the saved run's (the same on every rank)."""
+        sampler = self.resumable_sampler.checkpoint_reshard([s["sampler"] for s in states], rank, world_size)
+        return {"sampler": sampler, "worker_seed": states[0].get("worker_seed")}
+
     def checkpoint_check(self, state: dict[str, Any]) -> list[tuple[str, str]]:
         return self.resumable_sampler.checkpoint_check(state.get("sampler", {}))
 

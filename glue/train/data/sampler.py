@@ -111,6 +111,33 @@ class ResumableSampler(Sampler[int]):
         self.index = int(state["index"])
         self.shuffle = bool(state.get("shuffle", self.shuffle))
 
+    def checkpoint_reshard(self, states: list[dict[str, Any]], rank: int, world_size: int) -> dict[str, Any]:
+        """This rank's state from every rank's state of a run at another world size.
+
+        The ranks of the saved run were in lockstep, so together they had consumed the first
+        index * old_world_size samples of the epoch's order: that global position is split over this
+        run's ranks, so no sample is skipped or repeated. It must divide evenly (CheckpointError if not).
+        """
+        from glue.train.errors import CheckpointError
+
+        positions = {(int(s["epoch"]), int(s["index"])) for s in states}
+        if len(positions) != 1:
+            raise CheckpointError(f"the saved ranks' data positions differ ({sorted(positions)}): not in lockstep, "
+                                  "so no global sample position can be derived")
+        if (rank, world_size) != (self.rank, self.world_size):
+            raise CheckpointError(f"this sampler is rank {self.rank} of {self.world_size}, the checkpointer's "
+                                  f"rank {rank} of {world_size}")
+        epoch, index = positions.pop()
+        consumed = index * len(states)
+        if consumed >= self.n:  # the saved epoch was used up (the rest was padding)
+            epoch, consumed = epoch + 1, 0
+        if consumed % self.world_size:
+            raise CheckpointError(
+                f"the data position (sample {consumed} of epoch {epoch}, saved by {len(states)} ranks) cannot be split "
+                f"evenly over {self.world_size} ranks: resume on a number of ranks that divides {consumed}")
+        return {**states[0], "epoch": epoch, "index": consumed // self.world_size, "rank": self.rank,
+                "world_size": self.world_size}
+
     def checkpoint_check(self, state: dict[str, Any]) -> list[tuple[str, str]]:
         """Problems that make `state` unusable here, as (key, what); checked before anything loads."""
         problems = []

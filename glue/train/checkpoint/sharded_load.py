@@ -1,0 +1,138 @@
+"""Restoring sharded state through torch.distributed.checkpoint, at any world size.
+
+The checkpoint holds DCP's metadata (global shape and chunks of every tensor) and each saving rank's
+chunks. DCP's load planner maps the chunks onto whatever this rank holds now (a DTensor on a mesh of
+another size, or a plain full tensor): that is the resharding restore. Loading goes into a template
+built like the live state, never into the live tensors, so a failure leaves the component untouched.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed._shard._utils import narrow_tensor_by_index
+from torch.distributed.checkpoint import metadata as md
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner
+from torch.distributed.checkpoint.storage import StorageReader
+from torch.futures import Future
+
+from glue.train.checkpoint.sharded_save import rank_of_entry
+from glue.train.errors import CheckpointError, StateMismatchError
+
+# What DCP's metadata is made of: allowed for torch.load(weights_only=True) of the metadata object.
+METADATA_GLOBALS: list[Any] = [
+    md.Metadata, md.TensorStorageMetadata, md.BytesStorageMetadata, md.ChunkStorageMetadata,
+    md.TensorProperties, md.MetadataIndex, md.StorageMeta, md._MEM_FORMAT_ENCODING, torch.Size,
+]
+# Process-wide (torch keeps one list): the metadata is deserialized on the restore's loader thread, where a
+# safe_globals() context entered here would not apply. These are plain records of shapes and offsets.
+torch.serialization.add_safe_globals(METADATA_GLOBALS)
+
+
+class _ChunkReader(StorageReader):
+    """A DCP storage reader over chunks already downloaded and verified (by rank that wrote them)."""
+
+    def __init__(self, name: str, metadata: md.Metadata, chunks: Mapping[int, Mapping[str, torch.Tensor]]) -> None:
+        super().__init__()
+        self.name = name
+        self.metadata = metadata
+        self.chunks = chunks
+
+    def reset(self, checkpoint_id: Any = None) -> None:
+        pass
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> md.Metadata:
+        return self.metadata
+
+    def set_up_storage_reader(self, metadata: md.Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        return plan
+
+    def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
+        return plans
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        where = self.metadata.storage_data
+        for req in plan.items:
+            key = where[req.storage_index]
+            saved = self.chunks.get(rank_of_entry(key), {}).get(key)
+            if saved is None:
+                raise CheckpointError(f"sharded component {self.name!r}: chunk {key} of "
+                                      f"{req.storage_index.fqn} is not in the checkpoint")
+            if req.type == LoadItemType.BYTE_IO:
+                planner.load_bytes(req, io.BytesIO(saved.numpy().tobytes()))
+                continue
+            src = narrow_tensor_by_index(saved, req.storage_offsets, req.lengths)
+            dst = planner.resolve_tensor(req).detach()
+            if dst.size() != src.size():
+                raise StateMismatchError(self.name, req.storage_index.fqn,
+                                         f"chunk {tuple(src.size())} does not fit {tuple(dst.size())}")
+            dst.copy_(src)
+            planner.commit_tensor(req, dst)
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
+        return True
+
+
+def template_of(state: Any) -> Any:
+    """A state shaped like `state` (same DTensor placements) that shares no storage with it."""
+    if isinstance(state, torch.Tensor):
+        return torch.empty_like(state.detach())
+    if isinstance(state, dict):
+        return type(state)((k, template_of(v)) for k, v in state.items()) if type(state) is not dict else {
+            k: template_of(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [template_of(v) for v in state]
+    return state
+
+
+def _tensors(state: Any, prefix: str) -> dict[str, torch.Tensor]:
+    """Tensors of a nested state by DCP's flattened key (path parts joined by '.')."""
+    if isinstance(state, torch.Tensor):
+        return {prefix: state}
+    out: dict[str, torch.Tensor] = {}
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, list) else ()
+    for k, v in items:
+        out.update(_tensors(v, f"{prefix}.{k}"))
+    return out
+
+
+def check_fits(name: str, live: Any, metadata: md.Metadata) -> None:
+    """StateMismatchError naming the first tensor the checkpoint lacks or holds in another shape."""
+    saved = metadata.state_dict_metadata
+    live_tensors = _tensors(live, name)
+    for key in saved:
+        if key.startswith(name + ".") and key not in live_tensors and isinstance(saved[key], md.TensorStorageMetadata):
+            raise StateMismatchError(name, key.removeprefix(name + "."), "in the checkpoint but not here "
+                                                                          "(a different model?)")
+    for key, tensor in live_tensors.items():
+        have = saved.get(key)
+        if have is None:
+            raise StateMismatchError(name, key.removeprefix(name + "."), "missing from the checkpoint")
+        if isinstance(have, md.TensorStorageMetadata) and tuple(have.size) != tuple(tensor.shape):
+            raise StateMismatchError(name, key.removeprefix(name + "."),
+                                     f"checkpoint has shape {tuple(have.size)}, this model {tuple(tensor.shape)}")
+
+
+def load(name: str, live: Any, metadata: md.Metadata, chunks: Mapping[int, Mapping[str, torch.Tensor]]) -> Any:
+    """The saved state resharded onto `live`'s layout (collective: every rank calls it, same order)."""
+    check_fits(name, live, metadata)
+    state = {name: template_of(live)}
+    try:
+        dcp.load(state, storage_reader=_ChunkReader(name, metadata, chunks))
+    except CheckpointException as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"sharded component {name!r}: {first}") from exc
+    return state[name]
+

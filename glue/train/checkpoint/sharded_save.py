@@ -1,0 +1,103 @@
+"""The training-thread half of saving sharded state (DTensors: FSDP2, tensor parallel) through
+torch.distributed.checkpoint.
+
+DCP plans the save (which rank writes which chunk; replicated tensors once) with two small
+collectives; its storage writer here only copies each rank's chunks to host memory and names where
+each one lives. The bytes then go through the ordinary background commit: every rank uploads its
+chunks as one object (`<name>.rank<r>.pt`), rank 0 adds DCP's metadata (`<name>.pt`) and commits for
+all after every rank's objects are verified. Nothing is written by DCP itself, so nothing is renamed.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
+from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
+from torch.futures import Future
+
+from glue.train.checkpoint.snapshot import HostSnapshotter
+
+
+def entry_key(rank: int, index: int) -> str:
+    """Where one chunk lives: entry `index` of rank `rank`'s object (DCP's storage_data)."""
+    return f"{rank}/{index}"
+
+
+def rank_of_entry(key: str) -> int:
+    return int(key.split("/", 1)[0])
+
+
+@dataclass
+class Staged:
+    """One rank's part of a sharded component: its chunks by entry key, and (rank 0) DCP's metadata."""
+
+    chunks: dict[str, torch.Tensor]
+    metadata: Metadata | None
+
+
+class _HostWriter(StorageWriter):
+    """A DCP storage writer that writes nothing: it copies each chunk to (reused) host buffers."""
+
+    def __init__(self, name: str, rank: int, snap: HostSnapshotter) -> None:
+        super().__init__()
+        self.name = name
+        self.rank = rank
+        self.snap = snap
+        self.chunks: dict[str, torch.Tensor] = {}
+        self.metadata: Metadata | None = None
+
+    def reset(self, checkpoint_id: Any = None) -> None:
+        self.chunks = {}
+        self.metadata = None
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        return plan
+
+    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        return plans
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        results = []
+        for i, item in enumerate(plan.items):
+            key = entry_key(self.rank, i)
+            data = planner.resolve_data(item)
+            if item.type == WriteItemType.BYTE_IO:
+                assert isinstance(data, io.BytesIO)
+                chunk = torch.frombuffer(bytearray(data.getbuffer()), dtype=torch.uint8)
+            else:
+                assert isinstance(data, torch.Tensor)
+                path = f"{self.name}/{item.index.fqn}/{tuple(item.index.offset or ())}"
+                chunk = self.snap.copy_tensor(path, data.contiguous())
+            self.chunks[key] = chunk
+            results.append(WriteResult(index=item.index, size_in_bytes=chunk.nbytes, storage_data=key))
+        done: Future[list[WriteResult]] = Future()
+        done.set_result(results)
+        return done
+
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        metadata.storage_data = {r.index: r.storage_data for rank_results in results for r in rank_results}
+        self.metadata = metadata
+
+    def storage_meta(self) -> StorageMeta | None:
+        return None
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
+        return True
+
+
+def stage(name: str, state: Any, rank: int, snap: HostSnapshotter) -> Staged:
+    """Plan a sharded state's save with every rank (collective) and copy this rank's chunks to host."""
+    writer = _HostWriter(name, rank, snap)
+    dcp.save({name: state}, storage_writer=writer)
+    snap.wait()
+    return Staged(writer.chunks, writer.metadata if rank == 0 else None)

@@ -1,7 +1,7 @@
 """From a checkpoint's verified objects to each registered component's state on this rank.
 
 Three cases: one object (shared state, or this rank's own at the same world size); a sharded
-component (DCP metadata + every saving rank's chunks, resharded onto this rank's layout); a per-rank
+component (every saving rank's chunks and DCP metadata, resharded onto this rank's layout); a per-rank
 component at another world size, which only a component that says how allows:
 `checkpoint_reshard(states_of_every_saved_rank, rank, world_size) -> this rank's state`.
 """
@@ -39,8 +39,7 @@ def wanted(components: Mapping[str, Component], commit: Commit, rank: int, world
 def states(
     components: Mapping[str, Component], commit: Commit, loaded: dict[str, Future[Any]], rank: int, world_size: int
 ) -> dict[str, Any]:
-    """Each component's state (waits for the loads still running; raises the first load's error).
-    Sharded components load collectively: every rank calls this with the same components, in order."""
+    """Each component's state (waits for the loads still running; raises the first load's error)."""
     out: dict[str, Any] = {}
     for c in components.values():
         refs = commit.components.get(c.name)
@@ -61,9 +60,8 @@ def states(
 def _sharded(c: Component, commit: Commit, refs: list[ObjectRef], loaded: dict[str, Future[Any]]) -> Any:
     from glue.train.checkpoint import sharded_load
 
-    metadata = next(_take(commit, r, loaded, c.name) for r in refs if r.rank is None)
-    chunks = {r.rank: _take(commit, r, loaded, c.name) for r in refs if r.rank is not None}
-    return sharded_load.load(c.name, c.obj.state_dict(), metadata, chunks)
+    parts = {r.rank: _take(commit, r, loaded, c.name) for r in refs if r.rank is not None}
+    return sharded_load.load(c.name, c.obj.state_dict(), parts)
 
 
 def _take(commit: Commit, ref: ObjectRef, loaded: dict[str, Future[Any]], name: str) -> Any:

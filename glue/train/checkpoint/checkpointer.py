@@ -176,7 +176,7 @@ class Checkpointer:
 
     def _snapshot(self) -> tuple[list[Piece], list[str]]:
         """Host copies of this rank's objects of a save, and the names of the sharded components.
-        A sharded component is staged through DCP by every rank; shared state by rank 0 only."""
+        A sharded component is staged through DCP by every rank (its own shards); shared state by rank 0 only."""
         pieces: list[Piece] = []
         sharded: list[str] = []
         plain: dict[str, Any] = {}
@@ -190,9 +190,7 @@ class Checkpointer:
                 from glue.train.checkpoint import sharded_save  # DCP: imported only by sharded runs
 
                 staged = sharded_save.stage(c.name, state, self.rank, self._snap)
-                if staged.metadata is not None:
-                    pieces.append(Piece(c.name, None, staged.metadata))
-                pieces.append(Piece(c.name, self.rank, staged.chunks))
+                pieces.append(Piece(c.name, self.rank, staged.as_state()))
                 sharded.append(c.name)
             elif c.per_rank or self.rank == 0:
                 plain[c.name] = state

@@ -85,7 +85,7 @@ class Commit:
     components: dict[str, list[ObjectRef]]
     rank_parts: list[ObjectRef] = field(default_factory=list)
     timings: dict[str, Any] = field(default_factory=dict)
-    # Components saved through DCP: a shared object (DCP's metadata) and one object per saving rank.
+    # Components saved through DCP: one object per saving rank (its chunks and their DCP metadata).
     sharded: list[str] = field(default_factory=list)
 
     def objects(self) -> list[ObjectRef]:
@@ -133,8 +133,8 @@ class Commit:
         if not isinstance(sharded, list) or any(n not in components for n in sharded):
             raise ValueError("COMMIT.json's sharded list names components it does not list")
         for name in sharded:
-            if not any(o.rank is None for o in components[name]):
-                raise ValueError(f"sharded component {name!r} has no metadata object")
+            if sorted(o.rank for o in components[name] if o.rank is not None) != list(range(ws)):
+                raise ValueError(f"sharded component {name!r} does not list one object per rank of {ws}")
         return cls(step, str(raw.get("created_at", "")), ws, components, parts, timings, [str(n) for n in sharded])
 
 

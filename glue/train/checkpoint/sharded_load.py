@@ -125,12 +125,41 @@ def check_fits(name: str, live: Any, metadata: md.Metadata) -> None:
                                      f"checkpoint has shape {tuple(have.size)}, this model {tuple(tensor.shape)}")
 
 
-def load(name: str, live: Any, metadata: md.Metadata, chunks: Mapping[int, Mapping[str, torch.Tensor]]) -> Any:
-    """The saved state resharded onto `live`'s layout (collective: every rank calls it, same order)."""
+def merged(name: str, parts: Mapping[int, md.Metadata]) -> md.Metadata:
+    """One metadata for the whole checkpoint from each saving rank's own: every tensor's chunks from all
+    ranks (a replicated tensor, saved by each, once: the lowest rank's), where each chunk lives."""
+    tensors: dict[str, Any] = {}
+    where: dict[md.MetadataIndex, Any] = {}
+    planner: dict[str, Any] = {}
+    for rank in sorted(parts):
+        part = parts[rank]
+        for fqn, meta in part.state_dict_metadata.items():
+            have = tensors.get(fqn)
+            if have is None:
+                tensors[fqn] = (md.TensorStorageMetadata(meta.properties, meta.size, list(meta.chunks))
+                                if isinstance(meta, md.TensorStorageMetadata) else meta)
+            elif isinstance(meta, md.TensorStorageMetadata) and isinstance(have, md.TensorStorageMetadata):
+                if tuple(have.size) != tuple(meta.size):
+                    raise CheckpointError(f"sharded component {name!r}: ranks saved {fqn} with different shapes "
+                                          f"({tuple(have.size)}, {tuple(meta.size)}): not one checkpoint")
+                known = {tuple(c.offsets) for c in have.chunks}
+                have.chunks.extend(c for c in meta.chunks if tuple(c.offsets) not in known)
+        for index, key in (part.storage_data or {}).items():
+            where.setdefault(index, key)
+        for fqn, path in (part.planner_data or {}).items():
+            planner.setdefault(fqn, path)
+    return md.Metadata(tensors, planner_data=planner, storage_data=where)
+
+
+def load(name: str, live: Any, parts: Mapping[int, Mapping[str, Any]]) -> Any:
+    """The saved state (each saving rank's {"metadata", "chunks"}) resharded onto `live`'s layout. No
+    collective: every rank holds every rank's chunks, so each loads its own shards by itself."""
+    metadata = merged(name, {rank: part["metadata"] for rank, part in parts.items()})
+    chunks = {rank: part["chunks"] for rank, part in parts.items()}
     check_fits(name, live, metadata)
     state = {name: template_of(live)}
     try:
-        dcp.load(state, storage_reader=_ChunkReader(name, metadata, chunks))
+        dcp.load(state, storage_reader=_ChunkReader(name, metadata, chunks), no_dist=True)
     except CheckpointException as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"sharded component {name!r}: {first}") from exc

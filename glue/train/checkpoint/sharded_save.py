@@ -1,11 +1,13 @@
 """The training-thread half of saving sharded state (DTensors: FSDP2, tensor parallel) through
 torch.distributed.checkpoint.
 
-DCP plans the save (which rank writes which chunk; replicated tensors once) with two small
-collectives; its storage writer here only copies each rank's chunks to host memory and names where
-each one lives. The bytes then go through the ordinary background commit: every rank uploads its
-chunks as one object (`<name>.rank<r>.pt`), rank 0 adds DCP's metadata (`<name>.pt`) and commits for
-all after every rank's objects are verified. Nothing is written by DCP itself, so nothing is renamed.
+Each rank lets DCP plan its own part (`no_dist`: no collective on the training thread, which then
+waits only for the host copy): the chunks of its shards, with their global shapes and offsets, in DCP
+metadata of its own. The storage writer here copies each chunk to a reused host buffer and names where
+it lives. The bytes go through the ordinary background commit: every rank uploads one object
+(`<name>.rank<r>.pt`: its metadata and chunks), rank 0 commits for all once every rank's objects are
+verified. Restore merges the ranks' metadata (glue.train.checkpoint.sharded_load). Nothing is written
+by DCP itself, so nothing is renamed.
 """
 
 from __future__ import annotations
@@ -35,10 +37,14 @@ def rank_of_entry(key: str) -> int:
 
 @dataclass
 class Staged:
-    """One rank's part of a sharded component: its chunks by entry key, and (rank 0) DCP's metadata."""
+    """One rank's part of a sharded component: its chunks by entry key, and the DCP metadata of them."""
 
     chunks: dict[str, torch.Tensor]
-    metadata: Metadata | None
+    metadata: Metadata
+
+    def as_state(self) -> dict[str, Any]:
+        """What is saved as this rank's object."""
+        return {"metadata": self.metadata, "chunks": self.chunks}
 
 
 class _HostWriter(StorageWriter):
@@ -96,8 +102,9 @@ class _HostWriter(StorageWriter):
 
 
 def stage(name: str, state: Any, rank: int, snap: HostSnapshotter) -> Staged:
-    """Plan a sharded state's save with every rank (collective) and copy this rank's chunks to host."""
+    """Plan this rank's part of a sharded state's save (no collective) and copy its chunks to host."""
     writer = _HostWriter(name, rank, snap)
-    dcp.save({name: state}, storage_writer=writer)
+    dcp.save({name: state}, storage_writer=writer, no_dist=True)
     snap.wait()
-    return Staged(writer.chunks, writer.metadata if rank == 0 else None)
+    assert writer.metadata is not None  # finish() runs on every rank under no_dist
+    return Staged(writer.chunks, writer.metadata)

@@ -61,7 +61,7 @@ def _model(size_mb: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
 
 
 def _local_tensors(model: torch.nn.Module, opt: torch.optim.Optimizer) -> list[torch.Tensor]:
-    out = [p.to_local() for p in model.parameters()]  # type: ignore[operator]
+    out = [p.to_local() for p in model.parameters()]  # type: ignore[attr-defined]
     out += [v.to_local() if hasattr(v, "to_local") else v for s in opt.state.values() for v in s.values()]
     return [t for t in out if isinstance(t, torch.Tensor)]
 

@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 
 from glue.commands.options import HOURS, NON_NEGATIVE, POSITIVE_FLOAT, POSITIVE_INT, SECONDS
+from glue.errors import GlueError
 from glue.paths import home
 from glue.runs.store import RunStore
 
@@ -26,13 +27,22 @@ err = Console(stderr=True)
               help="Allowed loss difference (0 = exact, right for CPU; use e.g. 1e-3 on GPU).")
 @click.option("--timeout", "wait_timeout", type=POSITIVE_FLOAT, default=600, show_default=True,
               help="Seconds to wait for the resumed run to reach the verification steps.")
+@click.option("--nodes", type=POSITIVE_INT, default=None,
+              help="Continue a multi-VM run on this many of its surviving VMs (fewer than it had) when the lost "
+                   "ones cannot be replaced: nothing is provisioned, the checkpoint restores at the smaller world "
+                   "size (sharded state and data position resharded).")
+@click.option("--reshard-tolerance", type=NON_NEGATIVE, default=0.1, show_default=True,
+              help="With --nodes: allowed relative loss difference (each rank sees other samples per step).")
 def recover(run_id: str, force: bool, from_scratch: bool, same_vm: bool, verify_steps: int, tolerance: float,
-            wait_timeout: float) -> None:
+            wait_timeout: float, nodes: int | None, reshard_tolerance: float) -> None:
     """Recover a failed run onto a new VM from its last valid checkpoint, and verify the resume."""
     from glue.operations.recovery import recover as recover_mod
 
+    if nodes is not None and same_vm:
+        raise GlueError("--nodes continues on the surviving VMs as they are; leave out --same-vm")
     recover_mod.recover(home(), run_id, err, force=force, from_scratch=from_scratch, same_vm=same_vm,
-                        verify_steps=verify_steps, tolerance=tolerance, wait_timeout=wait_timeout)
+                        verify_steps=verify_steps, tolerance=tolerance, wait_timeout=wait_timeout, nodes=nodes,
+                        reshard_tolerance=reshard_tolerance)
 
 
 COMMANDS = [recover]

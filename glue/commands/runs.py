@@ -86,12 +86,15 @@ def run_summary(report: monitor.Report) -> dict[str, Any]:
 
 
 def show_run(run_id: str, as_json: bool) -> None:
+    from glue.operations.recovery.resume_check import resume_check_text
     from glue.runs.acceptance import run_acceptance
 
     store = RunStore.open(home(), run_id)
     summary = run_summary(monitor.check(home(), store))
     verdict = run_acceptance(store, summary["state"])
     summary["verdict"] = verdict.as_dict()
+    recoveries = store.recoveries()
+    summary["last_recovery"] = resume_check_text(recoveries[-1]) if recoveries else None
     if as_json:
         click.echo(json.dumps({"run": run_id, **summary}, indent=2))
         return
@@ -103,6 +106,8 @@ def show_run(run_id: str, as_json: bool) -> None:
         table.add_row("group", f"{', '.join(summary['nodes'])} (rendezvous {summary['rendezvous']})")
     if summary["policy"]:
         table.add_row("next", summary["policy"])
+    if summary["last_recovery"]:
+        table.add_row("last recovery", escape(summary["last_recovery"]))
     for m in verdict.metrics:
         shown = "—" if m.value is None else f"{m.value:.6g}"
         table.add_row(f"eval {m.name}", f"{shown} (needs {m.bounds()}) {'[green]ok[/]' if m.passed else '[red]no[/]'}")

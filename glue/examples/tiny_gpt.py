@@ -257,7 +257,7 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
         opt.zero_grad(set_to_none=True)
         loss_value = 0.0
         rng_fp = fingerprint(torch.get_rng_state())
-        data_pos = f"{sampler.epoch}:{sampler.index}"  # where this step's samples start
+        data_pos = f"{sampler.epoch}:{sampler.index * world}"  # where this step's samples start (globally)
         batch_fp = ""
         for _ in range(accum):
             x, y = (t.to(device) for t in next(it))

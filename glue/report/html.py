@@ -6,6 +6,7 @@ import statistics
 from datetime import UTC, datetime
 from html import escape
 
+from glue.operations.recovery.resume_check import resume_check_text
 from glue.report import svg
 from glue.report.cost import Resources, money, resources
 from glue.report.facts import RECOVERY_VM_PHASES, RunFacts, when
@@ -113,6 +114,13 @@ def recovery_chart(f: RunFacts) -> str:
     return svg.bar_chart("recovery-phases", "Where recovery time went (seconds per phase)", rows, stacks, "seconds")
 
 
+def recovery_checks(f: RunFacts) -> str:
+    if not f.recoveries:
+        return ""
+    return _table([[f"recovery {k}", escape(resume_check_text(r))] for k, r in enumerate(f.recoveries, 1)],
+                  ["recovery", "resume check"])
+
+
 def checkpoint_charts(f: RunFacts) -> str:
     rows = [f"step {c.step}" for c in f.checkpoints]
     stall = svg.bar_chart("checkpoint-stall", "Checkpoint cost: training stall and background save", rows,
@@ -217,7 +225,7 @@ def build(f: RunFacts) -> str:
         f"<h1>Run {escape(f.run)}</h1>", head, drill,
         "<h2>Loss</h2>", loss_chart(f),
         "<h2>Timeline</h2>", timeline_chart(f),
-        "<h2>Recovery</h2>", recovery_chart(f), work_lost_chart(f),
+        "<h2>Recovery</h2>", recovery_checks(f), recovery_chart(f), work_lost_chart(f),
         "<h2>Checkpoints</h2>", checkpoint_charts(f),
         "<h2>Heartbeat and step gaps</h2>", gaps,
         _table(gap_rows, ["attempt", "where", "gap"]) if gap_rows else "<p>No gap above 3 times the median step.</p>",

@@ -138,7 +138,7 @@ class RunStore:
         return self.get_json(layout.MANIFEST)
 
     def put_manifest(self, manifest: dict[str, Any]) -> None:
-        """glue deploy, once per run."""
+        """glue deploy, once per run; a recovery onto fewer VMs records the run's new group in it."""
         self.put_json(layout.MANIFEST, manifest)
 
     # -- attempts -------------------------------------------------------------------------------------

@@ -141,3 +141,49 @@ def test_one_vm_two_processes_train_as_one_group(cluster_kit: Kit, tmp_path: Pat
     assert st["state"] == "completed", st
     per_rank = [losses(kit, "pp", rank) for rank in (0, 1)]
     assert [sorted(p) for p in per_rank] == [list(range(1, 9))] * 2 and per_rank[0] != per_rank[1]
+
+
+@pytest.mark.timeout(600)
+def test_a_sharded_two_node_run_loses_a_vm_and_continues_on_one(cluster_kit: Kit, tmp_path: Path) -> None:
+    """FSDP2 over 2 VMs; node 1's VM is lost and not replaced: `glue recover --nodes 1` continues the run on
+    the survivor from the sharded checkpoint (resharded 2 -> 1), checks the data position exactly and the
+    losses within the relative tolerance, and the status and the report say that this check was applied."""
+    kit, fast = cluster_kit, here(cluster_kit)
+    client = s3(fast)
+    cfg = run_config(tmp_path, config={"steps": 40, "checkpoint_interval": 10, "parallel": "fsdp", "step_sleep": 0.3},
+                     checkpoint={"interval_steps": 10})
+    kit.glue("deploy", "--run", "shard", "--config", str(cfg), "--nodes", "2")
+    wait_beat(client, "shard", lambda b: (b.get("step") or 0) >= 13)
+    commit = get_json(client, "runs/shard/ckpt/step-10/COMMIT.json")
+    assert commit["sharded"] == ["model", "optimizer"] and commit["world_size"] == 2
+    LocalBackend(kit.home).delete_vm(vm_id(fast, "gpukit-2"))
+    deadline = time.monotonic() + 90
+    while (st := status(fast, "shard"))["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(1)
+    assert st["state"] == "vm_lost", st
+    try:
+        bad = kit.glue("recover", "--run", "shard", "--nodes", "3", check=False)
+        assert bad.returncode != 0 and "a recovery continues it on as many or fewer" in bad.stderr, bad.stderr
+        assert "Traceback" not in bad.stderr and get_json(client, "runs/shard/recoveries/1.json") is None
+
+        out = kit.glue("recover", "--run", "shard", "--nodes", "1", timeout=400, check=False)
+        assert out.returncode == 0, out.stderr + kit.glue("logs", "--run", "shard", "--attempt", "2").stdout[-3000:]
+        said = " ".join(out.stderr.split())
+        assert "resume check: resharded (world size 2 -> 1)" in said and "resume verified" in said, out.stderr
+        rec = get_json(client, "runs/shard/recoveries/1.json")
+        assert rec["verified"] and rec["world_size"] == 1 and rec["dropped_vms"] == ["gpukit-2"], rec
+        assert rec["resume_check"]["kind"] == "resharded" and rec["first_resumed_step"] == rec["checkpoint_step"] + 1
+        assert "configure" not in rec["seconds"]  # nothing provisioned, nothing configured
+        manifest = get_json(client, "runs/shard/manifest.json")
+        assert manifest["distributed"] is None and manifest["group_changes"][0]["attempt"] == 2
+        assert [n["vm"] for n in get_json(client, "runs/shard/attempts/2.json")["nodes"]] == ["gpukit-1"]
+        deadline = time.monotonic() + 180
+        while (st := status(fast, "shard"))["state"] != "completed":
+            assert time.monotonic() < deadline, st
+            time.sleep(1)
+        assert sorted(losses(kit, "shard", 0)) == list(range(1, 41))
+        assert "check resharded, world size 2 -> 1" in st["last_recovery"]
+        kit.glue("report", "--run", "shard", "--out", str(tmp_path / "r.html"))
+        assert "check resharded, world size 2 -&gt; 1" in (tmp_path / "r.html").read_text()
+    finally:
+        kit.glue("up", "--vms", "2", timeout=600)  # the shared cluster gets its second VM back

@@ -66,3 +66,40 @@ def test_a_nan_loss_never_passes_the_check() -> None:
     # An exact resume of a run that went nan reproduces the nan: that agrees.
     assert check_resume(nan_before, {**_steps(21, 30), 23: {"step": 23, "loss": float("nan")}}, 20, 25, 0.0).ok
     assert check_resume(before, _steps(21, 30), 20, 25, 0.0).ok
+
+
+def _positions(*recs: tuple[int, float, str]) -> dict[int, dict[str, Any]]:
+    return {s: {"loss": loss, "data": data} for s, loss, data in recs}
+
+
+def test_a_resharded_resume_needs_the_exact_data_position_and_losses_within_the_relative_tolerance() -> None:
+    from glue.operations.recovery.resume_check import check_resharded
+
+    # 2 ranks x 8 samples per step before; the checkpoint at step 4 = global sample 64 of epoch 0.
+    old = _positions((5, 3.30, "0:64"), (6, 3.25, "0:80"), (7, 3.20, "0:96"))
+    ok = check_resharded(old, _positions((5, 3.37, "0:64"), (6, 3.23, "0:72"), (7, 3.31, "0:80")), 4, 7, 0.1)
+    assert ok.ok and ok.first_step == 5 and ok.compared == [5, 6, 7]
+    moved = check_resharded(old, _positions((5, 3.30, "0:56")), 4, 7, 0.1)
+    assert not moved.ok and "starts step 5 at data position 0:56, the lost run was at 0:64" in str(moved.problem)
+    far = check_resharded(old, _positions((5, 3.30, "0:64"), (6, 4.1, "0:72")), 4, 7, 0.1)
+    assert not far.ok and "loss at step 6 is 4.1 after the resume, 3.25 before" in str(far.problem)
+    assert far.compared == [5]
+    late = check_resharded(old, _positions((6, 3.25, "0:80")), 4, 7, 0.1)
+    assert not late.ok and "first resumed step 6 != checkpoint step 4 + 1" in str(late.problem)
+    blind = check_resharded({5: {"loss": 3.3}}, _positions((5, 3.30, "0:64")), 4, 7, 0.1)
+    assert not blind.ok and "no data position in the old metrics" in str(blind.problem)
+    nan = check_resharded(old, _positions((5, float("nan"), "0:64")), 4, 7, 0.1)
+    assert not nan.ok
+
+
+def test_the_recovery_says_which_check_it_applied() -> None:
+    from glue.operations.recovery.resume_check import resume_check_text
+
+    base = {"failed_attempt": 1, "new_attempt": 2, "verified": True}
+    assert resume_check_text(base) == "attempt 1 -> 2: verified; check bitwise: losses equal"
+    assert "losses within 0.001" in resume_check_text({**base, "tolerance": 0.001})
+    resharded = {**base, "resume_check": {"kind": "resharded", "world_size_before": 2, "world_size": 1,
+                                          "tolerance": 0.1}}
+    assert resume_check_text(resharded) == ("attempt 1 -> 2: verified; check resharded, world size 2 -> 1: data "
+                                            "position exact, losses within 0.1 of their size")
+    assert "NOT verified (boom)" in resume_check_text({**base, "verified": False, "problem": "boom"})

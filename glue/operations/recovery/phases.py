@@ -27,7 +27,7 @@ from glue.infra import inventory, ssh
 from glue.infra.inventory import Host
 from glue.infra.terraform import Terraform, vm_address
 from glue.operations import lifecycle
-from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, merged_metrics
+from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, check_resharded, merged_metrics
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import guard, monitor, remote, workspace
@@ -216,6 +216,23 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
     return hosts, [h.name for h, nd in zip(hosts, nodes, strict=True) if h.id != nd["vm_id"]]
 
 
+def survivors(home: Path, failure: Failure, nodes: int) -> list[Host]:
+    """`glue recover --nodes M` on fewer VMs: the first M of the attempt's VMs that are still there and
+    answer (node order), for a group whose lost VMs cannot be replaced. Nothing is provisioned."""
+    attempt_nodes = monitor.nodes_of(failure.attempt)
+    if nodes > len(attempt_nodes):
+        raise GlueError(f"--nodes {nodes}: the run ran on {len(attempt_nodes)} VM(s); a recovery continues it on "
+                        "as many or fewer, never more")
+    backend = get_backend(current.ClusterConfig.load(home).backend, home)
+    alive = [h for h in (monitor.host_for(home, nd) for nd in attempt_nodes)
+             if h is not None and backend.read_vm(h.id) is not None and ssh.reachable(home, h)]
+    if len(alive) < nodes:
+        raise GlueError(f"--nodes {nodes}: only {len(alive)} of the run's {len(attempt_nodes)} VMs are alive "
+                        f"({', '.join(h.name for h in alive) or 'none'}); use --nodes {len(alive)} or fewer, or "
+                        "recover without --nodes to replace the lost ones")
+    return alive[:nodes]
+
+
 # -- configure ----------------------------------------------------------------------------------------
 def configure(home: Path, console: Console, fresh: list[str]) -> None:
     """The playbook on the new VMs only (bucket mount, trainer runtime)."""
@@ -262,11 +279,22 @@ def prepare(home: Path, store: RunStore, lost: Lost, failure: Failure,
 
 # -- start --------------------------------------------------------------------------------------------
 def start(home: Path, store: RunStore, lost: Lost, failure: Failure, hosts: list[Host],
-          argvs: list[list[str]], ready: list[dict[str, Any] | None] | None = None) -> dict[str, Any]:
-    """The next attempt, resuming, on the group's hosts. Returns its attempt record."""
+          argvs: list[list[str]], ready: list[dict[str, Any] | None] | None = None,
+          group: GroupSpec | None = None) -> dict[str, Any]:
+    """The next attempt, resuming, on the group's hosts (`group`: a smaller one). Returns its attempt record."""
     return deploy_mod.start_attempt(home, hosts, store, lost.rc, argvs, failure.number + 1, resume=True,
-                                    memory_limit_mb=failure.attempt.get("memory_limit_mb"), group=lost.group,
+                                    memory_limit_mb=failure.attempt.get("memory_limit_mb"), group=group or lost.group,
                                     ws=lost.ws, ready=ready)
+
+
+def record_group(store: RunStore, manifest: dict[str, Any], group: GroupSpec, attempt: int) -> None:
+    """The run continues as `group` from `attempt` on: the manifest says so (the next recovery and `glue
+    watch` re-form this group), and keeps the change in its history."""
+    before = manifest.get("distributed")
+    manifest["distributed"] = group.as_dict() if group.distributed else None
+    manifest.setdefault("group_changes", []).append(
+        {"attempt": attempt, "from": before, "to": manifest["distributed"], "at": utc_iso()})
+    store.put_manifest(manifest)
 
 
 # -- replay -------------------------------------------------------------------------------------------
@@ -294,8 +322,12 @@ def replay(store: RunStore, attempt: int, upto: int, timeout: float) -> dict[int
 
 # -- check --------------------------------------------------------------------------------------------
 def check(store: RunStore, lost: Lost, failure: Failure, new_metrics: dict[int, Any], upto: int,
-          tolerance: float) -> ResumeCheck:
-    """First resumed step == checkpoint + 1 and equal losses where both attempts ran, on every rank."""
+          tolerance: float, group: GroupSpec | None = None, reshard_tolerance: float = 0.1) -> ResumeCheck:
+    """First resumed step == checkpoint + 1 and equal losses where both attempts ran, on every rank. On
+    another world size (`group`): the data position exactly, the losses within reshard_tolerance."""
+    if group is not None and group.world_size != lost.group.world_size:
+        return check_resharded(lost.old_metrics, new_metrics, lost.ckpt, min(upto, lost.failure_step),
+                               reshard_tolerance)
     return check_all_ranks(store, lost.old_metrics, new_metrics, failure.number, failure.number + 1,
                            lost.group.world_size, lost.ckpt, min(upto, lost.failure_step), tolerance,
                            lost.finished_before)

@@ -23,6 +23,7 @@ ones kept, what is left of the attempt is killed on every node, and the group re
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,22 +51,26 @@ class BadRestart(GlueError):
 def recover(home: Path, run_id: str, console: Console, force: bool = False, from_scratch: bool = False,
             same_vm: bool = False, verify_steps: int = 5, tolerance: float = 0.0,
             wait_timeout: float = 600.0, keep_failed: bool = False,
-            on_started: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+            on_started: Callable[[dict[str, Any]], None] | None = None, nodes: int | None = None,
+            reshard_tolerance: float = 0.1) -> dict[str, Any]:
     """keep_failed: a failed VM that is still alive (stall, comm, user_error) is left running, its
     attempt stopped (SIGSTOP) for debugging, and the run moves to a new VM (glue.operations.lifecycle.kept).
     on_started: called once the new attempt runs, with what its resume check needs (`plan`), so a
-    caller that dies before the check (glue watch) can have it made later."""
+    caller that dies before the check (glue watch) can have it made later.
+    nodes: continue a group on that many of its surviving VMs (fewer than it had), no VM provisioned; the
+    checkpoint is restored at the smaller world size and the resume checked with check_resharded."""
     store = RunStore.open(home, run_id)
     manifest = store.manifest()  # unknown run -> one line
     with lease.held(store, "recover"):  # one writer: a second recover refuses, naming this one
         return _recover(home, store, manifest, console, force, from_scratch, same_vm, verify_steps, tolerance,
-                        wait_timeout, keep_failed, on_started)
+                        wait_timeout, keep_failed, on_started, nodes, reshard_tolerance)
 
 
 def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Console, force: bool,
              from_scratch: bool, same_vm: bool, verify_steps: int, tolerance: float,
              wait_timeout: float, keep_failed: bool,
-             on_started: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+             on_started: Callable[[dict[str, Any]], None] | None = None, shrink_to: int | None = None,
+             reshard_tolerance: float = 0.1) -> dict[str, Any]:
     run_id = store.run
     timed = Timings()
     with console.status("[bold]detect[/]: classifying the last attempt …"):
@@ -73,13 +78,23 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
     with timed.phase(console, "validate", "checking the checkpoints in the bucket (sizes and sha256)"):
         lost = phases.validate(store, manifest, failure, from_scratch)
     nodes = monitor.nodes_of(failure.attempt)
-    with timed.phase(console, "provision", f"VMs for {', '.join(str(nd['vm']) for nd in nodes)} (terraform)"):
-        keep = phases.keepable(home, failure, keep_failed and not same_vm)
-        phases.kill_attempt(home, store, failure.attempt, freeze=keep)
-        hosts, replaced = phases.provision(home, console, nodes, same_vm, keep)
-    fresh = replaced or [h.name for h in hosts]
-    with timed.phase(console, "configure", f"the playbook on {', '.join(fresh)} (bucket mount, trainer runtime)"):
-        phases.configure(home, console, fresh)
+    group = lost.group
+    keep: list[Any] = []
+    if shrink_to is not None and shrink_to != len(nodes):
+        group = replace(lost.group, nodes=shrink_to)
+        with timed.phase(console, "provision", f"none: the run continues on {shrink_to} of its VMs"):
+            hosts = phases.survivors(home, failure, shrink_to)  # refuses before anything is stopped
+            phases.kill_attempt(home, store, failure.attempt)
+        replaced: list[str] = []
+        fresh = [hosts[0].name]  # the head reads the checkpoint back
+    else:
+        with timed.phase(console, "provision", f"VMs for {', '.join(str(nd['vm']) for nd in nodes)} (terraform)"):
+            keep = phases.keepable(home, failure, keep_failed and not same_vm)
+            phases.kill_attempt(home, store, failure.attempt, freeze=keep)
+            hosts, replaced = phases.provision(home, console, nodes, same_vm, keep)
+        fresh = replaced or [h.name for h in hosts]
+        with timed.phase(console, "configure", f"the playbook on {', '.join(fresh)} (bucket mount, trainer runtime)"):
+            phases.configure(home, console, fresh)
     with timed.phase(console, "verify", f"mount live and checkpoint {lost.ckpt} reads back on {', '.join(fresh)}"):
         argvs = phases.verify(home, store, lost, hosts, fresh)
     ready = None
@@ -87,14 +102,16 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
         names = ", ".join(h.name for h in hosts)
         with timed.phase(console, "prepare", f"code and requirements from the bucket on {names}"):
             ready = phases.prepare(home, store, lost, failure, hosts)
-    started = phases.start(home, store, lost, failure, hosts, argvs, ready)
+    started = phases.start(home, store, lost, failure, hosts, argvs, ready, group)
+    if group != lost.group:
+        phases.record_group(store, manifest, group, failure.number + 1)
     new_n = failure.number + 1
     upto = max((lost.ckpt or 0) + verify_steps, lost.failure_step)
     if on_started is not None:
         on_started(plan(failure, lost, started, upto, tolerance, timed))
     with console.status(f"[bold]restore + replay[/]: waiting for attempt {new_n} to pass step {upto} …"):
         new_metrics = phases.replay(store, new_n, upto, wait_timeout)
-    verdict = phases.check(store, lost, failure, new_metrics, upto, tolerance)
+    verdict = phases.check(store, lost, failure, new_metrics, upto, tolerance, group, reshard_tolerance)
 
     old, ckpt, failure_step = lost.old_metrics, lost.ckpt, lost.failure_step
     first_t = new_metrics[min(new_metrics)]["t"] if new_metrics else None
@@ -108,15 +125,20 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
         # Nothing to replay when the VM died right at its checkpoint; None = still replaying at the deadline.
         "replay": secs_between(first_t, reach_t) if reach_t else (0.0 if failure_step <= (ckpt or 0) else None),
     }
-    lost_node = next((nd for nd in nodes if nd["vm"] in replaced), nodes[0])
-    new_host = next(h for h in hosts if h.name == lost_node["vm"])
+    kept_names = {h.name for h in hosts}
+    lost_node = next((nd for nd in nodes if nd["vm"] in replaced or nd["vm"] not in kept_names), nodes[0])
+    new_host = next((h for h in hosts if h.name == lost_node["vm"]), hosts[0])
+    check = {"kind": "resharded" if group.world_size != lost.group.world_size else "exact" if not tolerance
+             else "tolerance", "world_size_before": lost.group.world_size, "world_size": group.world_size,
+             "tolerance": reshard_tolerance if group.world_size != lost.group.world_size else tolerance}
     result = {
         "run": run_id, "failed_attempt": failure.number, "new_attempt": new_n, "failure_class": str(failure.outcome),
         "old_vm": {"name": lost_node["vm"], "id": lost_node["vm_id"]},
         "new_vm": {"name": new_host.name, "id": new_host.id},
         "nodes": [{"node": k, "vm": h.name, "old_id": nd["vm_id"], "new_id": h.id, "replaced": h.name in replaced}
-                  for k, (nd, h) in enumerate(zip(nodes, hosts, strict=True))],
-        "world_size": lost.group.world_size, "rendezvous": started.get("rendezvous"),
+                  for k, (nd, h) in enumerate(zip(nodes, hosts, strict=False))],
+        "dropped_vms": [str(nd["vm"]) for nd in nodes if nd["vm"] not in kept_names],
+        "world_size": group.world_size, "resume_check": check, "rendezvous": started.get("rendezvous"),
         "checkpoint_step": ckpt, "failure_step": failure_step, "seconds": seconds,
         "work_lost": {"steps": failure_step - (ckpt or 0), "seconds": lost_s},
         "verified": verdict.ok, "first_resumed_step": verdict.first_step, "compared_steps": verdict.compared,
@@ -169,8 +191,13 @@ def print_table(console: Console, result: dict[str, Any]) -> None:
                       "the new attempt had nothing to replay")
         return
     equal = result["compared_steps"]
+    check = result.get("resume_check") or {}
+    if check.get("kind") == "resharded":
+        console.print(f"resume check: resharded (world size {check['world_size_before']} -> {check['world_size']}): "
+                      f"the data position exactly, losses within {check['tolerance']:g} of their size")
+    agree = "within tolerance" if check.get("kind") == "resharded" else "equal"
     if result["verified"] or equal:
-        said = f"losses equal at steps {step_ranges(equal)}" + ("" if result["verified"] else ", then differ")
+        said = f"losses {agree} at steps {step_ranges(equal)}" + ("" if result["verified"] else ", then differ")
     else:
         said = "its loss already differs"
     console.print(f"resume {verdict}: first resumed step {result['first_resumed_step']}, {said}")

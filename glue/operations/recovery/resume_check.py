@@ -83,6 +83,38 @@ def check_resume(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]],
     return ResumeCheck(True, first, compared)
 
 
+def check_resharded(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]], ckpt: int | None,
+                    upto: int, rel_tolerance: float) -> ResumeCheck:
+    """The check of a resume at another world size, where a bitwise comparison cannot hold: each rank now
+    sees other samples of each step. The first resumed step must be ckpt + 1 and start at exactly the
+    global data position the lost run had reached (the trainer's `data` field, e.g. tiny_gpt's
+    `epoch:global sample`); losses must agree within `rel_tolerance` of their size."""
+    if not new:
+        return ResumeCheck(False, None, problem="the resumed attempt reported no steps")
+    first = min(new)
+    want = (ckpt or 0) + 1
+    if first != want:
+        return ResumeCheck(False, first, problem=f"first resumed step {first} != checkpoint step {ckpt} + 1")
+    before, after = (old.get(first) or {}).get("data"), new[first].get("data")
+    if before is None or after is None:
+        return ResumeCheck(False, first, problem=f"step {first} has no data position in the "
+                                                 f"{'old' if before is None else 'new'} metrics (the trainer reports "
+                                                 "none: report data='<epoch>:<global sample>' with each step)")
+    if before != after:
+        return ResumeCheck(False, first, problem=f"the resumed run starts step {first} at data position {after}, "
+                                                 f"the lost run was at {before}")
+    compared: list[int] = []
+    for step in range(want, upto + 1):
+        if step not in old or step not in new:
+            continue  # steps differ in size after the change; what both have is compared
+        a, b = float(old[step]["loss"]), float(new[step]["loss"])
+        if not (math.isfinite(a) and math.isfinite(b)) or abs(a - b) > rel_tolerance * max(abs(a), abs(b)):
+            return ResumeCheck(False, first, compared, f"loss at step {step} is {b!r} after the resume, {a!r} "
+                                                       f"before the failure (relative tolerance {rel_tolerance})")
+        compared.append(step)
+    return ResumeCheck(True, first, compared)
+
+
 def check_all_ranks(store: RunStore, old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]],
                     failed_attempt: int, new_attempt: int, world_size: int, ckpt: int | None, upto: int,
                     tolerance: float, finished_before: bool) -> ResumeCheck:
@@ -110,3 +142,14 @@ def step_ranges(steps: list[int]) -> str:
     if not steps:
         return "none (no overlapping steps)"
     return f"{steps[0]}..{steps[-1]}" if len(steps) > 1 else str(steps[0])
+
+
+def resume_check_text(rec: dict[str, Any]) -> str:
+    """Which resume check a recovery applied and what it found, in words (the report and `glue status`)."""
+    check = rec.get("resume_check") or {}
+    kind = check.get("kind") or ("tolerance" if rec.get("tolerance") else "exact")
+    how = {"exact": "bitwise: losses equal", "tolerance": f"losses within {rec.get('tolerance')}",
+           "resharded": f"resharded, world size {check.get('world_size_before')} -> {check.get('world_size')}: "
+                        f"data position exact, losses within {check.get('tolerance')} of their size"}.get(kind, kind)
+    verdict = "verified" if rec.get("verified") else f"NOT verified ({rec.get('problem')})"
+    return f"attempt {rec.get('failed_attempt')} -> {rec.get('new_attempt')}: {verdict}; check {how}"

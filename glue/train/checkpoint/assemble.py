@@ -25,8 +25,6 @@ def reshards(c: Component, commit: Commit, world_size: int) -> bool:
 
 def wanted(components: Mapping[str, Component], commit: Commit, rank: int, world_size: int) -> dict[str, str]:
     """object key -> component name, for the objects this rank deserializes from `commit`."""
-    if commit.sharded:
-        from glue.train.checkpoint import sharded_load  # noqa: F401  (allows DCP's metadata in torch.load)
     out: dict[str, str] = {}
     for c in components.values():
         if c.name in commit.sharded or reshards(c, commit, world_size):

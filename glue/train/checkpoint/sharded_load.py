@@ -24,14 +24,20 @@ from torch.futures import Future
 from glue.train.checkpoint.sharded_save import rank_of_entry
 from glue.train.errors import CheckpointError, StateMismatchError
 
-# What DCP's metadata is made of: allowed for torch.load(weights_only=True) of the metadata object.
-METADATA_GLOBALS: list[Any] = [
-    md.Metadata, md.TensorStorageMetadata, md.BytesStorageMetadata, md.ChunkStorageMetadata,
-    md.TensorProperties, md.MetadataIndex, md.StorageMeta, md._MEM_FORMAT_ENCODING, torch.Size,
-]
-# Process-wide (torch keeps one list): the metadata is deserialized on the restore's loader thread, where a
-# safe_globals() context entered here would not apply. These are plain records of shapes and offsets.
-torch.serialization.add_safe_globals(METADATA_GLOBALS)
+
+def decode(raw: Mapping[str, Any]) -> md.Metadata:
+    """DCP metadata from the plain form glue.train.checkpoint.sharded_save.encode writes."""
+    state: dict[str, Any] = {}
+    for fqn, meta in raw["tensors"].items():
+        if meta is None:
+            state[fqn] = md.BytesStorageMetadata()
+            continue
+        chunks = [md.ChunkStorageMetadata(torch.Size(off), torch.Size(size)) for off, size in meta["chunks"]]
+        props = md.TensorProperties(dtype=getattr(torch, str(meta["dtype"])))
+        state[fqn] = md.TensorStorageMetadata(props, torch.Size(meta["size"]), chunks)
+    where = {md.MetadataIndex(fqn, None if off is None else torch.Size(off)): key for fqn, off, key in raw["where"]}
+    return md.Metadata(state, planner_data={fqn: tuple(path) for fqn, path in raw["paths"].items()},
+                       storage_data=where)
 
 
 class _ChunkReader(StorageReader):
@@ -154,7 +160,7 @@ def merged(name: str, parts: Mapping[int, md.Metadata]) -> md.Metadata:
 def load(name: str, live: Any, parts: Mapping[int, Mapping[str, Any]]) -> Any:
     """The saved state (each saving rank's {"metadata", "chunks"}) resharded onto `live`'s layout. No
     collective: every rank holds every rank's chunks, so each loads its own shards by itself."""
-    metadata = merged(name, {rank: part["metadata"] for rank, part in parts.items()})
+    metadata = merged(name, {rank: decode(part["metadata"]) for rank, part in parts.items()})
     chunks = {rank: part["chunks"] for rank, part in parts.items()}
     check_fits(name, live, metadata)
     state = {name: template_of(live)}

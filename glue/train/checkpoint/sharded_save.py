@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
 from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
@@ -43,8 +43,24 @@ class Staged:
     metadata: Metadata
 
     def as_state(self) -> dict[str, Any]:
-        """What is saved as this rank's object."""
-        return {"metadata": self.metadata, "chunks": self.chunks}
+        """What is saved as this rank's object: plain values only (weights_only loading, any Python)."""
+        return {"metadata": encode(self.metadata), "chunks": self.chunks}
+
+
+def encode(metadata: Metadata) -> dict[str, Any]:
+    """DCP metadata as plain lists, strings and numbers. Pickled as is it would carry DCP's classes, whose
+    pickled form depends on the Python version (3.12 pickles an enum through getattr, which torch's
+    weights_only loader refuses)."""
+    tensors: dict[str, Any] = {}
+    for fqn, meta in metadata.state_dict_metadata.items():
+        if isinstance(meta, TensorStorageMetadata):
+            tensors[fqn] = {"dtype": str(meta.properties.dtype).removeprefix("torch."), "size": list(meta.size),
+                            "chunks": [[list(c.offsets), list(c.sizes)] for c in meta.chunks]}
+        else:
+            tensors[fqn] = None  # a non-tensor value, saved as bytes
+    where = [[i.fqn, None if i.offset is None else list(i.offset), key] for i, key in metadata.storage_data.items()]
+    paths = {fqn: list(path) for fqn, path in (metadata.planner_data or {}).items()}
+    return {"tensors": tensors, "where": where, "paths": paths}
 
 
 class _HostWriter(StorageWriter):

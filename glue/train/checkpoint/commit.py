@@ -133,6 +133,33 @@ def write_step(
     )
 
 
+def commit_files(st: Storage, step: int, component: str, files: list[tuple[str, bytes]],
+                 io_pool: ThreadPoolExecutor, timings: dict[str, Any]) -> Commit:
+    """The protocol for raw files (a sealed framework checkpoint folder), written by one process: each
+    file put as is under its key, every one read back and checked, COMMIT.json written last."""
+    import hashlib
+
+    clock = _Clock(timings)
+    with clock.step("prepare"):
+        _retract(st, step, 0)
+    prefix = step_prefix(step)
+    refs: list[ObjectRef] = []
+    with clock.step("upload"):
+        for key, data in files:
+            refs.append(ObjectRef(key, len(data), hashlib.sha256(data).hexdigest()))
+        for _ in io_pool.map(lambda kd: st.put(prefix + kd[0], kd[1]), files):
+            pass
+    commit = Commit(step=step, created_at=iso(utc_now()), world_size=1, components={component: refs})
+    with clock.step("verify"):
+        _read_back(st, step, commit, io_pool)
+    with clock.step("commit"):
+        _drop_strays(st, step, commit)
+        timings["bytes"] = sum(r.size for r in refs)
+        commit.timings = timings
+        _write_commit(st, step, commit)
+    return commit
+
+
 def _retract(st: Storage, step: int, rank: int) -> None:
     """Re-saving a step: its COMMIT.json goes before any of its objects change (rank 0 owns it)."""
     if rank == 0 and COMMIT in list_step(st, step):

@@ -36,7 +36,8 @@ from glue.train.utc import iso, utc_now
 FORMAT = "gpukit-ckpt/1"
 # COMMIT.json's list of the rank parts; the field's name is part of format gpukit-ckpt/1.
 _RANK_PARTS_FIELD = "rank_manifests"
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# A key within the step directory: a name, or (a sealed framework folder's files) a path of such names.
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*(/[A-Za-z0-9][A-Za-z0-9_.=+-]*)*$")
 READ_DEPTH = 2  # objects a deep validation downloads at once
 # The objects' names on the target are glue.train.layout's (here too: the checkpoint modules use them).
 object_key = layout.checkpoint_object_key

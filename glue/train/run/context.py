@@ -32,6 +32,7 @@ from typing import Any
 
 from glue.train.checkpoint.checkpointer import Checkpointer
 from glue.train.checkpoint.fence import FencedStorage
+from glue.train.checkpoint.sealed import FolderCheckpoints
 from glue.train.errors import StorageError
 from glue.train.layout import carried_metrics_key, error_key, heartbeat_key, metrics_key, notice_key, run_uri
 from glue.train.run import process_group as group
@@ -172,6 +173,28 @@ class RunContext:
         self._notice.install()  # on top of the checkpointer's SIGTERM flush: the notice saves at the step
         return ck
 
+    def folder_checkpoints(self, **kwargs: Any) -> FolderCheckpoints:
+        """Sealed framework checkpoints (glue.train.integrations) on the run's checkpoint target, fenced
+        like the checkpointer: a replaced attempt never commits."""
+        kw: dict[str, Any] = {"keep_last": self.keep_last}
+        target = self._direct(self.checkpoint_target)
+        if target.startswith("s3://"):
+            kw.update(endpoint_url=self.endpoint, credentials=self._creds, region=self.region)
+        kw.update(kwargs)
+        sealed = FolderCheckpoints(target, **kw)
+        sealed.storage = FencedStorage(sealed.storage, self.store, self.run, self.attempt)
+        self._notice.install()
+        return sealed
+
+    def notice_pending(self) -> bool:
+        """A termination notice is pending (agreed by every rank): the trainer should save now and stop."""
+        return self._notice_agreed()
+
+    def exit_after_notice(self, step: int, saved: bool) -> None:
+        """After the trainer saved (or could not) on a notice: record it, publish this step, exit PREEMPTED_EXIT."""
+        self._flush_metrics()  # the steps up to the save are in the bucket before we go
+        self._finish_notice(self._notice_record(step), step if saved else None)
+
     # -- per step ------------------------------------------------------------------------------
     def step(self, step: int, loss: float, **extra: Any) -> None:
         """Record one completed step (cheap: no I/O on the training thread). A pending termination notice
@@ -202,8 +225,7 @@ class RunContext:
                 return bool(flag.item())
         return pending
 
-    def _stop_on_notice(self, step: int) -> None:
-        """Save at this step (blocking: committed before we go), record the notice, exit PREEMPTED_EXIT."""
+    def _notice_record(self, step: int) -> dict[str, Any]:
         seen = self._notice.seen_at
         rec: dict[str, Any] = {
             "run": self.run, "attempt": self.attempt, "rank": self.rank, "restart": self.restart, "vm": self.vm,
@@ -212,13 +234,22 @@ class RunContext:
             "step": step, "saved_step": None, "saved_at": None,
         }
         self._put_notice(rec)  # first: evidence even when the VM goes before the save commits
+        return rec
+
+    def _stop_on_notice(self, step: int) -> None:
+        """Save at this step (blocking: committed before we go), record the notice, exit PREEMPTED_EXIT."""
+        rec = self._notice_record(step)
         if self._ckpt is not None:
             self._ckpt.save(step, blocking=True)
-            rec.update(saved_step=step, saved_at=iso(utc_now()))
+        self._finish_notice(rec, step if self._ckpt is not None else None)
+
+    def _finish_notice(self, rec: dict[str, Any], saved_step: int | None) -> None:
+        if saved_step is not None:
+            rec.update(saved_step=saved_step, saved_at=iso(utc_now()))
             self._put_notice(rec)
         self._flush_metrics()
         self._write_heartbeat()
-        log.warning("termination notice (%s): checkpoint at step %s, exiting %d", rec["source"], step,
+        log.warning("termination notice (%s): checkpoint at step %s, exiting %d", rec["source"], saved_step,
                     PREEMPTED_EXIT)
         raise SystemExit(PREEMPTED_EXIT)
 

@@ -1,0 +1,89 @@
+"""Hugging Face Trainer through glue.train.integrations.hf: its checkpoint folders sealed into the target,
+a new machine (empty output_dir) resumes from the newest valid one (a torn newer one skipped with an
+incident) and continues with per-step losses bitwise equal to the uninterrupted run (CPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.integration.test_ckpt_toy import fresh_context
+
+STEPS, EVERY = 12, 4
+
+
+def _train(target: str, output_dir: str, out: str, resume: bool) -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    from glue.train.integrations.hf import GlueCallback, resume_checkpoint
+
+    class Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+        def __init__(self) -> None:
+            self.x = torch.randint(0, 64, (96, 16), generator=torch.Generator().manual_seed(0))
+
+        def __len__(self) -> int:
+            return len(self.x)
+
+        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+            return {"input_ids": self.x[i], "labels": self.x[i]}
+
+    torch.manual_seed(0)  # a random-weight model from a config: nothing downloaded
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=1, n_head=2))
+    args = TrainingArguments(output_dir=output_dir, max_steps=STEPS, per_device_train_batch_size=8, save_steps=EVERY,
+                             logging_steps=1, report_to=[], use_cpu=True, seed=0, disable_tqdm=True)
+    callback = GlueCallback(target=target)
+    start = resume_checkpoint(callback, output_dir) if resume else None
+    Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[callback]).train(resume_from_checkpoint=start)
+    Path(out).write_text(json.dumps({"losses": callback.losses, "start": start}))
+
+
+def _run(target: Path, output_dir: Path, out: Path, resume: bool) -> dict[str, Any]:
+    p = fresh_context().Process(target=_train, args=(str(target), str(output_dir), str(out), resume))
+    p.start()
+    p.join(300)
+    assert p.exitcode == 0
+    result: dict[str, Any] = json.loads(out.read_text())
+    result["losses"] = {int(k): v for k, v in result["losses"].items()}
+    return result
+
+
+@pytest.mark.timeout(600)
+def test_a_new_machine_resumes_the_trainer_from_the_newest_valid_sealed_checkpoint(tmp_path: Path) -> None:
+    target = tmp_path / "bucket"
+    ref = _run(target, tmp_path / "vm1", tmp_path / "ref.json", resume=False)
+    assert sorted(ref["losses"]) == list(range(1, STEPS + 1))
+    steps = sorted(int(p.name.removeprefix("step-")) for p in (target / "ckpt").iterdir())
+    assert steps == [8, 12]  # keep_last=2: step 4 pruned after 12 committed
+    commit = json.loads((target / "ckpt" / "step-8" / "COMMIT.json").read_text())
+    local = tmp_path / "vm1" / "checkpoint-8"
+    files = {o["key"]: o for o in commit["components"]["files"]}
+    assert {k.removeprefix("files/") for k in files if k.startswith("files/")} == \
+        {p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()}
+    for key, o in files.items():
+        assert (target / "ckpt" / "step-8" / key).stat().st_size == o["size"]
+
+    # The newest one is torn (a file cut short): skipped with an incident, the resume starts from step 8.
+    torn = target / "ckpt" / "step-12" / "files" / "model.safetensors"
+    torn.write_bytes(torn.read_bytes()[:100])
+    again = _run(target, tmp_path / "vm2", tmp_path / "again.json", resume=True)
+    assert again["start"] == str(tmp_path / "vm2" / "checkpoint-8")
+    assert again["losses"] == {s: ref["losses"][s] for s in range(9, STEPS + 1)}
+    incidents = [json.loads(p.read_text()) for p in (target / "incidents").iterdir()]
+    assert [(i["class"], i["step"], i["fell_back_to"]) for i in incidents] == [("ckpt_corrupt", 12, 8)]
+    assert "files/model.safetensors" in incidents[0]["object"]
+
+
+def test_an_unsupported_transformers_version_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+
+    from glue.train.errors import CheckpointError
+    from glue.train.integrations import hf
+
+    monkeypatch.setattr(transformers, "__version__", "4.20.1")
+    with pytest.raises(CheckpointError, match=r"^transformers 4.20.1 is not supported by gpukit's Trainer "
+                                              r"integration: use 4.46 or newer$"):
+        hf._trainer_callback()

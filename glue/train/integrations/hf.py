@@ -64,7 +64,7 @@ class GlueCallback(_trainer_callback()):  # type: ignore[misc]
         if logs and "loss" in logs and "train_runtime" not in logs:
             self.losses[state.global_step] = float(logs["loss"])
             if self.ctx is not None:
-                self.ctx.step(state.global_step, float(logs["loss"]))
+                self.ctx.record_step(state.global_step, float(logs["loss"]))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.ctx is not None and self.ctx.notice_pending():

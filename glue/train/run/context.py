@@ -200,6 +200,13 @@ class RunContext:
         """Record one completed step (cheap: no I/O on the training thread). A pending termination notice
         is acted on here: checkpoint at this step, exit PREEMPTED_EXIT. Under torchrun every rank calls
         this at every step (each records its own metrics), so the ranks agree on the notice here."""
+        self.record_step(step, loss, **extra)
+        if self._notice_agreed():
+            self._stop_on_notice(step)
+
+    def record_step(self, step: int, loss: float, **extra: Any) -> None:
+        """step() without acting on a notice: for a framework integration that saves through the framework
+        (it asks notice_pending() itself, then exit_after_notice())."""
         now = utc_now()
         rec = {"step": step, "loss": loss, "t": iso(now), "attempt": self.attempt, "rank": self.rank,
                "restart": self.restart, **extra}
@@ -208,8 +215,6 @@ class RunContext:
             self._metrics.append(json.dumps(rec))
         if step == self._hold_at:
             self._hold()
-        if self._notice_agreed():
-            self._stop_on_notice(step)
 
     def _notice_agreed(self) -> bool:
         """The notice, agreed by every rank (one rank's notice stops all at the same step: a checkpoint

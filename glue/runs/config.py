@@ -137,6 +137,9 @@ class RecoverySpec(_Strict):
     backoff_max_seconds: Annotated[float, Field(ge=0, le=7 * 24 * 3600)] = 300.0
     deadline_hours: Annotated[float, Field(gt=0, le=24 * 365)] | None = None
     keep_failed: StrictBool = False
+    # A multi-VM run whose lost VMs cannot be replaced (no capacity) continues on its surviving VMs when at
+    # least this many are left (glue recover --nodes; the checkpoint restores at the smaller world size).
+    min_nodes: Annotated[StrictInt, Field(ge=1, le=10_000)] | None = None
 
     @field_validator("backoff_seconds", "backoff_max_seconds", "deadline_hours", mode="before")
     @classmethod

@@ -351,8 +351,8 @@ class Watcher:
             st.save(store)
 
         try:
-            result = recover_mod.recover(self.home, store.run, self.console, tolerance=self.tolerance,
-                                         keep_failed=keep, on_started=on_started)
+            result = recover_mod.recover_within(self.home, store.run, self.console, rc.recovery.min_nodes,
+                                                tolerance=self.tolerance, keep_failed=keep, on_started=on_started)
         except recover_mod.BadRestart as exc:  # recovered, but the resume is wrong: not a failed recovery
             new = int(exc.result["new_attempt"])
             st.resume_plan = None

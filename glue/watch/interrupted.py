@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from glue.operations.recovery import phases
-from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, merged_metrics
+from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, check_resharded, merged_metrics
 from glue.runs.store import RunStore, utc_iso
 
 
@@ -30,9 +30,14 @@ def check(store: RunStore, plan: dict[str, Any],
     failed, new = int(plan["failed_attempt"]), int(plan["new_attempt"])
     ckpt, failure_step = plan.get("checkpoint_step"), int(plan["failure_step"])
     old = merged_metrics(store, failed + 1)
-    verdict = check_all_ranks(store, old, steps, failed, new, int(plan.get("world_size") or 1), ckpt,
-                              min(int(plan["upto"]), failure_step), float(plan.get("tolerance") or 0.0),
-                              bool(plan.get("finished_before")))
+    resume_check = plan.get("resume_check") or {}
+    if resume_check.get("kind") == "resharded":  # the attempt runs on fewer VMs (recovery.min_nodes)
+        verdict = check_resharded(old, steps, ckpt, min(int(plan["upto"]), failure_step),
+                                  float(resume_check.get("tolerance") or 0.1))
+    else:
+        verdict = check_all_ranks(store, old, steps, failed, new, int(plan.get("world_size") or 1), ckpt,
+                                  min(int(plan["upto"]), failure_step), float(plan.get("tolerance") or 0.0),
+                                  bool(plan.get("finished_before")))
     first_t = steps[min(steps)]["t"] if steps else None
     reach_t = steps.get(failure_step, {}).get("t")
     result = {
@@ -46,7 +51,7 @@ def check(store: RunStore, plan: dict[str, Any],
                                                      old.get(failure_step, {}).get("t")) if ckpt else None},
         "verified": verdict.ok, "first_resumed_step": verdict.first_step, "compared_steps": verdict.compared,
         "problem": verdict.problem, "tolerance": plan.get("tolerance"), "recorded_at": utc_iso(),
-        "kept_vm": None, "interrupted": True,
+        "kept_vm": None, "interrupted": True, "resume_check": resume_check or None,
     }
     phases.record(store, result)
     return verdict, result

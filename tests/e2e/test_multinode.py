@@ -187,3 +187,36 @@ def test_a_sharded_two_node_run_loses_a_vm_and_continues_on_one(cluster_kit: Kit
         assert "check resharded, world size 2 -&gt; 1" in (tmp_path / "r.html").read_text()
     finally:
         kit.glue("up", "--vms", "2", timeout=600)  # the shared cluster gets its second VM back
+
+
+@pytest.mark.timeout(600)
+def test_watch_continues_a_group_on_its_survivor_when_no_vm_is_free(cluster_kit: Kit, tmp_path: Path) -> None:
+    """recovery.min_nodes: node 1's VM is lost and the backend has no capacity for another
+    (GPUKIT_LOCAL_CAPACITY=1, as a cloud with no free GPU): `glue watch`'s recovery cannot replace it, so the
+    run continues on gpukit-1 from its sharded checkpoint, resharded and checked as such."""
+    kit, fast = cluster_kit, here(cluster_kit)
+    client = s3(fast)
+    cfg = run_config(tmp_path, config={"steps": 30, "checkpoint_interval": 10, "parallel": "fsdp", "step_sleep": 0.3},
+                     checkpoint={"interval_steps": 10}, recovery={"min_nodes": 1})
+    kit.glue("deploy", "--run", "wshard", "--config", str(cfg), "--nodes", "2")
+    wait_beat(client, "wshard", lambda b: (b.get("step") or 0) >= 13)
+    LocalBackend(kit.home).delete_vm(vm_id(fast, "gpukit-2"))
+    deadline = time.monotonic() + 90
+    while (st := status(fast, "wshard"))["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(1)
+    assert st["state"] == "vm_lost", st
+    try:
+        out = kit.glue("watch", "--run", "wshard", "--once", env={**kit.env, "GPUKIT_LOCAL_CAPACITY": "1"},
+                       timeout=500, check=False)
+        said = " ".join((out.stdout + out.stderr).split())
+        assert out.returncode == 0, said
+        assert "no capacity" in said and "continuing on the 1 surviving of 2 VMs (recovery.min_nodes 1)" in said, said
+        rec = get_json(client, "runs/wshard/recoveries/1.json")
+        assert rec["verified"] and rec["resume_check"]["kind"] == "resharded" and rec["world_size"] == 1, rec
+        deadline = time.monotonic() + 180
+        while (st := status(fast, "wshard"))["state"] != "completed":
+            assert time.monotonic() < deadline, st
+            time.sleep(1)
+        assert sorted(losses(kit, "wshard", 0)) == list(range(1, 31))
+    finally:
+        kit.glue("up", "--vms", "2", timeout=600)

@@ -35,6 +35,8 @@ IMAGE = "gpukit"
 # The VM's size: a CPU quota and a memory limit on its cgroup (unset: unlimited). Terraform variables
 # `cpu` / `memory_gb`, as on the clouds; a change replaces the VMs.
 SIZE_ENV = {"cpu": ("GPUKIT_VM_CPUS", 256), "memory_gb": ("GPUKIT_VM_MEMORY_GB", 4096)}
+# A cloud without capacity, on this machine: at most this many VMs exist at once (unset: no limit).
+CAPACITY_ENV = "GPUKIT_LOCAL_CAPACITY"
 NOTICE_DIR, _, NOTICE_NAME = DEFAULT_NOTICE_FILE.rpartition("/")
 _spawn_lock = threading.Lock()  # terraform creates VMs in parallel: one port pick + spawn at a time
 
@@ -92,6 +94,7 @@ class LocalBackend:
         if spec.gpu_type != "none" or spec.gpu_count:
             raise GlueError("the local backend has no GPUs: set gpu_type = \"none\" and gpu_count = 0")
         nspawn.check_tools()
+        self._check_capacity()
         vm_id = f"{spec.name}-{secrets.token_hex(4)}"
         vm_dir = self._vm_dir(vm_id)
         vm_dir.mkdir(parents=True)
@@ -100,6 +103,17 @@ class LocalBackend:
         except BaseException:
             self._teardown(vm_dir)
             raise
+
+    def _check_capacity(self) -> None:
+        raw = os.environ.get(CAPACITY_ENV, "").strip()
+        if not raw:
+            return
+        if not raw.isdigit():
+            raise GlueError(f"{CAPACITY_ENV}={raw!r}: use a whole number of VMs, or unset it for no limit")
+        have = len(list(self.vms_dir.iterdir())) if self.vms_dir.is_dir() else 0
+        if have >= int(raw):
+            raise GlueError(f"no capacity: {have} local VMs exist and {CAPACITY_ENV}={raw} (as a cloud with no "
+                            "free machine answers)")
 
     def _boot(self, vm_id: str, vm_dir: Path, spec: VMSpec) -> VMRecord:
         image = self.image()

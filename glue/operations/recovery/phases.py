@@ -216,6 +216,13 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
     return hosts, [h.name for h, nd in zip(hosts, nodes, strict=True) if h.id != nd["vm_id"]]
 
 
+def alive(home: Path, attempt: dict[str, Any]) -> list[Host]:
+    """The attempt's VMs that are still there and answer, in node order."""
+    backend = get_backend(current.ClusterConfig.load(home).backend, home)
+    return [h for h in (monitor.host_for(home, nd) for nd in monitor.nodes_of(attempt))
+            if h is not None and backend.read_vm(h.id) is not None and ssh.reachable(home, h)]
+
+
 def survivors(home: Path, failure: Failure, nodes: int) -> list[Host]:
     """`glue recover --nodes M` on fewer VMs: the first M of the attempt's VMs that are still there and
     answer (node order), for a group whose lost VMs cannot be replaced. Nothing is provisioned."""
@@ -223,14 +230,12 @@ def survivors(home: Path, failure: Failure, nodes: int) -> list[Host]:
     if nodes > len(attempt_nodes):
         raise GlueError(f"--nodes {nodes}: the run ran on {len(attempt_nodes)} VM(s); a recovery continues it on "
                         "as many or fewer, never more")
-    backend = get_backend(current.ClusterConfig.load(home).backend, home)
-    alive = [h for h in (monitor.host_for(home, nd) for nd in attempt_nodes)
-             if h is not None and backend.read_vm(h.id) is not None and ssh.reachable(home, h)]
-    if len(alive) < nodes:
-        raise GlueError(f"--nodes {nodes}: only {len(alive)} of the run's {len(attempt_nodes)} VMs are alive "
-                        f"({', '.join(h.name for h in alive) or 'none'}); use --nodes {len(alive)} or fewer, or "
+    live = alive(home, failure.attempt)
+    if len(live) < nodes:
+        raise GlueError(f"--nodes {nodes}: only {len(live)} of the run's {len(attempt_nodes)} VMs are alive "
+                        f"({', '.join(h.name for h in live) or 'none'}); use --nodes {len(live)} or fewer, or "
                         "recover without --nodes to replace the lost ones")
-    return alive[:nodes]
+    return live[:nodes]
 
 
 # -- configure ----------------------------------------------------------------------------------------

@@ -66,6 +66,35 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
                         wait_timeout, keep_failed, on_started, nodes, reshard_tolerance)
 
 
+def recover_within(home: Path, run_id: str, console: Console, min_nodes: int | None, **kwargs: Any) -> dict[str, Any]:
+    """`glue watch`'s recovery: as `recover`; when that fails before a new attempt started (a lost VM
+    that cannot be replaced: no capacity) and the run allows it (recovery.min_nodes), the run continues
+    on its surviving VMs, if at least min_nodes of them are left."""
+    started: list[dict[str, Any]] = []
+    told = kwargs.pop("on_started", None)
+
+    def on_started(plan: dict[str, Any]) -> None:
+        started.append(plan)
+        if told is not None:
+            told(plan)
+
+    try:
+        return recover(home, run_id, console, on_started=on_started, **kwargs)
+    except BadRestart:
+        raise
+    except GlueError as exc:
+        if started or min_nodes is None:
+            raise
+        store = RunStore.open(home, run_id)
+        attempt = store.attempt(store.attempts()[-1])
+        total, live = len(monitor.nodes_of(attempt)), len(phases.alive(home, attempt))
+        if not min_nodes <= live < total:
+            raise
+        console.print(f"[yellow]{run_id}[/]: {exc}; continuing on the {live} surviving of {total} VMs "
+                      f"(recovery.min_nodes {min_nodes})")
+        return recover(home, run_id, console, on_started=on_started, nodes=live, **kwargs)
+
+
 def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Console, force: bool,
              from_scratch: bool, same_vm: bool, verify_steps: int, tolerance: float,
              wait_timeout: float, keep_failed: bool,
@@ -107,8 +136,11 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
         phases.record_group(store, manifest, group, failure.number + 1)
     new_n = failure.number + 1
     upto = max((lost.ckpt or 0) + verify_steps, lost.failure_step)
+    check = {"kind": "resharded" if group.world_size != lost.group.world_size else "exact" if not tolerance
+             else "tolerance", "world_size_before": lost.group.world_size, "world_size": group.world_size,
+             "tolerance": reshard_tolerance if group.world_size != lost.group.world_size else tolerance}
     if on_started is not None:
-        on_started(plan(failure, lost, started, upto, tolerance, timed))
+        on_started({**plan(failure, lost, started, upto, tolerance, timed), "resume_check": check})
     with console.status(f"[bold]restore + replay[/]: waiting for attempt {new_n} to pass step {upto} …"):
         new_metrics = phases.replay(store, new_n, upto, wait_timeout)
     verdict = phases.check(store, lost, failure, new_metrics, upto, tolerance, group, reshard_tolerance)
@@ -128,9 +160,6 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
     kept_names = {h.name for h in hosts}
     lost_node = next((nd for nd in nodes if nd["vm"] in replaced or nd["vm"] not in kept_names), nodes[0])
     new_host = next((h for h in hosts if h.name == lost_node["vm"]), hosts[0])
-    check = {"kind": "resharded" if group.world_size != lost.group.world_size else "exact" if not tolerance
-             else "tolerance", "world_size_before": lost.group.world_size, "world_size": group.world_size,
-             "tolerance": reshard_tolerance if group.world_size != lost.group.world_size else tolerance}
     result = {
         "run": run_id, "failed_attempt": failure.number, "new_attempt": new_n, "failure_class": str(failure.outcome),
         "old_vm": {"name": lost_node["vm"], "id": lost_node["vm_id"]},

@@ -64,6 +64,12 @@ SIDE_LANE = frozenset({
     "tests/integration/test_ckpt_mount.py",
     "tests/integration/test_restore_pipeline.py",
     "tests/integration/test_bucket_reads.py",
+    # Sharded checkpoints (ranks on gloo, kill -9 at hold points) and the framework integrations: CPU-bound
+    # library tests, no VM, no timing.
+    "tests/integration/test_ckpt_sharded.py",
+    "tests/integration/test_ckpt_sharded_kill.py",
+    "tests/integration/test_hf_trainer.py",
+    "tests/integration/test_lightning_trainer.py",
 })
 # The unit tests too (~100 s, no VMs): after the qemu e2e they keep the side lane busy while the serial
 # lane, the longer one, goes on.

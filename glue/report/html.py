@@ -215,7 +215,8 @@ def build(f: RunFacts) -> str:
             ["reference run", escape(str(d.get("ref_run")))], ["VM destroyed at step", str(d.get("destroyed_at"))],
             ["resumed from checkpoint", str((d.get("recovery") or {}).get("checkpoint_step"))],
             ["per-step losses compared", str(d.get("compared_steps"))],
-            ["final tensors compared", str(d.get("compared_tensors"))], ["verdict", ok]])
+            ["final tensors compared", str(d.get("compared_tensors"))],
+            ["check applied", escape(str(d.get("check") or "bitwise (same world size)"))], ["verdict", ok]])
     gaps, gap_rows = gaps_chart(f)
     incidents = _table([[escape(str(i.get("detected_at") or i.get("at") or "")), escape(str(i.get("attempt", ""))),
                          escape(str(i.get("class", ""))), escape(str(i.get("reason") or i.get("what") or ""))[:200]]

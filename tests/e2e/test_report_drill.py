@@ -76,6 +76,7 @@ def test_drill_report_opens_in_chromium_with_every_chart_and_judges_the_run(clus
 
     res = kit.glue("drill", "--run", "rep", "--config", str(cfg), "--kill-at", "15", check=False, timeout=900)
     assert res.returncode == 0, res.stderr
+    assert "check applied bitwise (same world size)" in " ".join(res.stderr.split()), res.stderr
     st = json.loads(fast.glue("status", "--run", "rep-drill1", "--json").stdout)
     verdict = st["verdict"]
     assert verdict["accepted"], verdict
@@ -91,6 +92,7 @@ def test_drill_report_opens_in_chromium_with_every_chart_and_judges_the_run(clus
     kit.glue("report", "--run", "rep-drill1", "--out", str(out))
     stored = client.get_object(Bucket="gpukit", Key="runs/rep-drill1/report.html")["Body"].read()
     assert stored == out.read_bytes()
+    assert "check bitwise: losses equal" in out.read_text()  # the recovery's resume check, by name
 
     dom = chromium("--dump-dom", out.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]

@@ -32,7 +32,8 @@ def _train(target: str, output_dir: str, out: str, resume: bool) -> None:
             return {"input_ids": self.x[i], "labels": self.x[i]}
 
     torch.manual_seed(0)  # a random-weight model from a config: nothing downloaded
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=1, n_head=2))
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=1, n_head=2,
+                                       bos_token_id=0, eos_token_id=0))
     args = TrainingArguments(output_dir=output_dir, max_steps=STEPS, per_device_train_batch_size=8, save_steps=EVERY,
                              logging_steps=1, report_to=[], use_cpu=True, seed=0, disable_tqdm=True)
     callback = GlueCallback(target=target)

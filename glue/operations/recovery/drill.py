@@ -49,6 +49,8 @@ class DrillResult:
     recovery: dict[str, Any] = field(default_factory=dict)
     compared_steps: int = 0
     compared_tensors: int = 0
+    # The drill recovers at the world size it ran at, so its check is always the exact one.
+    check: str = "bitwise (same world size): every loss, the final parameters and optimizer state equal"
 
 
 def _wait(home: Path, store: RunStore, pred: Callable[[monitor.Report], bool], what: str,
@@ -295,6 +297,7 @@ def print_result(console: Console, r: DrillResult) -> None:
         table.add_row("steps replayed", f"{r.destroyed_at - ckpt} ({ckpt + 1}..{r.destroyed_at})")
     table.add_row("per-step losses compared", str(r.compared_steps))
     table.add_row("final tensors compared", str(r.compared_tensors))
+    table.add_row("check applied", r.check)
     if r.first_bad_step is not None:
         table.add_row("first differing step", f"{r.first_bad_step} (lost: {r.component})")
     if r.first_bad_tensor:

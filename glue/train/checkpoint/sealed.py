@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from glue.train.checkpoint import invalid
 from glue.train.checkpoint.commit import IO_DEPTH, commit_files, prune
 from glue.train.checkpoint.format import CheckpointStatus, Commit, list_steps, validate_step
-from glue.train.errors import CheckpointError
+from glue.train.errors import CheckpointError, SaveFailedError
 from glue.train.storage import mount_config
 from glue.train.storage.s3_client import CredentialsCallback
 from glue.train.storage.target import Storage, open_target
@@ -52,13 +52,41 @@ class FolderCheckpoints:
                                               region=region)
         self.keep_last = keep_last
         self._io = ThreadPoolExecutor(max_workers=IO_DEPTH, thread_name_prefix="gpukit-seal")
+        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpukit-seal-commit")
+        self._inflight: tuple[int, Future[Commit]] | None = None
 
     def close(self) -> None:
-        self._io.shutdown(wait=True)
+        """Wait for a seal still in flight (raises if it failed), then stop the threads."""
+        try:
+            self.flush()
+        finally:
+            self._background.shutdown(wait=True)
+            self._io.shutdown(wait=True)
 
     def seal(self, step: int, path: str | os.PathLike[str]) -> Commit:
         """Make the folder (or single file) at `path` the checkpoint of `step`; returns its commit."""
-        src = Path(path)
+        self.flush()
+        return self._commit(step, self._read(Path(path)))
+
+    def seal_async(self, step: int, path: str | os.PathLike[str]) -> None:
+        """seal(), with only the reading of the files on the caller's thread (the framework may rotate
+        its folders away later): the upload, verify and commit run in the background. At most one is in
+        flight: the next seal waits for it and raises SaveFailedError if it failed."""
+        self.flush()
+        body = self._read(Path(path))
+        self._inflight = (step, self._background.submit(self._commit, step, body))
+
+    def flush(self) -> None:
+        """Until the seal in flight is committed; SaveFailedError if it failed."""
+        if self._inflight is None:
+            return
+        step, fut = self._inflight
+        self._inflight = None
+        exc = fut.exception()
+        if exc is not None:
+            raise SaveFailedError(step, exc) from exc
+
+    def _read(self, src: Path) -> list[tuple[str, bytes]]:
         if src.is_file():
             files = [(src.name, src)]
         elif src.is_dir():
@@ -69,9 +97,12 @@ class FolderCheckpoints:
             raise CheckpointError(f"nothing to seal at {src}: the folder is empty")
         body = [(f"{FILES}/{rel}", p.read_bytes()) for rel, p in files]
         body.append((NAME, json.dumps({"name": src.name, "file": src.is_file()}).encode()))
+        return body
+
+    def _commit(self, step: int, body: list[tuple[str, bytes]]) -> Commit:
         commit = commit_files(self.storage, step, FILES, body, self._io, {})
         prune(self.storage, step, keep_last=self.keep_last, stale_steps=set())
-        log.info("sealed %s as checkpoint step %d in %s", src, step, self.storage.describe())
+        log.info("sealed checkpoint step %d in %s", step, self.storage.describe())
         return commit
 
     def latest_valid(self) -> int | None:

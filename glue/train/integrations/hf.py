@@ -7,7 +7,8 @@
     trainer.train(resume_from_checkpoint=resume_checkpoint(callback, args.output_dir))
 
 On each save the Trainer's `checkpoint-<N>/` folder is sealed into the bucket (glue.train.checkpoint.sealed:
-every file with its size and sha256 in COMMIT.json, written last; keep_last pruning). At the start of an
+every file with its size and sha256 in COMMIT.json, written last; keep_last pruning): its files are read
+on the training thread, the upload and commit run in the background (the next save waits for it). At the start of an
 attempt `resume_checkpoint` downloads the newest valid one (torn ones skipped, each with an incident) into
 output_dir: a new VM's empty disk resumes from the bucket. Per-step losses go to the RunContext (so
 `glue recover` and `glue drill` can check the resume), and a termination notice makes the Trainer save,
@@ -75,9 +76,14 @@ class GlueCallback(_trainer_callback()):  # type: ignore[misc]
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero:
-            self.sealed.seal(state.global_step, folder)
+            # The files are read now; upload, verify and COMMIT.json run while training goes on.
+            self.sealed.seal_async(state.global_step, folder)
         if self._stopping and self.ctx is not None:
+            self.sealed.flush()
             self.ctx.exit_after_notice(state.global_step, saved=True)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.sealed.flush()  # the last checkpoint is committed before the run ends (or its failure raised)
 
 
 def resume_checkpoint(callback: GlueCallback, output_dir: str | Path) -> str | None:

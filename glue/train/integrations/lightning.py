@@ -68,7 +68,12 @@ class GlueCheckpointIO(_base("io")):  # type: ignore[misc]
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str],
                         storage_options: Any | None = None) -> None:
         super().save_checkpoint(checkpoint, path, storage_options)
-        self.sealed.seal(int(checkpoint["global_step"]), path)
+        # The file is read now; upload, verify and COMMIT.json run while training goes on.
+        self.sealed.seal_async(int(checkpoint["global_step"]), path)
+
+    def teardown(self) -> None:
+        self.sealed.flush()  # the last checkpoint is committed before fit() returns (or its failure raised)
+        super().teardown()
 
 
 class GlueCallback(_base("callback")):  # type: ignore[misc]
@@ -103,6 +108,9 @@ class GlueCallback(_base("callback")):  # type: ignore[misc]
             ckpt = next((c for c in trainer.checkpoint_callbacks if getattr(c, "dirpath", None)), None)
             folder = Path(ckpt.dirpath) if ckpt is not None else Path(trainer.default_root_dir)
             trainer.save_checkpoint(str(folder / f"notice-step={step}.ckpt"))  # sealed by GlueCheckpointIO
+            io = trainer.strategy.checkpoint_io
+            if isinstance(io, GlueCheckpointIO):
+                io.sealed.flush()
             self.ctx.exit_after_notice(step, saved=True)
 
 

@@ -88,3 +88,57 @@ def test_an_unsupported_transformers_version_is_one_line(monkeypatch: pytest.Mon
     with pytest.raises(CheckpointError, match=r"^transformers 4.20.1 is not supported by gpukit's Trainer "
                                               r"integration: use 4.46 or newer$"):
         hf._trainer_callback()
+
+
+NOTICE_TRAINER = """
+import os, signal, sys, torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
+from glue.train import RunContext
+from glue.train.integrations.hf import GlueCallback
+
+class Tokens(torch.utils.data.Dataset):
+    def __len__(self): return 96
+    def __getitem__(self, i):
+        x = torch.randint(0, 64, (16,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": x, "labels": x}
+
+class Terminate(TrainerCallback):  # the VM's notice: SIGTERM to the trainer, at the end of step 5
+    def on_step_end(self, args, state, control, **kw):
+        if state.global_step == 5:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+with RunContext.from_env() as ctx:
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=1, n_head=2,
+                                       bos_token_id=0, eos_token_id=0))
+    args = TrainingArguments(output_dir=sys.argv[1], max_steps=50, per_device_train_batch_size=8, save_steps=20,
+                             logging_steps=1, report_to=[], use_cpu=True, seed=0, disable_tqdm=True)
+    Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[Terminate(), GlueCallback(ctx)]).train()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_termination_notice_makes_the_trainer_save_seal_and_exit_preempted(local_bucket: Any,
+                                                                            tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    run, name = f"hf-notice-{uuid.uuid4().hex[:8]}", local_bucket.info.name
+    creds = tmp_path / "creds.json"
+    creds.write_text(json.dumps({"access_key": local_bucket.creds.access_key,
+                                 "secret_key": local_bucket.creds.secret_key}))
+    env = {**os.environ, "GPUKIT_RUN": run, "GPUKIT_ATTEMPT": "1", "GPUKIT_BUCKET_NAME": name,
+           "GPUKIT_BUCKET_ENDPOINT": local_bucket.info.endpoint, "GPUKIT_CREDENTIALS_FILE": str(creds),
+           "GPUKIT_CHECKPOINT": f"s3://{name}/runs/{run}", "GPUKIT_OUTPUTS": f"s3://{name}/runs/{run}/outputs",
+           "GPUKIT_NOTICE_FILE": str(tmp_path / "no-notice-file"), "PYTHONWARNINGS": "ignore"}
+    s3 = local_bucket.client()
+    s3.put_object(Bucket=name, Key=f"runs/{run}/attempts/1.json", Body=b'{"attempt": 1}')
+    proc = subprocess.run([sys.executable, "-c", NOTICE_TRAINER, str(tmp_path / "out")], env=env, text=True,
+                          capture_output=True, timeout=240)
+    assert proc.returncode == 75, proc.stderr[-3000:]  # PREEMPTED_EXIT: classed `preempted`
+    notice = json.loads(s3.get_object(Bucket=name, Key=f"runs/{run}/attempts/1.notice.rank0.json")["Body"].read())
+    assert notice["source"] == "SIGTERM" and notice["step"] == 5 and notice["saved_step"] == 5, notice
+    commit = json.loads(s3.get_object(Bucket=name, Key=f"runs/{run}/ckpt/step-5/COMMIT.json")["Body"].read())
+    assert "files/trainer_state.json" in {o["key"] for o in commit["components"]["files"]}

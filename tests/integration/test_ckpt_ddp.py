@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,16 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from glue.train import Checkpointer
-from tests.integration.test_ckpt_toy import S3Conn, fingerprint, fresh_context, make_toy, register, run
+from tests.integration.test_ckpt_toy import (
+    S3Conn,
+    fingerprint,
+    free_port,
+    fresh_context,
+    make_toy,
+    register,
+    run,
+    start_and_join,
+)
 
 M, N = 5, 11
 
@@ -56,24 +64,12 @@ def _worker(phase: str, rank: int, port: int, target: str, conn: S3Conn, out: st
     os._exit(0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _phase(phase: str, target: str, conn: S3Conn, tmp_path: Path) -> list[dict[str, Any]]:
     ctx = fresh_context()
-    port = _free_port()
+    port = free_port()
     outs = [str(tmp_path / f"{phase}-{r}.pt") for r in range(2)]
     procs = [ctx.Process(target=_worker, args=(phase, r, port, target, conn, outs[r])) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        if p.exitcode is None:
-            p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
+    assert start_and_join(procs, 120) == [0, 0]
     return [torch.load(o, weights_only=True) for o in outs]
 
 

@@ -3,8 +3,6 @@ was paused) commits nothing more and exits non-zero naming the newer attempt."""
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.integration.test_ckpt_toy import run_context_env
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINER = """
@@ -42,13 +42,7 @@ def _commits(s3: Any, bucket: str, run: str) -> set[int]:
 @pytest.mark.timeout(120)
 def test_replaced_trainer_never_commits_again(local_bucket: Any, tmp_path: Path) -> None:
     run, name = f"fence-{uuid.uuid4().hex[:8]}", local_bucket.info.name
-    creds = tmp_path / "creds.json"
-    creds.write_text(json.dumps({"access_key": local_bucket.creds.access_key,
-                                 "secret_key": local_bucket.creds.secret_key}))
-    env = {**os.environ, "GPUKIT_RUN": run, "GPUKIT_ATTEMPT": "1", "GPUKIT_BUCKET_NAME": name,
-           "GPUKIT_BUCKET_ENDPOINT": local_bucket.info.endpoint, "GPUKIT_CREDENTIALS_FILE": str(creds),
-           "GPUKIT_CHECKPOINT": f"s3://{name}/runs/{run}", "GPUKIT_OUTPUTS": f"s3://{name}/runs/{run}/outputs",
-           "GPUKIT_HEARTBEAT_SECONDS": "60", "PYTHONWARNINGS": "ignore"}
+    env = run_context_env(local_bucket, run, tmp_path, GPUKIT_HEARTBEAT_SECONDS="60")
     s3 = local_bucket.client()
     s3.put_object(Bucket=name, Key=f"runs/{run}/attempts/1.json", Body=b'{"attempt": 1}')
     proc = subprocess.Popen([sys.executable, "-c", TRAINER], cwd=ROOT, env=env, text=True,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import torch.distributed as dist
 
 from glue.examples import tiny_gpt
 from glue.train import Checkpointer, CheckpointError
-from tests.integration.test_ckpt_toy import S3Conn, fresh_context
+from tests.integration.test_ckpt_toy import S3Conn, free_port, fresh_context, start_and_join
 
 CFG = {"steps": 8, "checkpoint_interval": 4, "parallel": "fsdp", "corpus_chars": 5000, "seq_len": 16,
        "d_model": 32, "n_layer": 2, "n_head": 4, "batch_size": 8}
@@ -65,26 +64,14 @@ def _worker(rank: int, world: int, port: int, target: str, conn: S3Conn | None, 
         os._exit(0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _launch(world: int, target: str, tmp_path: Path, *, resume: bool, conn: S3Conn | None = None,
             **cfg: Any) -> list[dict[str, Any]]:
     ctx = fresh_context()
-    port = _free_port()
+    port = free_port()
     outs = [str(tmp_path / f"{uuid.uuid4().hex[:8]}-{r}.pt") for r in range(world)]
     procs = [ctx.Process(target=_worker, args=(r, world, port, target, conn, {**CFG, **cfg}, resume, outs[r]))
              for r in range(world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(180)
-        if p.exitcode is None:
-            p.kill()
-    assert [p.exitcode for p in procs] == [0] * world
+    assert start_and_join(procs, 180) == [0] * world
     return [torch.load(o, weights_only=False) for o in outs]
 
 

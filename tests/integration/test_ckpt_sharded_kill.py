@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from glue.train import Checkpointer, TrainState
 from glue.train.checkpoint import hold_point
 from glue.train.checkpoint.format import list_steps
 from glue.train.storage.folder import FileStorage
-from tests.integration.test_ckpt_toy import fresh_context
+from tests.integration.test_ckpt_toy import free_port, fresh_context
 
 K = 2
 CFG: dict[str, Any] = {"steps": 200, "checkpoint_interval": K, "parallel": "fsdp", "corpus_chars": 5000, "seq_len": 16,
@@ -89,9 +88,7 @@ def _rank(rank: int, port: int, target: str, progress: str, hold: tuple[str, str
 def _pair(target: str, progress: Path, *, hold: tuple[str, str] | None = None, reference: Path | None = None,
           step_sleep: float = 0.0, until: int = 0) -> list[Any]:
     ctx = fresh_context()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     ref = str(reference) if reference else None
     procs = [ctx.Process(target=_rank, args=(r, port, target, str(progress), hold, ref, step_sleep, until))
              for r in range(2)]

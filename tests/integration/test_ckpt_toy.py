@@ -7,11 +7,15 @@ exactly shows up as a different loss.
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
+import os
 import random
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -163,6 +167,45 @@ def in_fresh_process(fn: Callable[..., None], *args: Any, timeout: float = 120) 
         p.kill()
         p.join()
     assert p.exitcode == 0, f"{fn.__name__} exited {p.exitcode}"
+
+
+def json_result(fn: Callable[..., None], *args: Any, out: Path, timeout: float = 300) -> dict[str, Any]:
+    """fn(*args, out) in a fresh process; the JSON it wrote to `out`, its "losses" keyed by int step."""
+    in_fresh_process(fn, *args, str(out), timeout=timeout)
+    result: dict[str, Any] = json.loads(out.read_text())
+    result["losses"] = {int(k): v for k, v in result.get("losses", {}).items()}
+    return result
+
+
+def start_and_join(procs: list[Any], timeout: float) -> list[int | None]:
+    """Start every process, wait for each (killing one still running after `timeout`); their exit codes."""
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+        if p.exitcode is None:
+            p.kill()
+            p.join()
+    return [p.exitcode for p in procs]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_context_env(bucket: Any, run: str, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment glue gives a deployed trainer (RunContext.from_env) for `run` in the local bucket;
+    the credentials in a 0600 file under tmp_path."""
+    creds = tmp_path / "creds.json"
+    creds.write_text(json.dumps({"access_key": bucket.creds.access_key, "secret_key": bucket.creds.secret_key}))
+    creds.chmod(0o600)
+    name = bucket.info.name
+    return {**os.environ, "GPUKIT_RUN": run, "GPUKIT_ATTEMPT": "1", "GPUKIT_BUCKET_NAME": name,
+            "GPUKIT_BUCKET_ENDPOINT": bucket.info.endpoint, "GPUKIT_CREDENTIALS_FILE": str(creds),
+            "GPUKIT_CHECKPOINT": f"s3://{name}/runs/{run}", "GPUKIT_OUTPUTS": f"s3://{name}/runs/{run}/outputs",
+            "PYTHONWARNINGS": "ignore", **extra}
 
 
 @contextmanager

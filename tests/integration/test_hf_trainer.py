@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import torch
 
-from tests.integration.test_ckpt_toy import fresh_context
+from tests.integration.test_ckpt_toy import json_result, run_context_env
 
 STEPS, EVERY = 12, 4
 
 
-def _train(target: str, output_dir: str, out: str, resume: bool) -> None:
+def _train(target: str, output_dir: str, resume: bool, out: str) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
     from glue.train.integrations.hf import GlueCallback, resume_checkpoint
@@ -43,13 +43,7 @@ def _train(target: str, output_dir: str, out: str, resume: bool) -> None:
 
 
 def _run(target: Path, output_dir: Path, out: Path, resume: bool) -> dict[str, Any]:
-    p = fresh_context().Process(target=_train, args=(str(target), str(output_dir), str(out), resume))
-    p.start()
-    p.join(300)
-    assert p.exitcode == 0
-    result: dict[str, Any] = json.loads(out.read_text())
-    result["losses"] = {int(k): v for k, v in result["losses"].items()}
-    return result
+    return json_result(_train, str(target), str(output_dir), resume, out=out)
 
 
 @pytest.mark.timeout(600)
@@ -85,8 +79,8 @@ def test_an_unsupported_transformers_version_is_one_line(monkeypatch: pytest.Mon
     from glue.train.integrations import hf
 
     monkeypatch.setattr(transformers, "__version__", "4.20.1")
-    with pytest.raises(CheckpointError, match=r"^transformers 4.20.1 is not supported by gpukit's Trainer "
-                                              r"integration: use 4.46 or newer$"):
+    with pytest.raises(CheckpointError, match=r"^transformers 4.20.1 is not supported by gpukit's integration: "
+                                              r"use 4.46 or newer$"):
         hf._trainer_callback()
 
 
@@ -120,19 +114,12 @@ with RunContext.from_env() as ctx:
 @pytest.mark.timeout(300)
 def test_a_termination_notice_makes_the_trainer_save_seal_and_exit_preempted(local_bucket: Any,
                                                                             tmp_path: Path) -> None:
-    import os
     import subprocess
     import sys
     import uuid
 
     run, name = f"hf-notice-{uuid.uuid4().hex[:8]}", local_bucket.info.name
-    creds = tmp_path / "creds.json"
-    creds.write_text(json.dumps({"access_key": local_bucket.creds.access_key,
-                                 "secret_key": local_bucket.creds.secret_key}))
-    env = {**os.environ, "GPUKIT_RUN": run, "GPUKIT_ATTEMPT": "1", "GPUKIT_BUCKET_NAME": name,
-           "GPUKIT_BUCKET_ENDPOINT": local_bucket.info.endpoint, "GPUKIT_CREDENTIALS_FILE": str(creds),
-           "GPUKIT_CHECKPOINT": f"s3://{name}/runs/{run}", "GPUKIT_OUTPUTS": f"s3://{name}/runs/{run}/outputs",
-           "GPUKIT_NOTICE_FILE": str(tmp_path / "no-notice-file"), "PYTHONWARNINGS": "ignore"}
+    env = run_context_env(local_bucket, run, tmp_path, GPUKIT_NOTICE_FILE=str(tmp_path / "no-notice-file"))
     s3 = local_bucket.client()
     s3.put_object(Bucket=name, Key=f"runs/{run}/attempts/1.json", Body=b'{"attempt": 1}')
     proc = subprocess.run([sys.executable, "-c", NOTICE_TRAINER, str(tmp_path / "out")], env=env, text=True,

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import torch
 
-from tests.integration.test_ckpt_toy import fresh_context
+from tests.integration.test_ckpt_toy import json_result
 
 STEPS, EVERY = 12, 4
 
 
-def _train(target: str, dirpath: str, out: str, resume: bool) -> None:
+def _train(target: str, dirpath: str, resume: bool, out: str) -> None:
     import warnings
 
     import pytorch_lightning as pl
@@ -57,13 +57,7 @@ def _train(target: str, dirpath: str, out: str, resume: bool) -> None:
 
 
 def _run(target: Path, dirpath: Path, out: Path, resume: bool) -> dict[str, Any]:
-    p = fresh_context().Process(target=_train, args=(str(target), str(dirpath), str(out), resume))
-    p.start()
-    p.join(300)
-    assert p.exitcode == 0
-    result: dict[str, Any] = json.loads(out.read_text())
-    result["losses"] = {int(k): v for k, v in result["losses"].items()}
-    return result
+    return json_result(_train, str(target), str(dirpath), resume, out=out)
 
 
 @pytest.mark.timeout(600)

@@ -23,6 +23,7 @@ from typing import Any
 
 from glue.train.checkpoint.sealed import FolderCheckpoints
 from glue.train.errors import CheckpointError
+from glue.train.integrations.versions import require
 from glue.train.run.context import RunContext
 
 log = logging.getLogger("glue.train")
@@ -34,10 +35,7 @@ def _trainer_callback() -> type:
         import transformers
     except ImportError as exc:
         raise CheckpointError("the Hugging Face integration needs transformers: pip install 'gpukit[hf]'") from exc
-    version = tuple(int(p) for p in transformers.__version__.split(".")[:2] if p.isdigit())
-    if version < SUPPORTED:
-        raise CheckpointError(f"transformers {transformers.__version__} is not supported by gpukit's Trainer "
-                              f"integration: use {SUPPORTED[0]}.{SUPPORTED[1]} or newer")
+    require("transformers", transformers.__version__, SUPPORTED)
     return transformers.TrainerCallback
 
 

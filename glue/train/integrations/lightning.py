@@ -25,6 +25,7 @@ from typing import Any
 
 from glue.train.checkpoint.sealed import FolderCheckpoints
 from glue.train.errors import CheckpointError
+from glue.train.integrations.versions import require
 from glue.train.loop_state import RNGState
 from glue.train.run.context import RunContext
 
@@ -42,10 +43,7 @@ def _lightning() -> Any:
             import lightning.pytorch as pl  # type: ignore[no-redef]
         except ImportError as exc:
             raise CheckpointError("the Lightning integration needs Lightning: pip install 'gpukit[lightning]'") from exc
-    version = tuple(int(p) for p in pl.__version__.split(".")[:2] if p.isdigit())
-    if version < SUPPORTED:
-        raise CheckpointError(f"Lightning {pl.__version__} is not supported by gpukit's integration: use "
-                              f"{SUPPORTED[0]}.{SUPPORTED[1]} or newer")
+    require("Lightning", pl.__version__, SUPPORTED)
     return pl
 
 

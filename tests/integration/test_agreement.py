@@ -9,8 +9,7 @@ import pytest
 import torch.distributed as dist
 
 from glue.train.run.agreement import AgreementError, agree
-from tests.integration.test_ckpt_ddp import _free_port
-from tests.integration.test_ckpt_toy import fresh_context
+from tests.integration.test_ckpt_toy import free_port, fresh_context
 
 
 def _worker(rank: int, port: int, lr: float, restored: int | None, out: str) -> None:
@@ -25,7 +24,7 @@ def _worker(rank: int, port: int, lr: float, restored: int | None, out: str) -> 
 
 
 def _group(tmp_path: Path, lrs: tuple[float, float], restored: tuple[int | None, int | None]) -> list[str]:
-    ctx, port = fresh_context(), _free_port()
+    ctx, port = fresh_context(), free_port()
     outs = [tmp_path / f"rank{r}.txt" for r in range(2)]
     procs = [ctx.Process(target=_worker, args=(r, port, lrs[r], restored[r], str(outs[r]))) for r in range(2)]
     for p in procs:

@@ -25,7 +25,25 @@ class CommandResult:
     stderr: str
 
 
+HANDSHAKE_TRIES = 3  # a handshake garbled mid-way ("Invalid packet blocking", seen once in CI) is tried again
+
+
 def connect(home: Path, host: Host, timeout: float = 5.0) -> paramiko.SSHClient:
+    for attempt in range(1, HANDSHAKE_TRIES + 1):
+        try:
+            return _connect_once(home, host, timeout)
+        except _Handshake as exc:
+            if attempt == HANDSHAKE_TRIES:
+                raise GlueError(f"{host.name}: SSH failed: {exc.__cause__}") from exc.__cause__
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
+
+
+class _Handshake(Exception):
+    """A failed SSH handshake that is not about the host key: worth another try."""
+
+
+def _connect_once(home: Path, host: Host, timeout: float) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
     client.load_host_keys(str(known_hosts_path(home)))
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
@@ -39,10 +57,15 @@ def connect(home: Path, host: Host, timeout: float = 5.0) -> paramiko.SSHClient:
             f"{host.name}: the host key at {host.ssh_host}:{host.ssh_port} CHANGED since it was pinned; refusing. "
             "If the VM was replaced, run `glue up` to re-pin; otherwise treat this as an attack"
         ) from exc
+    except paramiko.AuthenticationException as exc:
+        raise GlueError(f"{host.name}: SSH failed: {exc}") from exc
     except paramiko.SSHException as exc:
+        client.close()
         if "not found in known_hosts" in str(exc):
             raise GlueError(f"{host.name}: host key not pinned; run `glue up` to refresh known_hosts") from exc
-        raise GlueError(f"{host.name}: SSH failed: {exc}") from exc
+        if "banner" in str(exc):  # no answer in time (a frozen VM): said at once, the watcher's probe counts on it
+            raise GlueError(f"{host.name}: SSH failed: {exc}") from exc
+        raise _Handshake(str(exc)) from exc
     except OSError as exc:
         raise GlueError(f"{host.name}: cannot reach {host.ssh_host}:{host.ssh_port} ({exc.strerror or exc})") from exc
     return client

@@ -1,0 +1,66 @@
+"""A garbled SSH handshake is tried again, then said in one line; a silent server is said at once."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from glue.errors import GlueError
+from glue.infra import ssh
+from glue.infra.inventory import Host
+
+
+def _server(reply: bytes) -> tuple[socket.socket, list[int]]:
+    """A loopback server that answers each connection with `reply` (then keeps it open a while)."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    seen: list[int] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            seen.append(1)
+            conn.sendall(reply)
+            threading.Timer(3, conn.close).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, seen
+
+
+def _host(port: int) -> Host:
+    return Host(name="vm-x", id="vm-x-1", ssh_host="127.0.0.1", ssh_port=port, ssh_user="root", host_key="",
+                gpu_type="none", gpu_count=0, backend="local")
+
+
+def test_a_garbled_handshake_is_tried_three_times_then_said_in_one_line(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A banner, then bytes that are no SSH packet: paramiko's handshake fails mid-way.
+    srv, seen = _server(b"SSH-2.0-OpenSSH_9.2\r\n" + b"\x00\x00\x00\x07garbage!" * 8)
+    monkeypatch.setattr(ssh, "known_hosts_path", lambda home: tmp_path / "known_hosts")
+    monkeypatch.setattr(ssh, "client_key", lambda home: tmp_path / "id_ed25519")
+    (tmp_path / "known_hosts").write_text("")
+    try:
+        with pytest.raises(GlueError, match=r"^vm-x: SSH failed: ") as err:
+            ssh.connect(tmp_path, _host(srv.getsockname()[1]), timeout=2)
+        assert "\n" not in str(err.value)
+        assert len(seen) == ssh.HANDSHAKE_TRIES == 3
+    finally:
+        srv.close()
+
+
+def test_a_server_that_sends_no_banner_is_said_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    srv, seen = _server(b"")
+    monkeypatch.setattr(ssh, "known_hosts_path", lambda home: tmp_path / "known_hosts")
+    monkeypatch.setattr(ssh, "client_key", lambda home: tmp_path / "id_ed25519")
+    (tmp_path / "known_hosts").write_text("")
+    try:
+        with pytest.raises(GlueError, match=r"^vm-x: SSH failed: .*banner"):
+            ssh.connect(tmp_path, _host(srv.getsockname()[1]), timeout=1)
+        assert len(seen) == 1  # one try: the watcher's probe of a frozen VM must not wait three timeouts
+    finally:
+        srv.close()

@@ -96,8 +96,7 @@ def template_of(state: Any) -> Any:
     if isinstance(state, torch.Tensor):
         return torch.empty_like(state.detach())
     if isinstance(state, dict):
-        return type(state)((k, template_of(v)) for k, v in state.items()) if type(state) is not dict else {
-            k: template_of(v) for k, v in state.items()}
+        return type(state)((k, template_of(v)) for k, v in state.items())  # OrderedDict stays one
     if isinstance(state, list):
         return [template_of(v) for v in state]
     return state

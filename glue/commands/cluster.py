@@ -39,10 +39,15 @@ def _check_prefix(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--name-prefix", default=None, callback=_check_prefix,
               help="VM name prefix (default: gpukit): 2-32 lowercase letters, digits and dashes.")
 @click.option("--no-configure", is_flag=True, help="Only create the VMs; skip the Ansible playbook.")
+@click.option("--converge", "converge_all", is_flag=True,
+              help="Run the playbook on every VM, even those whose configuration did not change.")
 @click.option("--force", is_flag=True, help="Remove VMs (fewer --vms, another --name-prefix) even with runs "
                                             "unfinished or uploads pending on them.")
-def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configure: bool, force: bool) -> None:
-    """Create (or repair) the cluster: terraform apply, pin host keys, run the playbook."""
+def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configure: bool, converge_all: bool,
+       force: bool) -> None:
+    """Create (or repair) the cluster: terraform apply, pin host keys, run the playbook on the VMs whose
+    configuration changed (each named with the reason). With nothing changed and every VM alive, it applies
+    and converges nothing: it checks that each VM answers with its bucket mount live, and says so."""
     h = home()
     cfg = current.ClusterConfig.load(h)
     if vms is not None:
@@ -51,7 +56,9 @@ def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configu
         cfg.backend = backend
     if name_prefix is not None:
         cfg.name_prefix = name_prefix
-    hosts = lifecycle.up(h, cfg, err, configure=not no_configure, force=force)
+    if no_configure and converge_all:
+        raise click.UsageError("--converge and --no-configure contradict each other: pick one")
+    hosts = lifecycle.up(h, cfg, err, configure=not no_configure, force=force, converge_all=converge_all)
     table = Table(title=f"cluster ({cfg.backend})", box=None)
     for col in ("vm", "ssh", "gpu"):
         table.add_column(col)

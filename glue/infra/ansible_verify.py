@@ -35,14 +35,16 @@ def verify(home: Path, limit: list[str] | None = None, progress: bool = True) ->
     return out
 
 
-def converge_and_verify(home: Path, progress: bool = True) -> tuple[PlaybookResult, dict[str, dict[str, Any]]]:
+def converge_and_verify(home: Path, limit: list[str] | None = None,
+                        progress: bool = True) -> tuple[PlaybookResult, dict[str, dict[str, Any]]]:
     """`glue up`'s configure step: up.yml (site.yml, then verify.yml) in one ansible-playbook run, one
     start and one connection per VM instead of two. Returns the run and the summaries of the hosts
-    that reached verify.yml (recorded as `verify()` does); a host that failed site.yml has none."""
-    result = converge(home, progress=progress, playbook=UP)
+    that reached verify.yml (recorded as `verify()` does; with `limit`, beside the other VMs' last
+    ones); a host that failed site.yml has none."""
+    result = converge(home, limit=limit, progress=progress, playbook=UP)
     out = _summaries(result, set(result.summaries))
     if out:
-        _record(home, result.seconds, out)
+        _record(home, result.seconds, out, keep_others=limit is not None)
     return result, out
 
 
@@ -57,8 +59,12 @@ def _summaries(result: PlaybookResult, hosts: set[str]) -> dict[str, dict[str, A
     return out
 
 
-def _record(home: Path, seconds: float, hosts: dict[str, dict[str, Any]]) -> None:
-    record = {"checked_at": datetime.now(UTC).isoformat(timespec="seconds"), "seconds": seconds, "hosts": hosts}
+def _record(home: Path, seconds: float, hosts: dict[str, dict[str, Any]], keep_others: bool = False) -> None:
+    """Keep the summaries; `keep_others`: a run on some VMs, the others' last summaries stay (each says
+    which VM id it checked, so a replaced VM's is never taken for its successor's)."""
+    earlier = (last_verify(home) or {}).get("hosts") if keep_others else None
+    merged = {**(earlier if isinstance(earlier, dict) else {}), **hosts}
+    record = {"checked_at": datetime.now(UTC).isoformat(timespec="seconds"), "seconds": seconds, "hosts": merged}
     path = summary_file(home)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, sort_keys=True))

@@ -4,6 +4,7 @@ guard, and report on it. Sits above glue.runs: the down guard asks the monitor w
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -16,31 +17,99 @@ from glue.errors import GlueError
 from glue.images import build, disk, recipe
 from glue.infra import inventory, preflight, ssh
 from glue.infra.terraform import Terraform
-from glue.operations import down_guard
+from glue.operations import convergence, down_guard
 from glue.storage import bucket as bucket_store
 
 
 def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True,
-       force: bool = False) -> list[inventory.Host]:
-    """terraform apply, then inventory + known_hosts, then the Ansible playbook (when configure)."""
+       force: bool = False, converge_all: bool = False) -> list[inventory.Host]:
+    """terraform apply, then inventory + known_hosts, then the Ansible playbook (when configure) on the VMs
+    whose configuration changed (`converge_all`: on every VM). With nothing changed and every VM alive,
+    no apply and no playbook: only the checks that show nothing changed."""
     backend = get_backend(cfg.backend, home)
     preflight.check_terraform()
     backend.check_host()
     variables = tf_vars(home, cfg)  # bad input (e.g. GPUKIT_VM_MEMORY_GB) fails before a bake
     for reason in guard_removals(home, cfg, force):
         console.print(f"[yellow]--force:[/] {reason}")
+    image = None
     if backend.baked_image is not None:
-        bake_image(home, console, boot_disk=backend.baked_image == "disk")
-    tf = Terraform(home, cfg.backend, console)
-    with tf.locked():
-        tf.apply(variables)
-        cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
-        outputs = tf.outputs()
-        remove_orphans(home, cfg.backend, outputs, console, spare={k.id for k in kept(home)})
-    written = inventory.write(home, outputs, also_known=kept_host_keys(home))
+        image = bake_image(home, console, boot_disk=backend.baked_image == "disk")
+    inputs = convergence.terraform_inputs(cfg.backend, variables)
+    written = unchanged_vms(home, cfg, inputs)
+    if written is not None:
+        if backend.bucket_on_host:
+            bucket_info(home)  # as an apply would: the bucket this machine serves is started again if it stopped
+        console.print(f"terraform: nothing to change ({len(written)} VM(s) up)")
+    else:
+        tf = Terraform(home, cfg.backend, console)
+        with tf.locked():
+            tf.apply(variables)
+            cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
+            convergence.record_apply(home, inputs)
+            outputs = tf.outputs()
+            remove_orphans(home, cfg.backend, outputs, console, spare={k.id for k in kept(home)})
+        written = inventory.write(home, outputs, also_known=kept_host_keys(home))
     if configure:
-        configure_hosts(home, console)
+        converge_changed(home, console, written, image, converge_all)
     return written
+
+
+def unchanged_vms(home: Path, cfg: ClusterConfig, inputs: str) -> list[inventory.Host] | None:
+    """The cluster's VMs when an apply would change nothing: terraform's inputs are those of the last
+    apply, every VM it made is alive and no VM of this kit home is outside its state. Else None."""
+    if convergence.applied(home) != inputs or ClusterConfig.load(home) != cfg:
+        return None
+    current = hosts(home)
+    backend = get_backend(cfg.backend, home)
+    if sorted(h.name for h in current) != sorted(cfg.vm_names()):
+        return None
+    if any(backend.read_vm(h.id) is None for h in current):
+        return None
+    if set(backend.owned_vm_ids()) - {h.id for h in current} - {k.id for k in kept(home)}:
+        return None  # an interrupted apply's orphan: the full path removes it
+    return current
+
+
+def converge_changed(home: Path, console: Console, vms: list[inventory.Host], image: str | None,
+                     converge_all: bool = False) -> None:
+    """The playbook (and verify) on the VMs whose configuration changed or that fail a live check, each
+    named with the reason; none when nothing changed."""
+    parts = convergence.vm_parts(home, image)
+    names = [h.name for h in vms]
+    why = dict.fromkeys(names, "asked (--converge)") if converge_all else convergence.reasons(home, names, parts)
+    why.update(live_problems(home, [h for h in vms if h.name not in why]))
+    if not why:
+        console.print(f"configuration: nothing changed on {len(vms)} VM(s); `glue up --converge` runs the "
+                      "playbook anyway")
+        return
+    for name, reason in sorted(why.items()):
+        console.print(f"converging {name}: {reason}")
+    configure_hosts(home, console, limit=None if len(why) == len(vms) else sorted(why), verify=True)
+    convergence.record_converged(home, sorted(why), parts)
+
+
+def live_problems(home: Path, vms: list[inventory.Host]) -> dict[str, str]:
+    """{VM name: problem} for the VMs that do not answer SSH, whose bucket mount is down or whose last
+    verify was not ready: a configuration unchanged on paper is converged again for these."""
+    from glue.infra import ansible
+
+    checks = (ansible.last_verify(home) or {}).get("hosts", {})
+
+    def problem(h: inventory.Host) -> str | None:
+        last = checks.get(h.name) or {}
+        if not last.get("ready") or last.get("vm_id", h.id) != h.id:
+            return "not ready at its last verify"
+        try:
+            res = ssh.run(home, h, "systemctl is-active --quiet gpukit-mount.service && findmnt -n /mnt/s3 "
+                                   ">/dev/null", timeout=10)
+        except GlueError:
+            return "not reachable over SSH"
+        return None if res.exit_code == 0 else "its bucket mount is not active"
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        found = dict(zip([h.name for h in vms], pool.map(problem, vms), strict=True))
+    return {name: p for name, p in found.items() if p is not None}
 
 
 def guard_removals(home: Path, cfg: ClusterConfig, force: bool) -> list[str]:
@@ -61,10 +130,10 @@ def guard_removals(home: Path, cfg: ClusterConfig, force: bool) -> list[str]:
                                         f"{previous.name_prefix}`)")
 
 
-def bake_image(home: Path, console: Console, boot_disk: bool = False) -> None:
+def bake_image(home: Path, console: Console, boot_disk: bool = False) -> str:
     """Local and qemu VMs boot the gpukit image: bake it here, with progress, rather than silently inside
     terraform's first create (cached: a no-op while the recipe is unchanged); qemu VMs also need its
-    boot disk (cached next to it)."""
+    boot disk (cached next to it). Returns the image's hash."""
     rec = recipe.load("gpukit")
     with console.status(f"image {rec.name}: checking the cache") as status:
         image, baked = build.build(rec, home, lambda what: status.update(f"image {rec.name}: {what}"))
@@ -74,18 +143,26 @@ def bake_image(home: Path, console: Console, boot_disk: bool = False) -> None:
     if baked:
         console.print(f"image {image.name} {image.hash[:16]} baked: {image.size_bytes / 1e6:.0f} MB "
                       f"in {image.build_seconds:.0f} s")
+    return image.hash
 
 
-def configure_hosts(home: Path, console: Console, limit: list[str] | None = None) -> None:
-    """Run ansible/site.yml on `limit`; on the whole cluster, site.yml then verify.yml (whose per-host
-    summary `glue status` shows) in one run."""
+def image_hash(backend_name: str, home: Path) -> str | None:
+    """The hash of the image the backend's VMs boot (None: a cloud image, named in terraform's inputs)."""
+    if get_backend(backend_name, home).baked_image is None:
+        return None
+    return recipe.load("gpukit").content_hash()
+
+
+def configure_hosts(home: Path, console: Console, limit: list[str] | None = None, verify: bool = False) -> None:
+    """Run ansible/site.yml on `limit`; on the whole cluster or with `verify`, site.yml then verify.yml
+    (whose per-host summary `glue status` shows) in one run."""
     from glue.infra import ansible
 
-    if limit is not None:
+    if limit is not None and not verify:
         result = ansible.converge(home, limit=limit)
         summary: dict[str, dict[str, object]] = {}
     else:
-        result, summary = ansible.converge_and_verify(home)
+        result, summary = ansible.converge_and_verify(home, limit=limit)
     failed = {h: m for h, m in result.failed.items() if h not in summary}
     if failed:
         by_message: dict[str, list[str]] = {}  # the same failure on every VM is said once
@@ -113,6 +190,7 @@ def down(home: Path, console: Console, force: bool = False) -> int:
         removed = remove_orphans(home, cfg.backend, outputs, console)
     for vm_id in removed:
         forget_kept(home, vm_id)
+    convergence.forget(home)
     inventory.write(home, {"vms": {}, "bucket": outputs.get("bucket", {})})
     return had + len(removed)
 

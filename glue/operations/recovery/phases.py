@@ -26,7 +26,7 @@ from glue.errors import GlueError
 from glue.infra import inventory, ssh
 from glue.infra.inventory import Host
 from glue.infra.terraform import Terraform, vm_address
-from glue.operations import lifecycle
+from glue.operations import convergence, lifecycle
 from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, check_resharded, merged_metrics
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
@@ -240,8 +240,11 @@ def survivors(home: Path, failure: Failure, nodes: int) -> list[Host]:
 
 # -- configure ----------------------------------------------------------------------------------------
 def configure(home: Path, console: Console, fresh: list[str]) -> None:
-    """The playbook on the new VMs only (bucket mount, trainer runtime)."""
+    """The playbook on the new VMs only (bucket mount, trainer runtime); recorded, so the next `glue up`
+    leaves them be while nothing changes."""
     lifecycle.configure_hosts(home, console, limit=fresh)
+    parts = convergence.vm_parts(home, lifecycle.image_hash(current.ClusterConfig.load(home).backend, home))
+    convergence.record_converged(home, fresh, parts)
 
 
 # -- verify -------------------------------------------------------------------------------------------

@@ -70,6 +70,17 @@ SIDE_LANE = frozenset({
     "tests/integration/test_ckpt_sharded_kill.py",
     "tests/integration/test_hf_trainer.py",
     "tests/integration/test_lightning_trainer.py",
+    # Local VMs of their own (no shared cluster), waits bounded by deadlines of minutes, no stall or step
+    # timing: ~480 s off the serial lane, the longer one.
+    "tests/integration/test_ansible.py",
+    "tests/integration/test_cluster.py",
+    "tests/integration/test_doctor.py",
+    "tests/integration/test_image_build.py",
+    "tests/integration/test_lyceum_e2e.py",
+    "tests/integration/test_lyceum_users.py",
+    "tests/integration/test_machines.py",
+    "tests/integration/test_provider.py",
+    "tests/integration/test_up_converge.py",
 })
 # The unit tests too (~100 s, no VMs): after the qemu e2e they keep the side lane busy while the serial
 # lane, the longer one, goes on.

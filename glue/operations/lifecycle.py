@@ -98,11 +98,12 @@ def live_problems(home: Path, vms: list[inventory.Host]) -> dict[str, str]:
 
     def problem(h: inventory.Host) -> str | None:
         last = checks.get(h.name) or {}
-        if not last.get("ready") or last.get("vm_id", h.id) != h.id:
+        if last.get("vm_id", h.id) == h.id and last and not last.get("ready"):  # (a recovery's converge has none)
             return "not ready at its last verify"
         try:
+            # A FUSE mount whose rclone died is still listed: the listing must answer too.
             res = ssh.run(home, h, "systemctl is-active --quiet gpukit-mount.service && findmnt -n /mnt/s3 "
-                                   ">/dev/null", timeout=10)
+                                   ">/dev/null && timeout 5 ls /mnt/s3 >/dev/null", timeout=15)
         except GlueError:
             return "not reachable over SSH"
         return None if res.exit_code == 0 else "its bucket mount is not active"

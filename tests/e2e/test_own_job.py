@@ -82,6 +82,9 @@ def test_own_project_recovers_from_the_bucket_after_the_local_copy_is_gone(clust
         wait_for(fast, "own", lambda s: s["state"] != "running")
         res = kit.glue("recover", "--run", "own", "--force", "--same-vm", timeout=600)
         assert "resume verified" in res.stderr, res.stderr
+        # The first recovery converged gpukit-2 and recorded it: restarting the run there needs no playbook.
+        said = " ".join(res.stderr.split())  # rich wraps long lines
+        assert "gpukit-2 is unchanged since it was converged and its mount is live: no playbook" in said, said
         third = bucket_json(client, "runs/own/attempts/3.json")
         assert third["code_sha256"] == code["sha256"] and third["requirements_set"] == req["set_sha256"]
         log = kit.glue("logs", "--run", "own", "--attempt", "3").stdout

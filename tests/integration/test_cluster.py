@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from glue.bucket_access import BucketInfo
+from glue.cloud.local.backend import LocalBackend
 from glue.cloud.local.bucket import LocalBucket
 from glue.storage import bucket as bucket_store
 
@@ -57,7 +58,11 @@ def test_up_ssh_isolation_replace_down(kit: Kit) -> None:
     # Kill vm 1 out of band: the next `glue up` replaces it with an empty disk.
     old = vm_state(kit.home, "gpukit-1")
     os.kill(old["init_pid"], signal.SIGKILL)
-    time.sleep(0.2)
+    backend = LocalBackend(kit.home)
+    deadline = time.monotonic() + 30  # the machine is reaped, then reads as gone
+    while backend.read_vm(old["id"]) is not None:
+        assert time.monotonic() < deadline, "a killed VM still reads as alive after 30 s"
+        time.sleep(0.1)
     kit.glue("up", "--no-configure")
     new = vm_state(kit.home, "gpukit-1")
     assert new["id"] != old["id"]

@@ -239,12 +239,22 @@ def survivors(home: Path, failure: Failure, nodes: int) -> list[Host]:
 
 
 # -- configure ----------------------------------------------------------------------------------------
-def configure(home: Path, console: Console, fresh: list[str]) -> None:
-    """The playbook on the new VMs only (bucket mount, trainer runtime); recorded, so the next `glue up`
-    leaves them be while nothing changes."""
-    lifecycle.configure_hosts(home, console, limit=fresh)
+def configure(home: Path, console: Console, fresh: list[Host]) -> list[str]:
+    """The playbook on the new VMs (bucket mount, trainer runtime); on a VM the run keeps (`--same-vm`, a
+    stalled VM) only when its configuration changed since it was converged or it fails the live check.
+    Recorded, so the next `glue up` leaves them be while nothing changes. Returns the VMs converged."""
     parts = convergence.vm_parts(home, lifecycle.image_hash(current.ClusterConfig.load(home).backend, home))
-    convergence.record_converged(home, fresh, parts)
+    why = convergence.reasons(home, [h.name for h in fresh], parts)
+    why.update(lifecycle.live_problems(home, [h for h in fresh if h.name not in why]))
+    for host in fresh:
+        if host.name not in why:
+            console.print(f"configure: {host.name} is unchanged since it was converged and its mount is live: "
+                          "no playbook")
+    todo = sorted(why)
+    if todo:
+        lifecycle.configure_hosts(home, console, limit=todo)
+        convergence.record_converged(home, todo, parts)
+    return todo
 
 
 # -- verify -------------------------------------------------------------------------------------------

@@ -122,8 +122,9 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
             phases.kill_attempt(home, store, failure.attempt, freeze=keep)
             hosts, replaced = phases.provision(home, console, nodes, same_vm, keep)
         fresh = replaced or [h.name for h in hosts]
-        with timed.phase(console, "configure", f"the playbook on {', '.join(fresh)} (bucket mount, trainer runtime)"):
-            phases.configure(home, console, fresh)
+        with timed.phase(console, "configure", f"the playbook on {', '.join(fresh)} where its configuration is not "
+                                               "current (bucket mount, trainer runtime)"):
+            phases.configure(home, console, [h for h in hosts if h.name in fresh])
     with timed.phase(console, "verify", f"mount live and checkpoint {lost.ckpt} reads back on {', '.join(fresh)}"):
         argvs = phases.verify(home, store, lost, hosts, fresh)
     ready = None

@@ -4,8 +4,8 @@
              x its VMs, plus each recovery's new VMs from creation to the new attempt's start
              (provision + configure + verify)
   GPU-hours  VM-hours x GPUs per VM
-  cost       VM-hours x the price of a VM-hour: run.yaml `pricing.vm_hour`, else the backend's table
-             (glue/cloud/<backend>/pricing.py)
+  cost       VM-hours x the price of a VM-hour: run.yaml `pricing.vm_hour`, else the backend's
+             (glue/cloud/<backend>/pricing.py `quote`: Lyceum's GET /pricing as cached, else its recorded table)
 Replayed work (steps trained again after each failure) and checkpoint overhead (save stall x saves) are
 reported beside it: they are part of the VM-hours, not added to them.
 """
@@ -17,6 +17,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from glue import paths
 from glue.report.facts import RECOVERY_VM_PHASES, RunFacts
 
 
@@ -37,8 +38,9 @@ def price_for(manifest: dict[str, Any]) -> Price:
         table = importlib.import_module(f"glue.cloud.{backend}.pricing")
     except ModuleNotFoundError:
         return Price(None, "EUR", f"no price table for backend {backend}")
-    return Price(table.vm_hour(str(env.get("gpu_type") or "none"), int(env.get("gpu_count") or 0)),
-                 table.CURRENCY, table.SOURCE)
+    # The kit home holds a backend's cached price list (Lyceum's GET /pricing).
+    return Price(*table.quote(str(env.get("gpu_type") or "none"), int(env.get("gpu_count") or 0),
+                              str(env.get("market") or "on-demand"), paths.home()))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ Routes (under /api/v2/external), with the documented request/response shapes:
                             {"available_instance_variants": [...]} (the API reference's): availability_shape
   DELETE /vms/{vm_id}       terminate (the local VM and its disk are destroyed)
   POST /storage/credentials {access_key, secret_key, session_token, endpoint, bucket_name, region, expires_at}
+  GET  /pricing             [{meter_slug, applies_to: {hardware_profile: "on-demand.h100.1x"}, unit,
+                              unit_price_per_hour}] (the live API's rows)
 Errors carry FastAPI's `detail`: 401 (missing/unknown key), 403 (inactive key), 404 (unknown VM),
 422 (malformed body, detail is a list of {loc, msg, type}), 400 (unknown profile), 409 (no capacity).
 
@@ -309,6 +311,8 @@ class Emulator:
             return 200, {"available_hardware_profiles": self._profiles()}, {}
         if method == "POST" and route == "/storage/credentials":
             return 200, self.sts.issue(), {}
+        if method == "GET" and route == "/pricing":
+            return 200, self._pricing(), {}  # type: ignore[return-value]  # a list, as the live API answers
         match = re.fullmatch(r"/vms/([^/]+)(/status)?", route)
         if match and (method, bool(match.group(2))) in (("GET", True), ("DELETE", False)):
             vm = self.vms.get(match.group(1))
@@ -319,6 +323,16 @@ class Emulator:
             self._destroy(vm, "terminated")
             return 200, {"vm_id": vm.vm_id, "status": "terminated", "message": "VM terminated"}, {}
         return 404, {"detail": "Not Found"}, {}
+
+    @staticmethod
+    def _pricing() -> list[dict[str, Any]]:
+        """GET /pricing rows as the live API shapes them: a VM profile's whole price per hour, as a string;
+        spot at half (made up, like PRICES)."""
+        return [{"meter_slug": "vm_running", "unit": "second",
+                 "applies_to": {"hardware_profile": f"{market}.{p}.{n}x"},
+                 "unit_price_per_hour": f"{PRICES[p] * n * (0.5 if market == 'spot' else 1):.2f}"}
+                for p in PROFILES for market in ("on-demand", "spot") for n in (1, 8)] + [
+                {"meter_slug": "storage", "unit": "gb_month", "applies_to": {}, "unit_price_per_hour": "0.01"}]
 
     def _variants(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -3,10 +3,12 @@ anyway (to rehearse a budget) set `pricing: {vm_hour: ..., currency: ...}` in ru
 
 from __future__ import annotations
 
+from pathlib import Path
+
 CURRENCY = "EUR"
-SOURCE = "local VMs are free"
 
 
-def vm_hour(gpu_type: str, gpu_count: int) -> float | None:
-    """Price of one VM-hour; None when the table has no price for this kind of VM."""
-    return 0.0
+def quote(gpu_type: str, gpu_count: int, market: str = "on-demand",
+          home: Path | None = None) -> tuple[float | None, str, str]:
+    """(price of one VM-hour, currency, where the price came from): free."""
+    return 0.0, CURRENCY, "local VMs are free"

@@ -1,7 +1,7 @@
 """A small client for Lyceum's public REST API (docs.lyceum.technology), on urllib3.
 
 Endpoints (under the base URL, default https://api.lyceum.technology/api/v2/external):
-POST /vms/create, GET /vms/{id}/status, GET /vms/list, GET /vms/availability, DELETE /vms/{id},
+POST /vms/create, GET /vms/{id}/status, GET /vms/list, GET /vms/availability, DELETE /vms/{id}, GET /pricing,
 POST /storage/credentials. Auth: `Authorization: Bearer <key>` with the key from LYCEUM_API_KEY.
 
 Transport: one urllib3 PoolManager per client (keep-alive connections, reused across requests
@@ -321,6 +321,17 @@ class LyceumClient:
         data = self.availability_answer()
         entries = [*(data.get("available_hardware_profiles") or []), *(data.get("available_instance_variants") or [])]
         return [dict(v) for v in entries if isinstance(v, dict)]
+
+    def pricing(self) -> list[Any]:
+        """GET /pricing: the account's price rows (a list, or an object holding one; glue.cloud.lyceum.pricing
+        reads them)."""
+        data = self.request("GET", "/pricing")
+        rows = data if isinstance(data, list) else next(
+            (v for v in data.values() if isinstance(v, list)), None) if isinstance(data, dict) else None
+        if rows is None:
+            raise LyceumError("Lyceum API answered GET /pricing with JSON of an unexpected shape (expected a list "
+                              "of price rows)")
+        return rows
 
     def delete_vm(self, vm_id: str) -> None:
         """Terminate a VM; one that is already gone (404) is not an error."""

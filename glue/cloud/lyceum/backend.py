@@ -33,11 +33,12 @@ import paramiko
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
+from glue import paths
 from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.checks import Readiness
 from glue.cloud.lyceum import bucket as lyceum_creds
-from glue.cloud.lyceum import login
+from glue.cloud.lyceum import login, pricing
 from glue.cloud.lyceum.api import (
     GONE_STATUSES,
     LyceumClient,
@@ -125,6 +126,7 @@ class LyceumBackend:
         starts (no VM created, no wait for the create timeout)."""
         tfv = tf_vars(vm_count, name_prefix, ssh_public_key)
         self._check_capacity(tfv["hardware_profile"], tfv["gpu_count"])
+        pricing.refresh(self.home, self.api)
         return tfv
 
     def __init__(self, home: Path, client: LyceumClient | None = None, console: Console | None = None) -> None:
@@ -344,8 +346,9 @@ class LyceumBackend:
 
 # -- `python -m glue.cloud.lyceum`: see and delete what runs (and bills) on the account ---------
 def _main(argv: list[str]) -> int:
-    usage = "usage: python -m glue.cloud.lyceum list | availability | delete <vm_id> [<vm_id> ...]"
-    if not argv or argv[0] not in ("list", "availability", "delete") or (argv[0] == "delete") != (len(argv) > 1):
+    usage = "usage: python -m glue.cloud.lyceum list | availability | pricing | delete <vm_id> [<vm_id> ...]"
+    if not argv or argv[0] not in ("list", "availability", "pricing", "delete") or \
+            (argv[0] == "delete") != (len(argv) > 1):
         print(usage, file=sys.stderr)
         return 2
     console = Console()
@@ -356,6 +359,13 @@ def _main(argv: list[str]) -> int:
                 console.print(f"{vm.get('vm_id')}  {vm.get('name') or '-'}  {vm.get('status')}  "
                               f"{vm.get('hardware_profile') or '-'}  {vm.get('ip_address') or '-'}  "
                               f"billed {vm.get('billed', '-')}", highlight=False)
+        elif argv[0] == "pricing":
+            kept = pricing.save(paths.home(), client.pricing())
+            for (market, gpu), per_gpu in sorted(kept.items()):
+                console.print(f"{market:9}  {gpu:5}  {per_gpu:.2f} per GPU-hour", highlight=False)
+            console.print(f"{len(kept)} prices kept in {pricing.cache_path(paths.home())} (currency not stated)"
+                          if kept else "GET /pricing listed no VM prices; the recorded table stays in use",
+                          highlight=False)
         elif argv[0] == "availability":
             for v in client.availability():
                 console.print("  ".join(f"{k}={v[k]}" for k in v), highlight=False)

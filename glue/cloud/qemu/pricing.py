@@ -3,10 +3,12 @@ set `pricing: {vm_hour: ..., currency: ...}` in run.yaml."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 CURRENCY = "EUR"
-SOURCE = "qemu VMs on this machine are free"
 
 
-def vm_hour(gpu_type: str, gpu_count: int) -> float | None:
-    """Price of one VM-hour; None when the table has no price for this kind of VM."""
-    return 0.0
+def quote(gpu_type: str, gpu_count: int, market: str = "on-demand",
+          home: Path | None = None) -> tuple[float | None, str, str]:
+    """(price of one VM-hour, currency, where the price came from): free."""
+    return 0.0, CURRENCY, "qemu VMs on this machine are free"

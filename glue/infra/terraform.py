@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from glue.errors import GlueError
+from glue.errors import GlueError, NoCapacity
 from glue.paths import PROJECT_ROOT
 from glue.tfprovider.install import install
 
@@ -195,7 +195,8 @@ class Terraform:
         if code != 0:
             detail = "; ".join(dict.fromkeys(errors)) or stderr.strip().splitlines()[-1:] or ["unknown error"]
             text = detail if isinstance(detail, str) else " ".join(detail)
-            raise GlueError(f"terraform {args[0]} failed: {text}")
+            kind = NoCapacity if NoCapacity.said_in(text) else GlueError  # the provider's kind of error, kept
+            raise kind(f"terraform {args[0]} failed: {text}")
 
     def _vars_file(self, variables: dict[str, Any]) -> Path:
         path = self.workdir / "gpukit.auto.tfvars.json"

@@ -29,7 +29,7 @@ from rich.console import Console
 
 from glue.cloud import get_backend
 from glue.cluster import credentials as cluster_credentials
-from glue.errors import GlueError
+from glue.errors import GlueError, NoCapacity
 from glue.operations.recovery import phases
 from glue.operations.recovery import recover as recover_mod
 from glue.runs import config as runconfig
@@ -338,7 +338,9 @@ class Watcher:
         decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started, retry)
         if decision.action != "recover" or decision.budget is None:
             return decision.reason
-        if retry == 0:  # a new failure takes one from its budget; retrying the same one does not
+        if st.handled_attempt != n:
+            st.capacity_waits = 0
+        if retry == 0 and not st.capacity_waits:  # a new failure takes one from its budget; retrying it does not
             st.used[decision.budget] = st.used.get(decision.budget, 0) + 1
         st.handled_attempt = n
         st.note("recovering", attempt=n, outcome=str(outcome), budget=decision.budget)
@@ -364,6 +366,12 @@ class Watcher:
             self._stop(store, rc, st, new, AttemptClass.BAD_RESTART, decision, str(exc.result.get("problem")),
                        store.attempt(new).get("incident"))
             return f"attempt {new} failed the resume check: {exc.result.get('problem')}"
+        except NoCapacity as exc:  # the cloud may have a VM later: wait and ask again, not a failed recovery
+            wait = st.wait_for_capacity(rc.recovery, n, str(outcome), str(exc), time.time())
+            st.save(store)
+            self.console.print(f"[yellow]{store.run}: no capacity to recover attempt {n}[/]: {exc} (next try in "
+                               f"{wait:.0f}s; not counted as a failed recovery)")
+            return f"waiting for capacity: {exc}"
         except GlueError as exc:
             st.resume_plan = None
             st.failed_in_row += 1
@@ -375,7 +383,7 @@ class Watcher:
             self._event(rc, st, "recovery_failed", n, outcome, error=str(exc), backoff_s=wait)
             st.save(store)
             return f"recovery failed: {exc}"
-        st.failed_in_row, st.next_try_at, st.resume_plan = 0, 0.0, None
+        st.failed_in_row, st.next_try_at, st.resume_plan, st.capacity_waits = 0, 0.0, None, 0
         summary = {k: result.get(k) for k in SUMMARY_KEYS}
         summary["kept_vm"], summary["kept_vms"] = result.get("kept_vm"), result.get("kept_vms")
         st.note("recovered", outcome=str(outcome), **summary)

@@ -10,8 +10,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from glue.runs.classify import AttemptClass
+from glue.runs.config import RecoverySpec
 from glue.runs.store import RunStore, utc_iso
-from glue.watch.policy import Decision
+from glue.watch.policy import Decision, backoff
 
 HISTORY = 50  # actions kept in the state (events also go to the notification hooks)
 
@@ -29,6 +30,9 @@ class WatchState:
     # A recovery's new attempt runs and its resume is not checked yet (glue.operations.recovery.recover.plan): kept
     # while the recovery runs, so a watcher that finds it interrupted makes the check itself.
     resume_plan: dict[str, Any] | None = None
+    # Recoveries of handled_attempt that found no capacity (NoCapacity): waited out with backoff, never a
+    # failed recovery, never another budget.
+    capacity_waits: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
@@ -46,6 +50,17 @@ class WatchState:
         entry = {"at": utc_iso(), "action": action, **detail}
         self.history = [*self.history, entry][-HISTORY:]
         return entry
+
+    def wait_for_capacity(self, spec: RecoverySpec, n: int, outcome: str, error: str, now: float) -> float:
+        """A recovery of attempt n found no capacity: wait (the failure budget's backoff, by waits in a
+        row) and try again; returns the wait in seconds."""
+        self.resume_plan = None
+        self.capacity_waits += 1
+        wait = backoff(spec, self.capacity_waits)
+        self.next_try_at = now + wait
+        self.note("waiting_for_capacity", attempt=n, outcome=outcome, error=error, backoff_s=wait,
+                  waits=self.capacity_waits)
+        return wait
 
     @property
     def last(self) -> dict[str, Any] | None:

@@ -148,7 +148,8 @@ def test_no_secret_in_state_plan_or_logs(kit: Kit, emu: Emulator, monkeypatch: p
         ("missing key", "LYCEUM_API_KEY is not set; create an API key at"),
         ("malformed key", "LYCEUM_API_KEY is malformed"),
         ("wrong key", "Lyceum rejected the API key (401"),
-        ("unknown profile", "unknown hardware profile 'tpu' (LYCEUM_HARDWARE_PROFILE): Use one of: cpu, a100, h100."),
+        ("unknown profile", "unknown hardware profile 'tpu' (LYCEUM_HARDWARE_PROFILE): Use one of: cpu, a100, b200, "
+                            "b300, h100, h200, l40s."),
         ("no capacity", "Lyceum has no capacity for cpu right now (available: a100"),
         ("stuck pending", "is still pending after 3s (LYCEUM_CREATE_TIMEOUT); Lyceum may be short of capacity; VM vm-"),
     ],

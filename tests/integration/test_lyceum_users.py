@@ -1,6 +1,7 @@
 """The SSH user on Lyceum VMs, against the emulator handing out real local VMs: an image whose user is
-`ubuntu` (passwordless sudo, root disabled the way cloud-init does it) is detected, recorded in the
-outputs contract and the inventory, and every glue command still runs as root (through sudo -n); a
+`ubuntu` (passwordless sudo, root disabled the way cloud-init does it), or `lyceum` as on live VMs
+(root's key refused), is detected, recorded in the outputs contract and the inventory, and every
+glue command still runs as root (through sudo -n); a
 user that cannot get root is one clear line, and the VM is deleted again."""
 
 from __future__ import annotations
@@ -61,6 +62,24 @@ def test_ubuntu_image_user_is_detected_and_commands_run_as_root(kit: Kit, emu: E
         login.detect(host, int(port), key, ssh_client_key_path(kit.home), wanted="root", deadline_s=0)
     kit.glue("down", env=env)
     assert emu.live_vms() == [] and list(emu.local.vms_dir.iterdir()) == []
+
+
+def test_the_live_lyceum_user_is_found_first_and_root_is_refused(kit: Kit, tmp_path: Path) -> None:
+    """As live Lyceum VMs behave: the key logs in only as `lyceum` (passwordless sudo); root is refused
+    at authentication. glue finds `lyceum` without LYCEUM_SSH_USER and runs its commands as root."""
+    with Emulator(tmp_path / "emu-live", pending_s=0.2, login_user="lyceum") as emu:
+        env = lyceum_env(kit, emu)
+        kit.glue("up", "--backend", "lyceum", "--vms", "1", "--no-configure", env=env)
+        [vm] = json.loads(kit.glue("status", "--json", env=env).stdout)["vms"]
+        assert vm["ssh_user"] == "lyceum" and vm["reachable"], vm
+        assert kit.glue("ssh", "gpukit-1", "--", "id", "-u", env=env).stdout.strip() == "0"
+        [live] = emu.live_vms()
+        host, port = str(live.ip_address).split(":")
+        key = (kit.home / "ssh" / "known_hosts").read_text().split(maxsplit=1)[1].strip()
+        with pytest.raises(GlueError, match=r"root: key not accepted"):
+            login.detect(host, int(port), key, ssh_client_key_path(kit.home), wanted="root", deadline_s=0)
+        kit.glue("down", env=env)
+        assert emu.live_vms() == []
 
 
 def test_a_user_without_root_is_one_line_and_the_vm_is_deleted(kit: Kit, emu: Emulator) -> None:

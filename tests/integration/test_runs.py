@@ -498,3 +498,42 @@ def test_a_watcher_killed_after_recording_the_new_attempt_is_retried_on_its_budg
     followed = kit.glue("logs", "--run", "wint", "-f", "--attempt", "1", timeout=60)
     assert time.monotonic() - t0 < 10 and "attempt 1 of run wint is no longer running (killed" in followed.stderr, \
         followed.stderr
+
+
+def test_a_recovery_without_capacity_is_waited_out_not_counted(cluster_kit: Kit, tmp_path: Path) -> None:
+    """A lost VM the cloud cannot replace yet (no capacity; GPUKIT_LOCAL_CAPACITY here, Lyceum's HTTP 500
+    live): `glue watch` waits with backoff and asks again, more often than it would retry a failed recovery,
+    without spending budget or counting failed recoveries; once a VM can be had, the run is recovered."""
+    from glue.cloud.local.backend import LocalBackend
+    from glue.watch.policy import MAX_TRIES
+    from glue.watch.watch_state import WatchState
+
+    kit, fast = cluster_kit, here(cluster_kit)
+    cfg = run_config(tmp_path, config={"steps": 60, "step_sleep": 0.1, "checkpoint_interval": 10},
+                     checkpoint={"interval_steps": 10},
+                     recovery={"max_preemptions": 1, "backoff_seconds": 1, "backoff_max_seconds": 1})
+    kit.glue("deploy", "--run", "wcap", "--config", str(cfg), "--vm", "gpukit-2")
+    wait_for(fast, "wcap", lambda s: (s["step"] or 0) >= 15)
+    store = RunStore.open(kit.home, "wcap")
+    LocalBackend(kit.home).delete_vm(str(store.attempt(1)["vm_id"]))
+    wait_for(fast, "wcap", lambda s: s["state"] == "vm_lost", timeout=60)
+    full = {**kit.env, "GPUKIT_LOCAL_CAPACITY": "1"}  # gpukit-1 is left: no VM can be made
+    for n in range(1, MAX_TRIES + 2):
+        st = WatchState.load(store)
+        while st is not None and st.next_try_at > time.time():  # the backoff (1 s)
+            time.sleep(0.2)
+        out = kit.glue("watch", "--once", "--run", "wcap", env=full, check=False, timeout=300)
+        st = WatchState.load(store)
+        assert st is not None and st.capacity_waits == n, (out.stdout, out.stderr)
+        assert st.failed_in_row == 0 and st.used["preemptions"] == 1 and st.stopped is None, st
+    said = " ".join((out.stdout + out.stderr).split())
+    assert "no capacity to recover attempt 1" in said and "not counted as a failed recovery" in said, said
+    while st.next_try_at > time.time():
+        time.sleep(0.2)
+    kit.glue("watch", "--once", "--run", "wcap", timeout=600)  # a VM can be had again
+    st = WatchState.load(store)
+    assert st is not None and st.last is not None and st.last["action"] == "recovered", st.history[-3:]
+    assert st.capacity_waits == 0 and st.used["preemptions"] == 1
+    rec = store.get_json("recoveries/1.json")
+    assert rec is not None and rec["verified"], rec
+    kit.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "glue.train.run.supervise", check=False)

@@ -2,7 +2,8 @@
 root (Emulator(login_user="ubuntu")): like cloud-init on Ubuntu's images, it creates the user with
 the launch key and passwordless sudo, and disables root the way cloud-init's `disable_root` does (the
 key still authenticates root, but every command only answers 'Please login as the user "ubuntu"
-rather than the user "root".' and exits 142).
+rather than the user "root".' and exits 142). login_user="lyceum" is what live Lyceum VMs do: the
+user `lyceum` with passwordless sudo, and root's key refused at authentication (publickey).
 
 It works through the VM itself, over SSH as root with a key of the emulator's own (authorised next to
 the user's at boot and removed here), so it does not depend on how the local VM is built. The image
@@ -35,10 +36,15 @@ def emulator_key(home: Path) -> tuple[Path, str]:
     return path, Path(f"{path}.pub").read_text().strip()
 
 
+# Live Lyceum VMs log in as `lyceum` and refuse root's key outright (publickey), as seen on the live API.
+ROOT_REFUSED_FOR = frozenset({"lyceum"})
+
+
 def script(user: str, user_key: str) -> str:
     message = f"Please login as the user \\\"{user}\\\" rather than the user \\\"root\\\"."
-    root_line = (f'no-port-forwarding,no-agent-forwarding,no-X11-forwarding,command="echo \'{message}\';echo;'
-                 f'exit 142" {user_key}')
+    root_line = "" if user in ROOT_REFUSED_FOR else (
+        f'no-port-forwarding,no-agent-forwarding,no-X11-forwarding,command="echo \'{message}\';echo;'
+        f'exit 142" {user_key}')
     return f"""set -e
 if ! command -v sudo >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends sudo >/tmp/sudo-install.log 2>&1 || {{

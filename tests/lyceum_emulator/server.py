@@ -3,7 +3,7 @@
 Routes (under /api/v2/external), with the documented request/response shapes:
   POST /vms/create          {hardware_profile, user_public_key, name?, instance_specs?} -> pending VM
   GET  /vms/{vm_id}/status  pending -> provisioning -> running (ip_address "127.0.0.1:<port>")
-  GET  /vms/list            {"vms": [...], "total": n}
+  GET  /vms/list            {"vms": [...], "total": n}; terminated VMs too unless ?include_terminated=false
   GET  /vms/availability    {"available_hardware_profiles": [...]} (the guide's shape), or
                             {"available_instance_variants": [...]} (the API reference's): availability_shape
   DELETE /vms/{vm_id}       terminate (the local VM and its disk are destroyed)
@@ -11,7 +11,8 @@ Routes (under /api/v2/external), with the documented request/response shapes:
   GET  /pricing             [{meter_slug, applies_to: {hardware_profile: "on-demand.h100.1x"}, unit,
                               unit_price_per_hour}] (the live API's rows)
 Errors carry FastAPI's `detail`: 401 (missing/unknown key), 403 (inactive key), 404 (unknown VM),
-422 (malformed body, detail is a list of {loc, msg, type}), 400 (unknown profile), 409 (no capacity).
+422 (malformed body, detail is a list of {loc, msg, type}), 400 (unknown profile), 500 "could not be
+provisioned" (no capacity, as live; the docs' 409 with capacity_answer="docs").
 
 Test controls (methods here, and unauthenticated POSTs under /_emulator/ for the CLI mode):
 faults (5xx/429, a body that is not JSON, or a connection closed without an answer; optionally
@@ -45,13 +46,17 @@ from .sts_bucket import StsBucket
 
 PREFIX = "/api/v2/external"
 HOST = "127.0.0.1"
-PROFILES = ("cpu", "a100", "h100")
-PRICES = {"cpu": 0.35, "a100": 1.79, "h100": 2.89}  # made up: the emulator bills nobody
+# The docs' cpu profile and the GPU profiles a live 400 lists (2026); capacity only for cpu, a100 and h100
+# unless a test gives some (set_capacity).
+PROFILES = ("cpu", "a100", "b200", "b300", "h100", "h200", "l40s")
+PRICES = {"cpu": 0.35, "a100": 1.79, "b200": 6.59, "b300": 8.09, "h100": 2.89, "h200": 4.39,
+          "l40s": 1.29}  # made up: the emulator bills nobody
 SPEC_FIELDS = ("cpu", "memory", "disk", "gpu_count")
 LEGACY_MIN_FIELDS = {"vcpu": "cpu", "memory": "memory", "disk": "disk"}  # {"min": n} in the older shape
 LEGACY_FIELDS = (*LEGACY_MIN_FIELDS, "gpu_type", "gpu_count", "gpu_memory")
 # What the profiles list (made up, like the prices): GPU model, vCPUs, memory, units in total.
-HARDWARE = {"cpu": ("none", 8, 32, 64), "a100": ("a100", 16, 128, 16), "h100": ("h100", 26, 200, 16)}
+HARDWARE = {"cpu": ("none", 8, 32, 64), "a100": ("a100", 16, 128, 16), "h100": ("h100", 26, 200, 16),
+            **{g: (g, 32, 256, 8) for g in ("b200", "b300", "h200", "l40s")}}
 
 
 def _iso(ts: float) -> str:
@@ -136,6 +141,9 @@ class Emulator:
         # other, as a strict server would).
         self.specs_shape: str | None = None
         self.stuck_pending = False
+        # A create without capacity: "live" answers HTTP 500 "could not be provisioned" (as Lyceum does),
+        # "docs" the documented 409.
+        self.capacity_answer = "live"
         self.faults: list[Fault] = []
         self.vms: dict[str, VM] = {}
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status): never headers
@@ -266,7 +274,7 @@ class Emulator:
             return self._admin(method, path, raw)
         if not path.startswith(PREFIX + "/"):
             return 404, {"detail": "Not Found"}, {}
-        route = path[len(PREFIX):].split("?", 1)[0]
+        route, _, query = path[len(PREFIX):].partition("?")
         auth = headers.get("Authorization", "")
         if not auth.startswith("Bearer ") or not auth[7:].strip():
             return 401, {"detail": "Not authenticated"}, {}
@@ -278,7 +286,7 @@ class Emulator:
         fault = self._take_fault(method, route)
         if fault is not None and not fault.after_processing:
             return self._fault_answer(fault)
-        answer = self._route(method, route, raw)
+        answer = self._route(method, route, raw, query)
         return self._fault_answer(fault) if fault is not None else answer
 
     def _take_fault(self, method: str, route: str) -> Fault | None:
@@ -298,12 +306,15 @@ class Emulator:
             return fault.status, fault.body.encode(), {**extra, "Content-Type": fault.content_type}
         return fault.status, {"detail": fault.detail}, extra
 
-    def _route(self, method: str, route: str, raw: bytes) -> tuple[int, dict[str, Any], dict[str, str]]:
+    def _route(self, method: str, route: str, raw: bytes,
+               query: str = "") -> tuple[int, dict[str, Any], dict[str, str]]:
         if method == "POST" and route == "/vms/create":
             return self._create(raw)
-        if method == "GET" and route == "/vms/list":
+        if method == "GET" and route == "/vms/list":  # as live: terminated VMs too, unless include_terminated=false
             with self._lock:
                 docs = [self._refresh(vm).list_doc() for vm in self.vms.values()]
+            if "include_terminated=false" in query.split("&"):
+                docs = [d for d in docs if d.get("status") != "terminated"]
             return 200, {"vms": docs, "total": len(docs)}, {}
         if method == "GET" and route == "/vms/availability":
             if self.availability_shape == "variants":
@@ -367,7 +378,9 @@ class Emulator:
         with self._lock:
             counts = self.capacity.get(profile)
             if counts is None or (profile != "cpu" and gpu_count not in counts):
-                return 409, {"detail": f"No capacity available for {profile} with {gpu_count} GPU(s)"}, {}
+                if self.capacity_answer == "docs":
+                    return 409, {"detail": f"No capacity available for {profile} with {gpu_count} GPU(s)"}, {}
+                return 500, {"detail": f"VM could not be provisioned: no {profile} capacity"}, {}
             vm = VM(vm_id=f"vm-{secrets.token_hex(6)}", name=body.get("name"), profile=profile, gpu_count=gpu_count,
                     specs={"disk": 100, **specs}, public_key=body["user_public_key"], created_at=time.time())
             self.vms[vm.vm_id] = vm

@@ -13,7 +13,7 @@ from glue.cloud.lyceum import backend as lyceum
 from glue.cloud.lyceum.api import LyceumClient, RetryPolicy
 from glue.cloud.lyceum.backend import LyceumBackend, parse_address, tf_vars
 from glue.cloud.lyceum.spec import LyceumVMSpec
-from glue.errors import GlueError
+from glue.errors import GlueError, NoCapacity
 from tests.lyceum_emulator import Emulator
 
 PUB = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBvTfQeuTCMyBZ1R3j2pWLZ6d5xUuQ0Q3uF1x4uQ2zVr test"
@@ -90,7 +90,8 @@ def test_read_maps_a_lost_vm_to_gone(backend: LyceumBackend, emu: Emulator, stat
 
 
 def test_unknown_hardware_profile_never_reaches_the_api(backend: LyceumBackend, emu: Emulator) -> None:
-    with pytest.raises(GlueError, match=r"^unknown hardware profile 'tpu': Use one of: cpu, a100, h100\.$"):
+    with pytest.raises(GlueError, match=r"^unknown hardware profile 'tpu': Use one of: cpu, a100, b200, b300, h100, "
+                                        r"h200, l40s\.$"):
         backend.create_vm(spec(gpu_type="tpu"))
     with pytest.raises(GlueError, match="cpu profile has no GPUs"):
         backend.create_vm(spec(gpu_type="none", gpu_count=1))
@@ -107,15 +108,30 @@ def test_no_capacity_is_refused_before_terraform(backend: LyceumBackend, emu: Em
         monkeypatch.setenv(key, value)
     emu.availability_shape = shape
     emu.set_capacity("h100", None)
-    with pytest.raises(GlueError) as err:
+    with pytest.raises(NoCapacity) as err:
         backend.tf_vars(1, "gpukit", PUB)
     available = "cpu (64 of 64 free), a100 (8 of 16 free)" if shape == "profiles" else \
         "cpu (on-demand), a100 (on-demand: 1, 2, 4, 8 GPUs)"
     assert str(err.value) == (f"Lyceum has no capacity for h100 with 1 GPU right now (available: {available}); "
-                              "try another hardware profile (LYCEUM_HARDWARE_PROFILE) or later")
+                              "try another GPU type (a100, cpu: LYCEUM_HARDWARE_PROFILE), or later")
     assert api_calls(emu) == ["GET /vms/availability"] and emu.vms == {}
     monkeypatch.setenv("LYCEUM_HARDWARE_PROFILE", "a100")
     assert backend.tf_vars(1, "gpukit", PUB)["hardware_profile"] == "a100"
+
+
+@pytest.mark.parametrize(("status", "detail"), [(500, "VM could not be provisioned"),  # live
+                                                (409, "No capacity available for a100 with 1 GPU(s)")])  # docs
+def test_a_create_refused_for_capacity_is_one_line_with_the_alternatives(backend: LyceumBackend, emu: Emulator,
+                                                                          status: int, detail: str) -> None:
+    """Availability can race the create: Lyceum then refuses it (live: HTTP 500 "could not be provisioned",
+    nothing created). Not retried, no VM left, one line naming what else is on offer, and a NoCapacity that
+    `glue watch` waits out instead of counting a failed recovery."""
+    emu.inject(status, count=3, path="/vms/create", detail=detail)
+    with pytest.raises(NoCapacity) as err:
+        backend.create_vm(spec())
+    assert str(err.value) == (f"no capacity: Lyceum could not provision a100 with 1 GPU (HTTP {status}: {detail}); "
+                              "try another GPU type (cpu, h100: LYCEUM_HARDWARE_PROFILE), or later")
+    assert api_calls(emu).count("POST /vms/create") == 1 and emu.vms == {} and backend.owned_vm_ids() == []
 
 
 @pytest.mark.parametrize("strict", ["current", "legacy"])
@@ -256,9 +272,10 @@ def test_tf_vars(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(GlueError, match=r"^unknown hardware profile 'tpu' \(LYCEUM_HARDWARE_PROFILE\): Use one of"):
         tf_vars(1, "g", PUB)
     monkeypatch.setenv("LYCEUM_HARDWARE_PROFILE", "h100")
-    monkeypatch.setenv("LYCEUM_GPU_COUNT", "9")
-    with pytest.raises(GlueError, match=r"\(LYCEUM_GPU_COUNT\): Use 1..8"):
-        tf_vars(1, "g", PUB)
+    for bad in ("9", "3", "0"):  # the live API takes 1, 2, 4 or 8 (and silently bills a 0 as 1)
+        monkeypatch.setenv("LYCEUM_GPU_COUNT", bad)
+        with pytest.raises(GlueError, match=r"\(LYCEUM_GPU_COUNT\): Use 1, 2, 4 or 8 GPUs per VM"):
+            tf_vars(1, "g", PUB)
     monkeypatch.delenv("LYCEUM_API_KEY")
     with pytest.raises(GlueError, match="LYCEUM_API_KEY is not set"):
         tf_vars(1, "g", PUB)

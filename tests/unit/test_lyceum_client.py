@@ -62,6 +62,9 @@ def test_create_poll_list_delete(client: LyceumClient, emu: Emulator) -> None:
     assert listed["vm_id"] == vm["vm_id"] and listed["status"] == "running" and listed["name"] == "c1"
     client.delete_vm(vm["vm_id"])
     assert client.vm_status(vm["vm_id"])["status"] == "terminated"
+    # The live list keeps terminated VMs unless asked not to; the client asks.
+    assert [v["status"] for v in client.request("GET", "/vms/list")["vms"]] == ["terminated"]
+    assert client.list_vms() == []
     client.delete_vm("vm-doesnotexist")  # already gone: not an error
 
 

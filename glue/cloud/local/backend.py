@@ -25,7 +25,7 @@ from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.checks import Readiness, host_readiness
 from glue.cloud.local import host, nspawn, vm_cgroup
 from glue.cloud.local.bucket import HOST, LocalBucket, free_port
-from glue.errors import GlueError
+from glue.errors import GlueError, NoCapacity
 from glue.images import build, recipe
 from glue.images.cache import Image
 from glue.process import pid_alive, start_time
@@ -112,8 +112,8 @@ class LocalBackend:
             raise GlueError(f"{CAPACITY_ENV}={raw!r}: use a whole number of VMs, or unset it for no limit")
         have = len(list(self.vms_dir.iterdir())) if self.vms_dir.is_dir() else 0
         if have >= int(raw):
-            raise GlueError(f"no capacity: {have} local VMs exist and {CAPACITY_ENV}={raw} (as a cloud with no "
-                            "free machine answers)")
+            raise NoCapacity(f"no capacity: {have} local VMs exist and {CAPACITY_ENV}={raw} (as a cloud with no "
+                             "free machine answers)")
 
     def _boot(self, vm_id: str, vm_dir: Path, spec: VMSpec) -> VMRecord:
         image = self.image()

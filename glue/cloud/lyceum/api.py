@@ -77,6 +77,16 @@ class LyceumNotFound(LyceumError):
     """404: the VM (or route) does not exist."""
 
 
+class LyceumCapacity(LyceumError):
+    """A create refused for want of capacity. Live, Lyceum answers HTTP 500 "could not be provisioned" within
+    seconds and creates nothing (not the 409 the docs describe): not retried, the caller says what else there is."""
+
+    @staticmethod
+    def is_one(exc: LyceumError) -> bool:
+        text = f"{exc.detail} {exc}".lower()
+        return exc.status == 409 or (exc.status == 500 and "could not be provisioned" in text)
+
+
 def api_key_from_env(env: dict[str, str] | None = None) -> str:
     """LYCEUM_API_KEY, checked for shape (never echoed back)."""
     raw = (env if env is not None else os.environ).get(KEY_ENV, "")
@@ -168,7 +178,7 @@ class LyceumClient:
     # -- transport ---------------------------------------------------------------------------
     def request(self, method: str, path: str, payload: dict[str, Any] | None = None,
                 timeout: float | None = None, idempotent: bool | None = None,
-                deadline: float | None = None) -> Any:
+                deadline: float | None = None, query: dict[str, str] | None = None) -> Any:
         """JSON in, JSON out. An idempotent request (default: by method) is retried on 429/5xx and
         lost connections; any request is retried when it could not connect (nothing was sent).
         Raises LyceumError (one line) for everything else."""
@@ -193,7 +203,8 @@ class LyceumClient:
         per_try = timeout or self.timeout
         try:
             resp = self._pool.urlopen(
-                method, self._origin + self._prefix + path, body=body, headers=headers, retries=retries,
+                method, self._origin + self._prefix + path + (f"?{urllib.parse.urlencode(query)}" if query else ""),
+                body=body, headers=headers, retries=retries,
                 redirect=False, timeout=urllib3.Timeout(connect=min(per_try, 30.0), read=per_try),
             )
         except (HTTPError, OSError) as exc:
@@ -264,6 +275,8 @@ class LyceumClient:
                 return self._object(what, self.request("POST", "/vms/create", body, timeout=CREATE_TIMEOUT_S,
                                                        idempotent=False, deadline=deadline))
             except LyceumError as exc:
+                if LyceumCapacity.is_one(exc):
+                    raise LyceumCapacity(f"HTTP {exc.status}: {exc.detail or exc}", exc.status, exc.detail) from None
                 if not exc.retryable:
                     raise
                 if exc.status != 429 and not name:
@@ -304,7 +317,8 @@ class LyceumClient:
         return self._object(f"GET {path}", self.request("GET", path))
 
     def list_vms(self) -> list[dict[str, Any]]:
-        data = self.request("GET", "/vms/list")
+        """The account's VMs; terminated ones left out (the live list includes them unless asked not to)."""
+        data = self.request("GET", "/vms/list", query={"include_terminated": "false"})
         vms = data.get("vms", []) if isinstance(data, dict) else data
         if not isinstance(vms, list | None) or not all(isinstance(v, dict) for v in vms or []):
             raise LyceumError("Lyceum API answered GET /vms/list with JSON of an unexpected shape "

@@ -41,13 +41,14 @@ from glue.cloud.lyceum import bucket as lyceum_creds
 from glue.cloud.lyceum import login, pricing
 from glue.cloud.lyceum.api import (
     GONE_STATUSES,
+    LyceumCapacity,
     LyceumClient,
     LyceumNotFound,
 )
-from glue.cloud.lyceum.capacity import offers, shortfall
+from glue.cloud.lyceum.capacity import offers, refused, shortfall
 from glue.cloud.lyceum.inputs import specs_shape, tf_vars
 from glue.cloud.lyceum.spec import PROFILES, check, instance_specs
-from glue.errors import GlueError
+from glue.errors import GlueError, NoCapacity
 from glue.paths import ssh_client_key_path
 
 NAME = "lyceum"
@@ -154,6 +155,9 @@ class LyceumBackend:
             # Checked again here: capacity can go between `glue up`'s check and this VM's turn.
             self._check_capacity(profile, spec.gpu_count)
             created = self.api.create_vm(body)
+        except LyceumCapacity as exc:  # availability raced: nothing was created
+            raise NoCapacity(refused(offers(self.api.availability_answer()), profile, spec.gpu_count, str(exc))) \
+                from None
         except GlueError as exc:
             raise GlueError(f"{exc}{self._still_billed()}") from exc
         vm_id = str(created.get("vm_id") or "")
@@ -188,7 +192,7 @@ class LyceumBackend:
     def _check_capacity(self, profile: str, gpu_count: int) -> None:
         problem = shortfall(offers(self.api.availability_answer()), profile, gpu_count)
         if problem:
-            raise GlueError(problem)
+            raise NoCapacity(problem)
 
     def _wait_running(self, vm_id: str, name: str, first: dict[str, Any]) -> dict[str, Any]:
         timeout = _env_float("LYCEUM_CREATE_TIMEOUT", 900.0)

@@ -68,12 +68,31 @@ def offers(doc: Any) -> list[Offer]:
     return out
 
 
+def _want(profile: str, gpu_count: int) -> str:
+    return f"{profile} with {gpu_count} GPU{'s' if gpu_count != 1 else ''}" if profile in GPU_PROFILES else profile
+
+
+def _alternatives(found: list[Offer], profile: str) -> str:
+    with_room = [o for o in found if o.available is None or o.available > 0]
+    others = sorted({o.profile for o in with_room if o.profile != profile})
+    markets = sorted({o.instance_type for o in with_room if o.profile == profile and o.instance_type})
+    hints = [f"another GPU type ({', '.join(others)}: LYCEUM_HARDWARE_PROFILE)"] if others else []
+    hints += [f"{profile} as {' or '.join(markets)}"] if markets else []
+    return f"try {' or '.join(hints)}, or later" if hints else "try later"
+
+
 def shortfall(found: list[Offer], profile: str, gpu_count: int) -> str | None:
     """None when some offer covers `profile` with `gpu_count` GPUs per VM; else the one-line refusal
     naming what is available."""
     if any(o.profile == profile and o.covers(gpu_count) for o in found):
         return None
     with_room = [o.describe() for o in found if o.available is None or o.available > 0]
-    want = f"{profile} with {gpu_count} GPU{'s' if gpu_count != 1 else ''}" if profile in GPU_PROFILES else profile
-    return (f"Lyceum has no capacity for {want} right now (available: {', '.join(with_room) or 'nothing'}); "
-            "try another hardware profile (LYCEUM_HARDWARE_PROFILE) or later")
+    return (f"Lyceum has no capacity for {_want(profile, gpu_count)} right now (available: "
+            f"{', '.join(with_room) or 'nothing'}); {_alternatives(found, profile)}")
+
+
+def refused(found: list[Offer], profile: str, gpu_count: int, answer: str) -> str:
+    """The one line for a create Lyceum refused for want of capacity (live: HTTP 500 "could not be
+    provisioned", nothing created), with what else is on offer."""
+    return (f"no capacity: Lyceum could not provision {_want(profile, gpu_count)} ({answer}); "
+            f"{_alternatives(found, profile)}")

@@ -1,7 +1,8 @@
 """Which user a fresh VM lets gpukit's key in as, and whether that user can become root.
 
 Lyceum's docs show `ssh root@<ip>` and say the default user depends on the image; a Lyceum CLI
-version prints `ubuntu@<ip>`. Cloud images that disable root often still accept the key for root
+version prints `ubuntu@<ip>`; live VMs (2026) accept the key only for `lyceum`, with passwordless sudo.
+Cloud images that disable root often still accept the key for root
 but answer every command with 'Please login as the user "ubuntu" rather than the user "root"'
 (cloud-init's disable_root). So a login counts only when a command runs: `id -u` prints 0 for
 root; any other user must pass `sudo -n true` (passwordless sudo), since every play and every
@@ -19,7 +20,9 @@ import paramiko
 
 from glue.errors import GlueError
 
-DEFAULT_USERS = ("root", "ubuntu")  # root first, then the image's usual default
+# Live Lyceum VMs let the key in as `lyceum` only (root and ubuntu refused at publickey); the docs show root;
+# cloud images often use ubuntu.
+DEFAULT_USERS = ("lyceum", "root", "ubuntu")
 _SUGGESTED = re.compile(r'login as the user \\?"?([a-z_][a-z0-9_-]*)\\?"? rather than', re.I)
 
 

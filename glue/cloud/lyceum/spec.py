@@ -11,11 +11,15 @@ from typing import Any
 from glue.cloud.base import VMSpec
 from glue.errors import GlueError
 
-# hardware_profile -> GPU model reported in the outputs contract ("none" for the CPU profile).
-PROFILES: dict[str, str] = {"cpu": "none", "a100": "a100", "h100": "h100"}
+# hardware_profile -> GPU model reported in the outputs contract ("none" for the CPU profile). The GPU
+# profiles are those a live 400 lists (2026); the docs' cpu profile is kept.
+PROFILES: dict[str, str] = {"cpu": "none", "a100": "a100", "b200": "b200", "b300": "b300", "h100": "h100",
+                            "h200": "h200", "l40s": "l40s"}
 GPU_PROFILES = frozenset(p for p, gpu in PROFILES.items() if gpu != "none")
 MIN_DISK_GB = 100  # Lyceum provisions at least 100 GB of (ephemeral) disk per VM
-MAX_GPUS = 8
+# GPUs per VM the live API takes (inside instance_specs; a 0 there is silently made 1, and billed).
+GPU_COUNTS = (1, 2, 4, 8)
+MAX_GPUS = max(GPU_COUNTS)
 LIMITS: dict[str, tuple[int, int]] = {"cpu": (1, 256), "memory_gb": (1, 4096)}
 
 
@@ -60,10 +64,10 @@ def input_errors(hardware_profile: Any, gpu_count: Any, disk_gb: Any = None, cpu
         elif isinstance(gpu_count, int | float):
             if hardware_profile.lower() == "cpu" and gpu_count:
                 errors.append(("gpu_count", f"gpu_count = {gpu_count:g} on the cpu profile",
-                               "The cpu profile has no GPUs: set gpu_count = 0, or pick a100/h100."))
-            if hardware_profile.lower() in GPU_PROFILES and not 1 <= gpu_count <= MAX_GPUS:
+                               "The cpu profile has no GPUs: set gpu_count = 0, or pick a GPU profile."))
+            if hardware_profile.lower() in GPU_PROFILES and gpu_count not in GPU_COUNTS:
                 errors.append(("gpu_count", f"gpu_count = {gpu_count:g} on the {hardware_profile} profile",
-                               f"Use 1..{MAX_GPUS} GPUs per VM."))
+                               f"Use {', '.join(map(str, GPU_COUNTS[:-1]))} or {GPU_COUNTS[-1]} GPUs per VM."))
     for key, value in (("cpu", cpu), ("memory_gb", memory_gb)):
         lo, hi = LIMITS[key]
         if isinstance(value, int | float) and not lo <= value <= hi:

@@ -12,22 +12,22 @@ variable "name_prefix" {
 }
 
 variable "hardware_profile" {
-  description = "Lyceum hardware profile of every VM: cpu, a100 or h100 (see `python -m glue.cloud.lyceum availability`)."
+  description = "Lyceum hardware profile of every VM: cpu, a100, b200, b300, h100, h200 or l40s (see `python -m glue.cloud.lyceum availability`)."
   type        = string
   default     = "a100"
   nullable    = false
 }
 
 variable "gpu_count" {
-  description = "GPUs per VM: 0 on the cpu profile, 1-8 on a100/h100."
+  description = "GPUs per VM: 0 on the cpu profile, 1, 2, 4 or 8 on a GPU profile."
   type        = number
   default     = 1
 
   validation {
     condition = floor(var.gpu_count) == var.gpu_count && (
-      var.hardware_profile == "cpu" ? var.gpu_count == 0 : var.gpu_count >= 1 && var.gpu_count <= 8
+      var.hardware_profile == "cpu" ? var.gpu_count == 0 : contains([1, 2, 4, 8], var.gpu_count)
     )
-    error_message = "gpu_count must be 0 on the cpu profile and a whole number from 1 to 8 on a100/h100."
+    error_message = "gpu_count must be 0 on the cpu profile and 1, 2, 4 or 8 on a GPU profile."
   }
 }
 

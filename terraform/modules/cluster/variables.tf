@@ -68,13 +68,13 @@ variable "disk_gb" {
 }
 
 variable "hardware_profile" {
-  description = "Lyceum hardware profile of every VM (cpu, a100 or h100); null where the backend has none."
+  description = "Lyceum hardware profile of every VM (cpu, a100, b200, b300, h100, h200, l40s); null where the backend has none."
   type        = string
   default     = null
 
   validation {
-    condition     = var.hardware_profile == null ? true : contains(["cpu", "a100", "h100"], var.hardware_profile)
-    error_message = "hardware_profile must be null or one of: cpu, a100, h100."
+    condition     = var.hardware_profile == null ? true : contains(["cpu", "a100", "b200", "b300", "h100", "h200", "l40s"], var.hardware_profile)
+    error_message = "hardware_profile must be null or one of: cpu, a100, b200, b300, h100, h200, l40s."
   }
 }
 

@@ -54,6 +54,8 @@ class Backend(Protocol):
     # The gpukit image its VMs boot, baked here before terraform runs: "tree" (a root filesystem), "disk"
     # (that tree as a boot disk); None: the cloud's own image.
     baked_image: str | None
+    # None: VMs of one run reach each other (multi-node groups); else why they cannot (one line).
+    multi_node: str | None
 
     def check_host(self) -> None:
         """What this machine needs for the backend's VMs (tools, devices): one GlueError line when missing."""

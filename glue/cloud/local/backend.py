@@ -57,6 +57,7 @@ class LocalBackend:
     credentials_expire = False
     bucket_on_host = True
     baked_image: str | None = "tree"
+    multi_node: str | None = None
 
     def check_host(self) -> None:
         host.check()

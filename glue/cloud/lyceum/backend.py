@@ -112,6 +112,8 @@ class LyceumBackend:
     credentials_expire = True  # STS-style: refreshed near expiry and pushed to the VMs
     bucket_on_host = False
     baked_image: str | None = None  # Lyceum's own image; Ansible installs the rest
+    multi_node: str | None = ("Lyceum does not network an account's VMs for one job on its public API (an "
+                              "enterprise-contract feature)")
 
     def check_host(self) -> None:
         """Nothing local beyond terraform and SSH: the VMs are Lyceum's."""

@@ -42,6 +42,7 @@ class QemuBackend:
     credentials_expire = False
     bucket_on_host = True
     baked_image: str | None = "disk"
+    multi_node: str | None = "qemu VMs cannot reach each other (user-mode networking, see docs/qemu.md)"
 
     def check_host(self) -> None:
         vm.check_tools()

@@ -28,6 +28,7 @@ import re
 import secrets
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -124,7 +125,7 @@ class Emulator:
 
     def __init__(self, home: Path, api_keys: list[str] | None = None, pending_s: float = 0.3,
                  credentials_ttl: float = 900.0, boot_vms: bool = True, port: int = 0, bucket: str = "gpukit",
-                 login_user: str = "root") -> None:
+                 login_user: str = "root", live: bool = False) -> None:
         self.home = home
         self.api_keys = list(api_keys or [f"lk_emu_{secrets.token_hex(16)}"])
         self.inactive_keys: set[str] = set()
@@ -144,6 +145,12 @@ class Emulator:
         # A create without capacity: "live" answers HTTP 500 "could not be provisioned" (as Lyceum does),
         # "docs" the documented 409.
         self.capacity_answer = "live"
+        # live=True: VMs as the live API shows them: opaque ids (undashed hex, or a dashed UUID), a create
+        # answer whose top-level hardware_profile/gpu_count are null (the values sit in instance_specs), and
+        # status "ready" with no ip_address for `address_after_s` before the address appears.
+        self.live = live
+        self.address_after_s = 0.5 if live else 0.0
+        self.ready_without_address = 0  # status answers that said "ready" with no address yet
         self.faults: list[Fault] = []
         self.vms: dict[str, VM] = {}
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status): never headers
@@ -253,9 +260,15 @@ class Emulator:
             with self._lock:
                 vm.status, vm.error = "error", str(exc)
             return
+        if self.address_after_s:  # live: "ready" first, the address only later
+            with self._lock:
+                if vm.status == "provisioning":
+                    vm.status = "ready"
+            self._stopping.wait(self.address_after_s)
         with self._lock:
-            if vm.status == "provisioning" and not self._stopping.is_set():
-                vm.status, vm.ip_address, vm.local_id = "running", f"{HOST}:{port}", local_id
+            if vm.status in ("provisioning", "ready") and not self._stopping.is_set():
+                vm.status = "ready" if self.live else "running"
+                vm.ip_address, vm.local_id = f"{HOST}:{port}", local_id
                 vm.running_since = time.time()
                 return
         if local_id:  # deleted (or the emulator stopped) while it booted
@@ -263,7 +276,7 @@ class Emulator:
 
     def _refresh(self, vm: VM) -> VM:
         """A running VM whose local VM died is reported as error (the host lost it)."""
-        if vm.status == "running" and vm.local_id and self.local.read_vm(vm.local_id) is None:
+        if vm.status in ("running", "ready") and vm.local_id and self.local.read_vm(vm.local_id) is None:
             self._destroy(vm, "error")
         return vm
 
@@ -330,7 +343,9 @@ class Emulator:
             if vm is None:
                 return 404, {"detail": f"VM {match.group(1)} not found"}, {}
             if method == "GET":
-                return 200, self._refresh(vm).status_doc(), {}
+                doc = self._refresh(vm).status_doc()
+                self.ready_without_address += doc["status"] == "ready" and doc["ip_address"] is None
+                return 200, doc, {}
             self._destroy(vm, "terminated")
             return 200, {"vm_id": vm.vm_id, "status": "terminated", "message": "VM terminated"}, {}
         return 404, {"detail": "Not Found"}, {}
@@ -381,12 +396,16 @@ class Emulator:
                 if self.capacity_answer == "docs":
                     return 409, {"detail": f"No capacity available for {profile} with {gpu_count} GPU(s)"}, {}
                 return 500, {"detail": f"VM could not be provisioned: no {profile} capacity"}, {}
-            vm = VM(vm_id=f"vm-{secrets.token_hex(6)}", name=body.get("name"), profile=profile, gpu_count=gpu_count,
+            vm_id = (secrets.token_hex(16) if len(self.vms) % 2 else str(uuid.uuid4())) if self.live else \
+                f"vm-{secrets.token_hex(6)}"
+            vm = VM(vm_id=vm_id, name=body.get("name"), profile=profile, gpu_count=gpu_count,
                     specs={"disk": 100, **specs}, public_key=body["user_public_key"], created_at=time.time())
             self.vms[vm.vm_id] = vm
             vm.boot = threading.Thread(target=self._boot, args=(vm,), name=f"boot-{vm.vm_id}", daemon=True)
             vm.boot.start()
         doc = vm.status_doc()
+        if self.live:
+            doc.update(hardware_profile=None, gpu_count=None)
         doc.update({"status_check_url": f"{PREFIX}/vms/{vm.vm_id}/status",
                     "polling_message": "The VM is being provisioned; poll the status URL until it is running."})
         return 200, doc, {}

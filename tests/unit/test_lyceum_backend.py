@@ -28,6 +28,10 @@ def emu(tmp_path: Path) -> Iterator[Emulator]:
 
 @pytest.fixture
 def backend(emu: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LyceumBackend:
+    return _backend(emu, tmp_path, monkeypatch)
+
+
+def _backend(emu: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LyceumBackend:
     monkeypatch.setattr(lyceum, "scan_host_key", lambda host, port, timeout=10.0: HOST_KEY)
     # No VM boots here: the login is taken as given (tests/integration/test_lyceum_users.py logs in for real).
     monkeypatch.setattr(lyceum.login, "detect", lambda host, port, key, path, wanted="", **kw: wanted or "root")
@@ -56,6 +60,23 @@ def test_create_read_delete(backend: LyceumBackend, emu: Emulator) -> None:
     assert backend.read_vm(rec.id) == rec  # the pinned key survives a read
     backend.delete_vm(rec.id)
     assert backend.read_vm(rec.id) is None and emu.live_vms() == []
+
+
+def test_the_live_shapes_ready_before_an_address_opaque_ids_and_values_in_instance_specs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the live API answers: "ready" with a null ip_address for a while (glue waits for the address), ids
+    that are undashed hex or a dashed UUID (never parsed), a create answer whose top-level hardware_profile
+    and gpu_count are null (the values are read from instance_specs)."""
+    with Emulator(tmp_path / "live", boot_vms=False, pending_s=0.1, live=True) as emu:
+        backend = _backend(emu, tmp_path, monkeypatch)
+        recs = [backend.create_vm(spec(name=f"gpukit-{i}", gpu_count=2)) for i in (1, 2)]
+        assert emu.ready_without_address >= 2  # each VM was ready before it had an address
+        assert sorted(len(r.id) for r in recs) == [32, 36]  # undashed hex, dashed UUID
+        for rec in recs:
+            assert rec.status == "ready" and rec.ssh_host == "127.0.0.1" and rec.ssh_port > 0, rec
+            assert (rec.gpu_type, rec.gpu_count) == ("a100", 2) and backend.read_vm(rec.id) == rec
+            backend.delete_vm(rec.id)
+        assert emu.live_vms() == [] and backend.owned_vm_ids() == []
 
 
 @pytest.mark.parametrize("lost", ["dropped", "502"])

@@ -73,6 +73,10 @@ def test_the_live_lyceum_user_is_found_first_and_root_is_refused(kit: Kit, tmp_p
         [vm] = json.loads(kit.glue("status", "--json", env=env).stdout)["vms"]
         assert vm["ssh_user"] == "lyceum" and vm["reachable"], vm
         assert kit.glue("ssh", "gpukit-1", "--", "id", "-u", env=env).stdout.strip() == "0"
+        # glue doctor checks each VM of the cluster: its address and its user getting root.
+        checks = json.loads(kit.glue("doctor", "--backend", "lyceum", "--json", env=env, check=False).stdout)["checks"]
+        [vm_check] = [c for c in checks if c["name"] == "VM gpukit-1"]
+        assert vm_check["ok"] and "lyceum logs in and gets root" in vm_check["detail"], checks
         [live] = emu.live_vms()
         host, port = str(live.ip_address).split(":")
         key = (kit.home / "ssh" / "known_hosts").read_text().split(maxsplit=1)[1].strip()

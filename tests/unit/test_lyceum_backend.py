@@ -310,3 +310,19 @@ def test_parallel_creates_share_one_progress_display(backend: LyceumBackend, emu
         recs = list(pool.map(lambda i: backend.create_vm(spec(f"gpukit-{i}")), range(1, 5)))
     assert sorted(r.name for r in recs) == ["gpukit-1", "gpukit-2", "gpukit-3", "gpukit-4"]
     assert len({r.id for r in recs}) == 4 and backend._live is None
+
+
+def test_doctor_names_a_vm_without_an_address_and_one_that_is_gone(backend: LyceumBackend, emu: Emulator,
+                                                                   tmp_path: Path) -> None:
+    """`glue doctor` with a cluster up: a VM Lyceum lists without an address yet (live: `ready` for minutes
+    before it has one) and a VM gone from the account are each one line with the fix."""
+    from glue.cloud.lyceum import doctor
+
+    client = backend.api
+    emu.stuck_pending = True  # it never gets an address
+    waiting = client.create_vm({"hardware_profile": "a100", "user_public_key": PUB, "name": "gpukit-1"})
+    checks = doctor.cluster_vms(client, {waiting["vm_id"]: {"name": "gpukit-1", "ssh_user": "lyceum"},
+                                         "vm-gone": {"name": "gpukit-2"}}, tmp_path / "no-key")
+    assert [(c.name, c.ok) for c in checks] == [("VM gpukit-1", False), ("VM gpukit-2", False)]
+    assert "Lyceum reports no address for it yet" in checks[0].detail and "glue doctor" in checks[0].fix
+    assert checks[1].detail == "vm-gone is gone from the account" and "glue up" in checks[1].fix

@@ -39,6 +39,7 @@ from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.checks import Readiness
 from glue.cloud.lyceum import bucket as lyceum_creds
 from glue.cloud.lyceum import login, pricing
+from glue.cloud.lyceum.address import parse_address
 from glue.cloud.lyceum.api import (
     GONE_STATUSES,
     LyceumCapacity,
@@ -69,22 +70,6 @@ def _env_float(name: str, default: float) -> float:
     if value <= 0:
         raise GlueError(f"{name} must be positive (got {raw})")
     return value
-
-
-def parse_address(ip_address: str) -> tuple[str, int]:
-    """Lyceum's `ip_address` ("10.0.1.5:22", "10.0.1.5", "[::1]:22") -> (host, port)."""
-    text = ip_address.strip()
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port = rest.lstrip(":")
-    elif text.count(":") == 1:
-        host, port = text.split(":")
-    else:
-        host, port = text, ""
-    try:
-        return host, int(port) if port else 22
-    except ValueError:
-        raise GlueError(f"Lyceum reported an unusable VM address {ip_address!r}") from None
 
 
 def scan_host_key(host: str, port: int, timeout: float = 10.0) -> str:
@@ -119,10 +104,16 @@ class LyceumBackend:
         """Nothing local beyond terraform and SSH: the VMs are Lyceum's."""
 
     def readiness(self) -> Readiness:
-        """The account: API key, capacity, storage credentials (glue.cloud.lyceum.doctor)."""
+        """The account (API key, capacity, storage credentials), then each VM of the cluster (address, user):
+        glue.cloud.lyceum.doctor."""
         from glue.cloud.lyceum import doctor
 
-        return doctor.account(self._client)
+        ready = doctor.account(self._client)
+        ids = sorted(p.stem for p in self.records.glob("*.json")) if self.records.is_dir() else []
+        if not ids or not ready.checks[0].ok:
+            return ready
+        vms = doctor.cluster_vms(self.api, {i: self._load_record(i) for i in ids}, ssh_client_key_path(self.home))
+        return Readiness([*ready.checks, *vms], ready.bucket, ready.credentials)
 
     def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
         """Inputs checked, then capacity: a profile Lyceum cannot serve is refused before terraform

@@ -1,7 +1,8 @@
 """`glue doctor --backend lyceum`: the account checked without creating a VM.
 
 API key (shape, then one authenticated read), capacity for the profile `glue up` would ask for, and
-storage credentials (issued, their expiry read). The issued credentials stay in memory: the caller
+storage credentials (issued, their expiry read); then, with a cluster up, each of its VMs: an address and
+the recorded SSH user getting root. The issued credentials stay in memory: the caller
 writes and deletes a probe object with them, and nothing here writes them anywhere.
 """
 
@@ -9,10 +10,21 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
+from typing import Any
 
 from glue.cloud.checks import Check, Readiness
 from glue.cloud.lyceum import bucket as lyceum_creds
-from glue.cloud.lyceum.api import KEY_ENV, KEYS_PAGE, LyceumClient, api_key_from_env, api_url_from_env
+from glue.cloud.lyceum import login
+from glue.cloud.lyceum.address import parse_address
+from glue.cloud.lyceum.api import (
+    KEY_ENV,
+    KEYS_PAGE,
+    LyceumClient,
+    LyceumNotFound,
+    api_key_from_env,
+    api_url_from_env,
+)
 from glue.cloud.lyceum.capacity import offers, shortfall
 from glue.cloud.lyceum.inputs import tf_vars
 from glue.errors import GlueError
@@ -85,6 +97,35 @@ def account(client: LyceumClient | None = None) -> Readiness:
                             f"issued for {where}; they expire in {_lifetime(life)} (expires_at), and gpukit "
                             f"refreshes them {_lifetime(creds.margin())} before"))
     return Readiness(checks, creds.bucket_info(), creds.bucket_credentials())
+
+
+def cluster_vms(api: LyceumClient, records: dict[str, dict[str, Any]], key_path: Path) -> list[Check]:
+    """One line per VM of the cluster (gpukit's records): it is on the account, has an address (live, a VM
+    can be `ready` for minutes before it has one) and lets its recorded user in with root."""
+    checks = []
+    for vm_id, rec in sorted(records.items(), key=lambda kv: str(kv[1].get("name") or kv[0])):
+        what = f"VM {rec.get('name') or vm_id}"
+        try:
+            status = api.vm_status(vm_id)
+        except LyceumNotFound:
+            checks.append(Check(what, False, f"{vm_id} is gone from the account", "`glue up` replaces it"))
+            continue
+        except GlueError as exc:
+            checks.append(Check(what, False, str(exc), "check LYCEUM_API_URL and the network"))
+            continue
+        state = str(status.get("status") or "unknown").lower()
+        if not status.get("ip_address"):
+            checks.append(Check(what, False, f"{state}, but Lyceum reports no address for it yet",
+                                "wait and run `glue doctor` again (live VMs were seen ready 100 s before their "
+                                "address); `glue up` waits for it"))
+            continue
+        host, port = parse_address(str(status["ip_address"]))
+        user = str(rec.get("ssh_user") or "root")
+        why = login.problem(host, port, str(rec.get("host_key") or ""), key_path, user)
+        checks.append(Check(what, True, f"{state} at {host}:{port}; {user} logs in and gets root") if why is None
+                      else Check(what, False, f"{state} at {host}:{port}, but {why}",
+                                 "set LYCEUM_SSH_USER to the image's user (live VMs: lyceum) and `glue up`"))
+    return checks
 
 
 def settings() -> dict[str, str]:

@@ -77,6 +77,18 @@ def _try(host: str, port: int, host_key: str, key: paramiko.PKey, user: str, tim
     return ""
 
 
+def problem(host: str, port: int, host_key: str, key_path: Path, user: str, timeout: float = 10.0) -> str | None:
+    """None when `user` logs in and gets root (`glue doctor`'s check of a VM); else why not."""
+    key = paramiko.Ed25519Key.from_private_key_file(str(key_path))
+    try:
+        _try(host, port, host_key, key, user, timeout)
+    except _Refused as exc:
+        return str(exc.args[0])
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        return f"{user}: {exc or type(exc).__name__}"
+    return None
+
+
 def detect(host: str, port: int, host_key: str, key_path: Path, wanted: str = "", deadline_s: float = 120.0,
            timeout: float = 10.0) -> str:
     """The user to record for the VM: `wanted` (checked) or the first of DEFAULT_USERS (or the one the

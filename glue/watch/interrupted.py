@@ -3,11 +3,12 @@ the recovery record that check makes (the same check and record shape as `glue r
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
-from glue.operations.recovery import phases
+from glue.operations.recovery import phases, replay
 from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, check_resharded, merged_metrics
-from glue.runs.store import RunStore, utc_iso
+from glue.runs.store import RunStore, parse_iso, utc_iso
 
 
 def readiness(store: RunStore, plan: dict[str, Any]) -> tuple[bool, str | None, dict[int, dict[str, Any]]]:
@@ -16,12 +17,21 @@ def readiness(store: RunStore, plan: dict[str, Any]) -> tuple[bool, str | None, 
     new, upto = int(plan["new_attempt"]), int(plan["upto"])
     steps = store.metrics().get(new, {})
     exit_rec = store.exit_record(new)
-    ready = bool((steps and max(steps) >= upto) or (exit_rec is not None and exit_rec.get("exit_code") == 0))
+    passed = bool(steps) and max(steps) >= upto
+    # As glue recover's replay: a gap before `upto` may be a metrics part still in flight; judged once the
+    # step past `upto` is SETTLE_S old.
+    settled = passed and (replay.steps_complete(steps, int(plan.get("checkpoint_step") or 0) + 1, upto) or
+                          _age_s(steps[max(steps)].get("t")) >= replay.SETTLE_S)
+    ready = bool(settled or (exit_rec is not None and exit_rec.get("exit_code") == 0))
     if ready:
         return True, None, steps
     failed = store.attempt(new).get("failure_class") or exit_rec is not None or store.attempts()[-1] != new
     waiting = None if failed else f"checking attempt {new}'s resume at step {upto} (now {max(steps, default=0)})"
     return False, waiting, steps
+
+
+def _age_s(t: str | None) -> float:
+    return (datetime.now(UTC) - parse_iso(t)).total_seconds() if t else 0.0
 
 
 def check(store: RunStore, plan: dict[str, Any],

@@ -315,29 +315,7 @@ def record_group(store: RunStore, manifest: dict[str, Any], group: GroupSpec, at
     store.put_manifest(manifest)
 
 
-# -- replay -------------------------------------------------------------------------------------------
-def replay(store: RunStore, attempt: int, upto: int, timeout: float) -> dict[int, Any]:
-    """Wait until the resumed attempt passes `upto` (or exits 0 first); its rank-0 steps."""
-    deadline = time.monotonic() + timeout
-    steps: dict[int, Any] = {}
-    while time.monotonic() < deadline:
-        steps = store.metrics().get(attempt, {})
-        if steps and max(steps) >= upto:
-            return steps
-        exit_rec = store.exit_record(attempt)
-        if exit_rec is not None:
-            time.sleep(0.5)
-            steps = store.metrics().get(attempt, {})
-            if exit_rec.get("exit_code") != 0:
-                raise GlueError(f"the resumed attempt {attempt} of run {store.run} failed (exit "
-                                f"{exit_rec.get('exit_code')}, signal {exit_rec.get('signal')}); "
-                                f"see `glue incidents --run {store.run}`")
-            return steps
-        time.sleep(0.5)
-    raise GlueError(f"the resumed attempt {attempt} of run {store.run} did not reach step {upto} within "
-                    f"{timeout:.0f}s; check `glue status --run {store.run}`")
-
-
+# -- replay: glue.operations.recovery.replay ------------------------------------------------------------
 # -- check --------------------------------------------------------------------------------------------
 def check(store: RunStore, lost: Lost, failure: Failure, new_metrics: dict[int, Any], upto: int,
           tolerance: float, group: GroupSpec | None = None, reshard_tolerance: float = 0.1) -> ResumeCheck:

@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from glue.errors import GlueError
-from glue.operations.recovery import phases
+from glue.operations.recovery import phases, replay
 from glue.operations.recovery.phases import REFUSE_WITHOUT_FORCE, Timings, secs_between
 from glue.operations.recovery.resume_check import check_resume, merged_metrics, step_ranges
 from glue.runs import lease, monitor
@@ -143,7 +143,7 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
     if on_started is not None:
         on_started({**plan(failure, lost, started, upto, tolerance, timed), "resume_check": check})
     with console.status(f"[bold]restore + replay[/]: waiting for attempt {new_n} to pass step {upto} …"):
-        new_metrics = phases.replay(store, new_n, upto, wait_timeout)
+        new_metrics = replay.replay(store, new_n, upto, wait_timeout, first=(lost.ckpt or 0) + 1)
     verdict = phases.check(store, lost, failure, new_metrics, upto, tolerance, group, reshard_tolerance)
 
     old, ckpt, failure_step = lost.old_metrics, lost.ckpt, lost.failure_step

@@ -101,6 +101,7 @@ class RunContext:
         self.bucket, self.mount = bucket, env.get("GPUKIT_BUCKET_MOUNT", MOUNT)
         self.store: Storage = self._open(run_uri(bucket, self.run))
         self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
         self._last: dict[str, Any] = {}
         if group.under_torchrun(env):
             # torchrun restarts every worker of the group after a failure. Join the process group first to
@@ -301,19 +302,21 @@ class RunContext:
 
     def _flush_metrics(self) -> None:
         """Put the steps recorded so far into a new metrics part (from the heartbeat thread, and from the
-        training thread before each checkpoint save)."""
-        with self._lock:
-            lines, self._metrics = self._metrics, []
-            self._last_flush = time.monotonic()
-            if not lines:
-                return
-            self._part += 1
-            key = metrics_key(self.attempt, self.rank, self.restart, self._part)
-        try:
-            self.store.put(key, ("\n".join(lines) + "\n").encode())
-        except StorageError:
-            with self._lock:  # keep them for the next flush rather than lose them
-                self._metrics = lines + self._metrics
+        training thread before each checkpoint save). One flush at a time: parts land in step order, so a
+        reader never sees a later part while an earlier one is still in flight."""
+        with self._flush_lock:
+            with self._lock:
+                lines, self._metrics = self._metrics, []
+                self._last_flush = time.monotonic()
+                if not lines:
+                    return
+                self._part += 1
+                key = metrics_key(self.attempt, self.rank, self.restart, self._part)
+            try:
+                self.store.put(key, ("\n".join(lines) + "\n").encode())
+            except StorageError:
+                with self._lock:  # keep them for the next flush rather than lose them
+                    self._metrics = lines + self._metrics
 
     # -- outputs and lifecycle ------------------------------------------------------------------
     def write_output(self, name: str, data: bytes) -> None:

@@ -155,7 +155,8 @@ class Watcher:
             self._lost_check_s = took if took > self._lost_check_s else (took + self._lost_check_s) / 2
         row.outcome, row.step, row.attempt = str(outcome), (report.heartbeat or {}).get("step"), n
         decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started,
-                                 st.failed_tries(n, not monitor.trainer_started(report.attempt, report.heartbeat)))
+                                 st.failed_tries(n, not monitor.trainer_started(report.attempt, report.heartbeat)),
+                                 st.capacity_waits_of(n))
         row.state, row.note = decision.action if decision.action != "none" else "running", decision.reason
         if decision.action == "none" and pending:
             row.note = pending
@@ -335,12 +336,12 @@ class Watcher:
         if store.attempts()[-1] != n or st.stopped or st.done:
             return "already handled"
         retry = st.failed_tries(n, not monitor.trainer_started(store.attempt(n), store.heartbeat()))
-        decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started, retry)
+        waits = st.capacity_waits_of(n)
+        decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started, retry, waits)
         if decision.action != "recover" or decision.budget is None:
             return decision.reason
-        if st.handled_attempt != n:
-            st.capacity_waits = 0
-        if retry == 0 and not st.capacity_waits:  # a new failure takes one from its budget; retrying it does not
+        st.capacity_waits = waits
+        if retry == 0 and not waits:  # a new failure takes one from its budget; retrying it does not
             st.used[decision.budget] = st.used.get(decision.budget, 0) + 1
         st.handled_attempt = n
         st.note("recovering", attempt=n, outcome=str(outcome), budget=decision.budget)

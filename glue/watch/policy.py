@@ -68,12 +68,13 @@ def backoff(spec: RecoverySpec, failed_in_row: int) -> float:
 
 
 def decide(outcome: AttemptClass, spec: RecoverySpec, used: dict[str, int], now: float, next_try_at: float,
-           started_at: float | None, retry: int = 0) -> Decision:
+           started_at: float | None, retry: int = 0, capacity_waits: int = 0) -> Decision:
     """The action for a run whose latest attempt is classified `outcome`.
 
     used: failures recovered so far per budget; next_try_at: epoch seconds the backoff ends;
     started_at: epoch seconds of the run's first start (for deadline_hours); retry: failed recoveries
-    of THIS failure so far (0 = a new failure, which takes one from its budget)."""
+    of THIS failure so far (0 = a new failure, which takes one from its budget); capacity_waits: times
+    THIS failure's recovery found no capacity (its budget is taken already, and waiting is no failure)."""
     if outcome is AttemptClass.RUNNING:
         return Decision("none", "running")
     if outcome is AttemptClass.COMPLETED:
@@ -88,6 +89,10 @@ def decide(outcome: AttemptClass, spec: RecoverySpec, used: dict[str, int], now:
         return Decision("stop", f"{outcome} after the deadline ({spec.deadline_hours:g} h after the run started)",
                         budget, "budget_exhausted")
     cap = limit(spec, budget)
+    if capacity_waits > 0 and retry == 0:
+        if now < next_try_at:
+            return Decision("wait", f"{outcome}: waiting {next_try_at - now:.0f}s for capacity", budget)
+        return Decision("recover", f"{outcome}: asking again for a VM (no capacity {capacity_waits}x)", budget)
     if retry >= MAX_TRIES:
         return Decision("stop", f"{outcome}: {retry} recoveries of this failure failed; giving up", budget,
                         "recovery_failed")

@@ -66,6 +66,10 @@ class WatchState:
     def last(self) -> dict[str, Any] | None:
         return self.history[-1] if self.history else None
 
+    def capacity_waits_of(self, n: int) -> int:
+        """Times the recovery of attempt n's failure found no capacity so far."""
+        return self.capacity_waits if self.handled_attempt == n else 0
+
     def failed_tries(self, n: int, never_started: bool = False) -> int:
         """Failed recoveries of attempt n's failure so far (0: not tried yet, a new failure). A recovery of
         it whose watcher died before the new attempt started counts as one: it spent the budget already.

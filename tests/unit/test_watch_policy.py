@@ -65,6 +65,17 @@ def test_backoff_doubles_to_the_cap_retries_do_not_spend_budget_and_deadline_sto
     assert late.action == "stop" and late.event == "budget_exhausted" and "deadline" in late.reason
 
 
+def test_waiting_for_capacity_spends_no_budget_and_no_try_but_the_deadline_holds() -> None:
+    spent = {"preemptions": 2}  # this failure took the last of its budget, then found no capacity 5 times
+    assert decide(AttemptClass.VM_LOST, SPEC, spent, NOW, NOW + 5, NOW, capacity_waits=5).action == "wait"
+    again = decide(AttemptClass.VM_LOST, SPEC, spent, NOW, NOW - 1, NOW, capacity_waits=MAX_TRIES + 5)
+    assert again.action == "recover" and "no capacity" in again.reason
+    late = decide(AttemptClass.VM_LOST, SPEC, spent, NOW, NOW - 1, NOW - 3601, capacity_waits=5)
+    assert late.action == "stop" and "deadline" in late.reason
+    # A new failure after the capacity wait (capacity_waits 0 for it) takes from the budget as ever.
+    assert decide(AttemptClass.VM_LOST, SPEC, spent, NOW, 0.0, NOW).event == "budget_exhausted"
+
+
 def test_a_notice_makes_the_loss_preempted_not_a_crash() -> None:
     notice = {"source": "SIGTERM", "step": 42, "saved_step": 42}
     v = classify(Evidence(exit_code=PREEMPTED_EXIT, notice=notice, process_alive=False, vm_status="running",

@@ -36,6 +36,8 @@ class VMRecord:
     gpu_count: int
     backend: str
     status: str
+    # The capacity pool: "spot" (reclaimable without notice), "on-demand"; "" where a backend has none.
+    market: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -64,7 +64,7 @@ def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configu
         table.add_column(col)
     for host in hosts:
         table.add_row(host.name, f"{host.ssh_user}@{host.ssh_host}:{host.ssh_port}",
-                      f"{host.gpu_count}x {host.gpu_type}")
+                      f"{host.gpu_count}x {host.gpu_type}" + (" (spot)" if host.market == "spot" else ""))
     err.print(table)
 
 

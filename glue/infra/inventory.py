@@ -33,6 +33,7 @@ class Host:
     gpu_type: str
     gpu_count: int
     backend: str
+    market: str = ""  # "spot", "on-demand", "" where the backend has none
 
     @property
     def known_hosts_name(self) -> str:
@@ -47,11 +48,13 @@ def known_hosts_name(host: str, port: int) -> str:
 VM_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Host) if f.name != "name")
 BUCKET_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(BucketInfo))
 _INT_FIELDS = frozenset({"ssh_port", "gpu_count"})  # numbers in Terraform: may arrive as floats
+_LATER_FIELDS = {"market": ""}  # added to the contract later: a state written before lacks them
 
 
 def hosts_from_outputs(outputs: Mapping[str, Any]) -> list[Host]:
     def host(name: str, vm: Mapping[str, Any]) -> Host:
-        values: dict[str, Any] = {k: int(vm[k]) if k in _INT_FIELDS else vm[k] for k in VM_FIELDS}
+        values: dict[str, Any] = {k: int(vm[k]) if k in _INT_FIELDS else vm[k] if k in vm else _LATER_FIELDS[k]
+                                  for k in VM_FIELDS}
         return Host(name=name, **values)
 
     return [host(name, vm) for name, vm in sorted((outputs.get("vms") or {}).items())]

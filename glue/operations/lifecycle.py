@@ -294,7 +294,7 @@ def status(home: Path, verify: bool = False) -> dict[str, Any]:
     checks = record.get("hosts", {})
     vms = [
         {"name": h.name, "id": h.id, "ssh_host": h.ssh_host, "ssh_port": h.ssh_port, "ssh_user": h.ssh_user,
-         "gpu_type": h.gpu_type, "gpu_count": h.gpu_count, "backend": h.backend,
+         "gpu_type": h.gpu_type, "gpu_count": h.gpu_count, "backend": h.backend, "market": h.market,
          "reachable": ssh.reachable(home, h),
          "verify": checks.get(h.name) if checks.get(h.name, {}).get("vm_id", h.id) == h.id else None,
          "verified_at": record.get("checked_at")}

@@ -24,7 +24,7 @@ class AttemptClass(StrEnum):
     STALL = "stall"
     COMM = "comm"
     VM_LOST = "vm_lost"
-    PREEMPTED = "preempted"  # the VM was announced for termination; the trainer saved and stopped on the notice
+    PREEMPTED = "preempted"  # announced for termination (saved at the notice), or a spot VM reclaimed unannounced
     BAD_RESTART = "bad_restart"
     EXPORT_MISSING = "export_missing"
     STORAGE_LOST = "storage_lost"  # the bucket mount died, or the bucket stopped answering past retries
@@ -94,6 +94,7 @@ class Evidence:
     lost_vms: list[str] = field(default_factory=list)          # a group's VMs the backend reports gone
     failure_events: list[dict[str, Any]] = field(default_factory=list)  # across ranks, earliest (the cause) first
     notice: dict[str, Any] | None = None       # the trainer's record of a termination notice (glue.train.run.notice)
+    spot: bool = False                         # the run's VMs are spot VMs: the cloud reclaims them, often unannounced
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,9 @@ def classify(ev: Evidence) -> Diagnosis:
         # An exit record written before the VM went means the attempt ended on its own first; in a group,
         # the survivors' exits after a VM was lost are consequences (the timeline puts the loss first).
         which = f"VM {', '.join(ev.lost_vms)}" if ev.lost_vms else "the VM"
+        if ev.spot:  # a reclaimed spot VM shows only as a status change (Lyceum sends no notice)
+            return Diagnosis(AttemptClass.PREEMPTED, f"the backend reports spot {which} gone: reclaimed without "
+                             "a notice; resumes from the last checkpoint")
         return Diagnosis(AttemptClass.VM_LOST, f"the backend reports {which} gone; SSH "
                        + ("does not answer" if not ev.ssh_reachable else "still answered"))
     if ev.process_alive:

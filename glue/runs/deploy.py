@@ -239,7 +239,7 @@ def _record_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, host
             "command": list(rc.command), "runtime": rc.runtime, "config": rc.as_dict(),
             "input": rc.input.model_dump() if rc.input else None, "code": code_version(),
             "environment": {**env_info, "gpu_type": hosts[0].gpu_type, "gpu_count": hosts[0].gpu_count,
-                            "backend": hosts[0].backend},
+                            "backend": hosts[0].backend, "market": hosts[0].market},
             "distributed": group.as_dict() if group.distributed else None,
             "secrets": list(rc.secrets), "outputs": {"destination": rc.outputs.destination,
                                                      "required": list(rc.outputs.required)},

@@ -188,6 +188,7 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     beats = store.heartbeats(n)
     notices = store.notices(n)
     ev.notice = notices[0] if notices else None
+    ev.spot = (manifest.get("environment") or {}).get("market") == "spot"
     log_node = combine(ev, states, errors, beats, attempt.get("started_at"))
     ev.log_tail = "\n".join(store.log_text(n, log_node if len(states) > 1 else None).splitlines()[-80:])
     beat = next((b for b in beats if int(b.get("rank", 0)) == 0), None)

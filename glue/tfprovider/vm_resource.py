@@ -20,7 +20,7 @@ from glue.errors import GlueError
 from glue.tfprovider.configured import ConfiguredProvider
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
-COMPUTED = ("id", "ssh_host", "ssh_port", "ssh_user", "host_key", "status", "backend")
+COMPUTED = ("id", "ssh_host", "ssh_port", "ssh_user", "host_key", "status", "backend", "market")
 
 
 class VMResource(Resource):
@@ -40,7 +40,7 @@ class VMResource(Resource):
             return schema.Attribute(name, typ, description=desc, computed=True)
 
         return schema.Schema(
-            version=3,  # 2: optional hardware_profile, cpu, memory_gb; 3: ssh_user settable (see upgrade)
+            version=4,  # 2: optional hardware_profile, cpu, memory_gb; 3: ssh_user settable; 4: market
             attributes=[
                 inp("name", types.String(), "VM name (lowercase letters, digits, dashes).", required=True),
                 inp("gpu_type", types.String(), "GPU model, or \"none\".", required=True),
@@ -55,6 +55,9 @@ class VMResource(Resource):
                 # Set: log in as this user only. Unset: the backend finds the user the VM accepts (root
                 # first, then the image's default) and records it; a prior value is kept, so no diff.
                 inp("ssh_user", types.String(), "SSH user (default: detected; root on the local backend).",
+                    optional=True, computed=True),
+                # Unset: the backend's pool, recorded (on-demand on Lyceum; "" where there is no choice).
+                inp("market", types.String(), "Capacity pool: on-demand or spot (Lyceum; reclaimable, cheaper).",
                     optional=True, computed=True),
                 out("id", types.String(), "Backend VM id."),
                 out("ssh_host", types.String(), "SSH address."),
@@ -76,12 +79,14 @@ class VMResource(Resource):
             if isinstance(val, int | float) and not lo <= val <= hi:
                 diags.add_error(f"{key} = {val} is out of range", f"Use {lo}..{hi}.", path=[key])
         for key, what, fix in input_errors(config.get("hardware_profile"), config.get("gpu_count"),
-                                           cpu=config.get("cpu"), memory_gb=config.get("memory_gb")):
+                                           cpu=config.get("cpu"), memory_gb=config.get("memory_gb"),
+                                           market=config.get("market")):
             diags.add_error(what, fix, path=[key])
 
     def upgrade(self, ctx: UpgradeContext, version: int, old: State) -> State | None:
         # Version 1 states lack the optional Lyceum inputs: they are null (unset), so no diff. Version 2
-        # states hold ssh_user as computed: the same value, now also settable.
+        # states hold ssh_user as computed: the same value, now also settable. Version 3 states lack the
+        # market: null until the next read fills it from the backend.
         return {**{a.name: None for a in self.get_schema().attributes}, **old}
 
     @staticmethod
@@ -99,7 +104,7 @@ class VMResource(Resource):
             ssh_public_key=str(planned["ssh_public_key"]),
         )
         spec = with_instance_specs(spec, planned.get("hardware_profile"), planned.get("cpu"), planned.get("memory_gb"),
-                                   planned.get("ssh_user"))
+                                   planned.get("ssh_user"), planned.get("market"))
         try:
             rec = self._provider.backend.create_vm(spec)
         except GlueError as exc:

@@ -1,7 +1,8 @@
 """An emulator of Lyceum's VM and storage API, on loopback, backed by local VMs and a local bucket.
 
 Routes (under /api/v2/external), with the documented request/response shapes:
-  POST /vms/create          {hardware_profile, user_public_key, name?, instance_specs?} -> pending VM
+  POST /vms/create          {hardware_profile, user_public_key, name?, instance_specs?, instance_type?
+                            (on-demand | spot)} -> pending VM
   GET  /vms/{vm_id}/status  pending -> provisioning -> running (ip_address "127.0.0.1:<port>")
   GET  /vms/list            {"vms": [...], "total": n}; terminated VMs too unless ?include_terminated=false
   GET  /vms/availability    {"available_hardware_profiles": [...]} (the guide's shape), or
@@ -16,8 +17,9 @@ provisioned" (no capacity, as live; the docs' 409 with capacity_answer="docs").
 
 Test controls (methods here, and unauthenticated POSTs under /_emulator/ for the CLI mode):
 faults (5xx/429, a body that is not JSON, or a connection closed without an answer; optionally
-after the request was processed), capacity per profile, VMs stuck in pending, killing a VM out of
-band, expiring every storage credential. `connections` counts the TCP connections accepted (the
+after the request was processed), capacity per profile and pool (on-demand, spot: set_capacity),
+VMs stuck in pending, killing a VM out of band (a host failure, a reclaimed spot VM: only its status
+changes), expiring every storage credential. `connections` counts the TCP connections accepted (the
 server speaks HTTP/1.1 keep-alive, so a client that reuses its connections opens few).
 """
 
@@ -98,6 +100,7 @@ class VM:
     local_id: str | None = None
     running_since: float | None = None
     boot: threading.Thread | None = field(default=None, repr=False)
+    instance_type: str = "on-demand"
     error: str = ""  # why it went to "error" while booting (for tests; not part of the API)
 
     def billed(self) -> float:
@@ -112,12 +115,13 @@ class VM:
             "created_at": _iso(self.created_at), "ip_address": self.ip_address,
             "uptime_seconds": int(time.time() - self.running_since) if self.running_since else None,
             "billed": self.billed(), "hardware_profile": self.profile, "gpu_count": self.gpu_count, "name": self.name,
+            "instance_type": self.instance_type,
         }
 
     def list_doc(self) -> dict[str, Any]:
         return {"vm_id": self.vm_id, "name": self.name, "status": self.status, "ip_address": self.ip_address,
                 "hardware_profile": self.profile, "gpu_count": self.gpu_count, "billed": self.billed(),
-                "created_at": _iso(self.created_at)}
+                "created_at": _iso(self.created_at), "instance_type": self.instance_type}
 
 
 class Emulator:
@@ -136,6 +140,8 @@ class Emulator:
         self.login_user = login_user
         self.port = port
         self.capacity: dict[str, list[int] | None] = {"cpu": [], "a100": [1, 2, 4, 8], "h100": [1, 2, 4, 8]}
+        # The spot pool (instance_type "spot"), separate as live: a profile absent here has no spot variant.
+        self.spot_capacity: dict[str, list[int] | None] = {}
         # "profiles": the guide's available_hardware_profiles; "variants": the reference's shape.
         self.availability_shape = "profiles"
         # None: accept both instance_specs shapes; "current" / "legacy": only that one (422 for the
@@ -208,10 +214,10 @@ class Emulator:
         with self._lock:
             self.faults.append(Fault(status, count, **kw))
 
-    def set_capacity(self, profile: str, gpu_counts: list[int] | None) -> None:
-        """None: the profile is not offered at all (no capacity)."""
+    def set_capacity(self, profile: str, gpu_counts: list[int] | None, market: str = "on-demand") -> None:
+        """None: the profile is not offered at all (no capacity); [] on a GPU profile: offered, none free now."""
         with self._lock:
-            self.capacity[profile] = gpu_counts
+            (self.spot_capacity if market == "spot" else self.capacity)[profile] = gpu_counts
 
     def kill(self, vm_id: str, status: str = "terminated") -> None:
         """Lose a VM out of band (a host failure, a reclaimed spot VM)."""
@@ -362,9 +368,11 @@ class Emulator:
 
     def _variants(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [{"hardware_profile": p, "instance_type": "on-demand", "price_per_hour": PRICES[p],
+            return [{"hardware_profile": p, "instance_type": market, "price_per_hour": PRICES[p] * (
+                        0.5 if market == "spot" else 1), "allowed_gpus_per_instance": [1, 2, 4, 8],
                      "available_gpus_per_instance": list(counts), "block_storage_gpu_counts": []}
-                    for p, counts in self.capacity.items() if counts is not None]
+                    for market, pool in (("on-demand", self.capacity), ("spot", self.spot_capacity))
+                    for p, counts in pool.items() if counts is not None]
 
     def _profiles(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -390,8 +398,11 @@ class Emulator:
             return 400, {"detail": f"Invalid hardware profile '{profile}'. Valid profiles: {', '.join(PROFILES)}"}, {}
         specs = _normalized_specs(body.get("instance_specs") or {})
         gpu_count = specs.get("gpu_count", 0 if profile == "cpu" else 1)
+        market = body.get("instance_type") or "on-demand"  # the server's default when a client sends none
+        if market not in ("on-demand", "spot"):
+            return 400, {"detail": f"Invalid instance_type '{market}'. Valid instance types: on-demand, spot"}, {}
         with self._lock:
-            counts = self.capacity.get(profile)
+            counts = (self.spot_capacity if market == "spot" else self.capacity).get(profile)
             if counts is None or (profile != "cpu" and gpu_count not in counts):
                 if self.capacity_answer == "docs":
                     return 409, {"detail": f"No capacity available for {profile} with {gpu_count} GPU(s)"}, {}
@@ -399,7 +410,8 @@ class Emulator:
             vm_id = (secrets.token_hex(16) if len(self.vms) % 2 else str(uuid.uuid4())) if self.live else \
                 f"vm-{secrets.token_hex(6)}"
             vm = VM(vm_id=vm_id, name=body.get("name"), profile=profile, gpu_count=gpu_count,
-                    specs={"disk": 100, **specs}, public_key=body["user_public_key"], created_at=time.time())
+                    specs={"disk": 100, **specs}, public_key=body["user_public_key"], created_at=time.time(),
+                    instance_type=market)
             self.vms[vm.vm_id] = vm
             vm.boot = threading.Thread(target=self._boot, args=(vm,), name=f"boot-{vm.vm_id}", daemon=True)
             vm.boot.start()
@@ -421,7 +433,9 @@ class Emulator:
         if method == "POST" and path == "/_emulator/faults":
             self.inject(**data)
             return 200, {}, {}
-        if method == "POST" and path == "/_emulator/capacity":
+        if method == "POST" and path == "/_emulator/capacity":  # {profile: counts}, spot under "spot"
+            for profile, counts in data.pop("spot", {}).items():
+                self.set_capacity(profile, counts, "spot")
             for profile, counts in data.items():
                 self.set_capacity(profile, counts)
             return 200, {}, {}

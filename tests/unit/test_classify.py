@@ -46,6 +46,15 @@ def test_vm_gone_is_vm_lost_even_without_exit_record() -> None:
     assert classify(Evidence(ssh_reachable=False)).outcome is AttemptClass.VM_LOST
 
 
+def test_a_spot_vm_gone_is_preempted_an_unreachable_one_and_an_ended_attempt_are_not() -> None:
+    """A reclaimed spot VM carries no notice on Lyceum (only its status changes): preempted, its budget."""
+    d = classify(Evidence(vm_status="gone", ssh_reachable=False, spot=True, lost_vms=["gpukit-2"]))
+    assert d.outcome is AttemptClass.PREEMPTED and "spot VM gpukit-2 gone" in d.reason
+    assert classify(Evidence(ssh_reachable=False, spot=True)).outcome is AttemptClass.VM_LOST  # not known gone
+    assert classify(Evidence(vm_status="gone", exit_code=1, error_text="ValueError: x", spot=True)).outcome \
+        is AttemptClass.USER_ERROR
+
+
 def test_stall_needs_live_process_and_old_heartbeat() -> None:
     base = dict(process_alive=True, heartbeat_step=40, stall_timeout_s=30.0, vm_status="running")
     assert classify(Evidence(heartbeat_age_s=5.0, **base)).outcome is AttemptClass.RUNNING  # type: ignore[arg-type]

@@ -9,9 +9,11 @@ from glue.infra import inventory
 OUTPUTS = {
     "vms": {
         "gpukit-2": {"id": "gpukit-2-b", "ssh_host": "127.0.0.1", "ssh_port": 2202, "ssh_user": "root",
-                     "host_key": "ssh-ed25519 BBBB", "gpu_type": "none", "gpu_count": 0, "backend": "local"},
+                     "host_key": "ssh-ed25519 BBBB", "gpu_type": "none", "gpu_count": 0, "backend": "local",
+                     "market": ""},
         "gpukit-1": {"id": "gpukit-1-a", "ssh_host": "10.0.0.5", "ssh_port": 22, "ssh_user": "root",
-                     "host_key": "ssh-ed25519 AAAA", "gpu_type": "h100", "gpu_count": 8, "backend": "lyceum"},
+                     "host_key": "ssh-ed25519 AAAA", "gpu_type": "h100", "gpu_count": 8, "backend": "lyceum",
+                     "market": "spot"},
     },
     "bucket": {"endpoint": "http://127.0.0.1:9000", "name": "gpukit", "region": "local"},
 }
@@ -51,6 +53,12 @@ def test_outputs_contract_round_trips_through_one_definition() -> None:
     assert set(inventory.VM_FIELDS) == set(OUTPUTS["vms"]["gpukit-1"])
     assert set(inventory.BUCKET_FIELDS) == set(OUTPUTS["bucket"])
     assert inventory.bucket_from_outputs({}) == BucketInfo(endpoint="", name="", region="")
+
+
+def test_a_state_written_before_the_market_reads_as_none() -> None:
+    vm = {k: v for k, v in OUTPUTS["vms"]["gpukit-1"].items() if k != "market"}
+    [h] = inventory.hosts_from_outputs({"vms": {"gpukit-1": vm}})
+    assert h.market == ""
 
 
 def test_terraform_numbers_arrive_as_ints() -> None:

@@ -197,6 +197,30 @@ def test_no_capacity_is_one_line_and_creates_nothing(backend: LyceumBackend, emu
     assert "\n" not in str(err.value) and emu.vms == {}
 
 
+def test_spot_or_on_demand_is_chosen_explicitly_against_each_pools_capacity(backend: LyceumBackend,
+                                                                            emu: Emulator) -> None:
+    """Spot and on-demand are separate pools (the availability variants): every create names its pool, the
+    VM reports it, and a pool without capacity is refused in one line naming the other."""
+    emu.availability_shape = "variants"
+    emu.set_capacity("a100", [1, 2], market="spot")
+    emu.set_capacity("h100", [], market="spot")  # a spot variant with nothing free now
+    on_demand = backend.create_vm(spec())
+    assert emu.create_bodies[-1]["instance_type"] == "on-demand" and on_demand.market == "on-demand"
+    spot_vm = backend.create_vm(spec(market="spot"))
+    assert emu.create_bodies[-1]["instance_type"] == "spot" and spot_vm.market == "spot"
+    assert emu.vms[spot_vm.id].instance_type == "spot" and backend.read_vm(spot_vm.id).market == "spot"
+    with pytest.raises(NoCapacity) as err:
+        backend.create_vm(spec(gpu_type="h100", market="spot"))
+    assert str(err.value).startswith("Lyceum has no capacity for h100 with 1 GPU as spot right now (available: ")
+    assert "); try another GPU type (a100: LYCEUM_HARDWARE_PROFILE) or h100 as on-demand (LYCEUM_MARKET), or " \
+           "later; still up and billed" in str(err.value)
+    emu.set_capacity("l40s", [1], market="on-demand")  # l40s has no spot variant at all (live)
+    with pytest.raises(NoCapacity, match=r"^Lyceum has no spot variant of l40s \(only on-demand\); set "
+                                         r"LYCEUM_MARKET=on-demand or pick another LYCEUM_HARDWARE_PROFILE; still up"):
+        backend.create_vm(spec(gpu_type="l40s", market="spot"))
+    assert len(emu.live_vms()) == 2
+
+
 def test_stuck_pending_times_out_and_deletes_the_vm(backend: LyceumBackend, emu: Emulator,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LYCEUM_CREATE_TIMEOUT", "0.5")
@@ -285,8 +309,15 @@ def test_tf_vars(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LYCEUM_SSH_USER", raising=False)
     monkeypatch.delenv("LYCEUM_HARDWARE_PROFILE", raising=False)
     monkeypatch.delenv("LYCEUM_GPU_COUNT", raising=False)
+    monkeypatch.delenv("LYCEUM_MARKET", raising=False)
     assert tf_vars(2, "gpukit", PUB) == {"vm_count": 2, "name_prefix": "gpukit", "ssh_public_key": PUB,
-                                         "hardware_profile": "a100", "gpu_count": 1}
+                                         "hardware_profile": "a100", "gpu_count": 1, "market": "on-demand"}
+    monkeypatch.setenv("LYCEUM_MARKET", "Spot")
+    assert tf_vars(1, "g", PUB)["market"] == "spot"
+    monkeypatch.setenv("LYCEUM_MARKET", "preemptible")
+    with pytest.raises(GlueError, match=r"^LYCEUM_MARKET='preemptible' is not a market: use on-demand or spot$"):
+        tf_vars(1, "g", PUB)
+    monkeypatch.delenv("LYCEUM_MARKET")
     monkeypatch.setenv("LYCEUM_HARDWARE_PROFILE", "CPU")
     assert tf_vars(1, "g", PUB)["gpu_count"] == 0
     monkeypatch.setenv("LYCEUM_HARDWARE_PROFILE", "tpu")

@@ -48,7 +48,7 @@ from glue.cloud.lyceum.api import (
 )
 from glue.cloud.lyceum.capacity import offers, refused, shortfall
 from glue.cloud.lyceum.inputs import specs_shape, tf_vars
-from glue.cloud.lyceum.spec import PROFILES, check, instance_specs
+from glue.cloud.lyceum.spec import ON_DEMAND, PROFILES, check, instance_specs, market_of
 from glue.errors import GlueError, NoCapacity
 from glue.paths import ssh_client_key_path
 
@@ -119,7 +119,7 @@ class LyceumBackend:
         """Inputs checked, then capacity: a profile Lyceum cannot serve is refused before terraform
         starts (no VM created, no wait for the create timeout)."""
         tfv = tf_vars(vm_count, name_prefix, ssh_public_key)
-        self._check_capacity(tfv["hardware_profile"], tfv["gpu_count"])
+        self._check_capacity(tfv["hardware_profile"], tfv["gpu_count"], tfv["market"])
         pricing.refresh(self.home, self.api)
         return tfv
 
@@ -141,16 +141,18 @@ class LyceumBackend:
 
     # -- VMs ---------------------------------------------------------------------------------
     def create_vm(self, spec: VMSpec) -> VMRecord:
-        profile = check(spec)
+        profile, market = check(spec), market_of(spec)
         body = {"hardware_profile": profile, "user_public_key": spec.ssh_public_key, "name": spec.name,
-                "instance_specs": instance_specs(spec, profile, specs_shape())}
+                "instance_specs": instance_specs(spec, profile, specs_shape()), "instance_type": market}
         try:
             # Checked again here: capacity can go between `glue up`'s check and this VM's turn.
-            self._check_capacity(profile, spec.gpu_count)
+            self._check_capacity(profile, spec.gpu_count, market)
             created = self.api.create_vm(body)
         except LyceumCapacity as exc:  # availability raced: nothing was created
-            raise NoCapacity(refused(offers(self.api.availability_answer()), profile, spec.gpu_count, str(exc))) \
-                from None
+            raise NoCapacity(refused(offers(self.api.availability_answer()), profile, spec.gpu_count, str(exc),
+                                     market)) from None
+        except NoCapacity as exc:  # kept a NoCapacity: `glue watch` waits it out
+            raise NoCapacity(f"{exc}{self._still_billed()}") from None
         except GlueError as exc:
             raise GlueError(f"{exc}{self._still_billed()}") from exc
         vm_id = str(created.get("vm_id") or "")
@@ -158,7 +160,7 @@ class LyceumBackend:
             raise GlueError(f"Lyceum accepted the create of {spec.name} but returned no vm_id{self._still_billed()}")
         # Recorded before the wait: an apply killed now must still know this VM is ours (owned_vm_ids).
         self._save_record(vm_id, {"name": spec.name, "host_key": "", "hardware_profile": profile,
-                                  "gpu_count": spec.gpu_count})
+                                  "gpu_count": spec.gpu_count, "market": market})
         try:
             status = self._wait_running(vm_id, spec.name, created)
             host, port = parse_address(str(status["ip_address"]))
@@ -169,7 +171,7 @@ class LyceumBackend:
             if isinstance(exc, GlueError):
                 raise GlueError(f"{exc}; {cleanup}{self._still_billed(exclude=vm_id)}") from exc
             raise
-        local = {"name": spec.name, "host_key": host_key, "ssh_user": user}
+        local = {"name": spec.name, "host_key": host_key, "ssh_user": user, "market": market}
         self._save_record(vm_id, {**local, "hardware_profile": profile, "gpu_count": spec.gpu_count})
         return self._record(vm_id, status, local)
 
@@ -182,8 +184,8 @@ class LyceumBackend:
         except GlueError as exc:
             raise GlueError(f"Lyceum VM {spec.name}: {exc}") from None
 
-    def _check_capacity(self, profile: str, gpu_count: int) -> None:
-        problem = shortfall(offers(self.api.availability_answer()), profile, gpu_count)
+    def _check_capacity(self, profile: str, gpu_count: int, market: str) -> None:
+        problem = shortfall(offers(self.api.availability_answer()), profile, gpu_count, market)
         if problem:
             raise NoCapacity(problem)
 
@@ -312,6 +314,8 @@ class LyceumBackend:
             ssh_user=str(local.get("ssh_user") or SSH_USER), host_key=str(local.get("host_key", "")),
             gpu_type=PROFILES.get(profile, profile),
             gpu_count=int(gpu_count or 0), backend=NAME, status=str(status.get("status", "")).lower(),
+            # The pool it was created in: a spot VM can be reclaimed (without a notice: only its status changes).
+            market=str(status.get("instance_type") or local.get("market") or ON_DEMAND).lower(),
         )
 
     def _save_record(self, vm_id: str, data: dict[str, Any]) -> None:

@@ -8,10 +8,11 @@ import re
 from typing import Any
 
 from glue.cloud.lyceum.api import api_key_from_env, api_url_from_env
-from glue.cloud.lyceum.spec import GPU_PROFILES, SPECS_SHAPES, input_errors
+from glue.cloud.lyceum.spec import GPU_PROFILES, MARKETS, ON_DEMAND, SPECS_SHAPES, input_errors
 from glue.errors import GlueError
 
 USER_ENV = "LYCEUM_SSH_USER"
+MARKET_ENV = "LYCEUM_MARKET"
 _USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
@@ -32,7 +33,7 @@ def tf_vars(vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, A
         raise GlueError(f"{what} ({env}): {fix}")
     specs_shape()
     tfv: dict[str, Any] = {"vm_count": vm_count, "name_prefix": name_prefix, "ssh_public_key": ssh_public_key,
-                           "hardware_profile": profile, "gpu_count": gpu_count}
+                           "hardware_profile": profile, "gpu_count": gpu_count, "market": market()}
     user = os.environ.get(USER_ENV, "").strip()
     if user and not _USER_RE.match(user):
         raise GlueError(f"{USER_ENV}={user!r} is not a user name (lowercase letters, digits, '_' and '-')")
@@ -46,3 +47,11 @@ def specs_shape() -> str:
     if shape not in SPECS_SHAPES:
         raise GlueError(f"LYCEUM_INSTANCE_SPECS={shape!r}: use one of {', '.join(SPECS_SHAPES)}")
     return shape
+
+
+def market() -> str:
+    """The capacity pool every VM of the cluster is created in: on-demand unless LYCEUM_MARKET says spot."""
+    pool = os.environ.get(MARKET_ENV, "").strip().lower() or ON_DEMAND
+    if pool not in MARKETS:
+        raise GlueError(f"{MARKET_ENV}={pool!r} is not a market: use {' or '.join(MARKETS)}")
+    return pool

@@ -21,6 +21,10 @@ MIN_DISK_GB = 100  # Lyceum provisions at least 100 GB of (ephemeral) disk per V
 GPU_COUNTS = (1, 2, 4, 8)
 MAX_GPUS = max(GPU_COUNTS)
 LIMITS: dict[str, tuple[int, int]] = {"cpu": (1, 256), "memory_gb": (1, 4096)}
+# Lyceum's two capacity and price pools (the create's `instance_type`). Always sent explicitly: the server's
+# default decides both what the VM costs and whether it can be reclaimed, and it is not ours.
+ON_DEMAND, SPOT = "on-demand", "spot"
+MARKETS = (ON_DEMAND, SPOT)
 
 
 @dataclass(frozen=True)
@@ -32,16 +36,23 @@ class LyceumVMSpec(VMSpec):
     cpu: int = 0
     memory_gb: int = 0
     ssh_user: str = ""
+    market: str = ""  # "" : on-demand
 
 
 def with_instance_specs(spec: VMSpec, hardware_profile: Any = None, cpu: Any = None,
-                        memory_gb: Any = None, ssh_user: Any = None) -> VMSpec:
+                        memory_gb: Any = None, ssh_user: Any = None, market: Any = None) -> VMSpec:
     """`spec` unchanged when no Lyceum input is set (the local backend sees exactly what it did)."""
     user = ssh_user if isinstance(ssh_user, str) else ""  # unset or not yet known: detect it
-    if not hardware_profile and not cpu and not memory_gb and not user:
+    pool = market if isinstance(market, str) else ""
+    if not hardware_profile and not cpu and not memory_gb and not user and not pool:
         return spec
     return LyceumVMSpec(**asdict(spec), hardware_profile=str(hardware_profile or ""),
-                        cpu=int(cpu or 0), memory_gb=int(memory_gb or 0), ssh_user=user)
+                        cpu=int(cpu or 0), memory_gb=int(memory_gb or 0), ssh_user=user, market=pool)
+
+
+def market_of(spec: VMSpec) -> str:
+    """The pool a spec asks for: spot only when it says so."""
+    return str(getattr(spec, "market", "") or ON_DEMAND)
 
 
 def profile_of(spec: VMSpec) -> str:
@@ -54,9 +65,11 @@ def profile_of(spec: VMSpec) -> str:
 
 
 def input_errors(hardware_profile: Any, gpu_count: Any, disk_gb: Any = None, cpu: Any = None,
-                 memory_gb: Any = None, for_lyceum: bool = False) -> list[tuple[str, str, str]]:
+                 memory_gb: Any = None, for_lyceum: bool = False, market: Any = None) -> list[tuple[str, str, str]]:
     """(attribute, problem, fix) for every invalid input; values not yet known are skipped."""
     errors: list[tuple[str, str, str]] = []
+    if isinstance(market, str) and market and market not in MARKETS:
+        errors.append(("market", f"unknown market {market!r}", f"Use {ON_DEMAND} or {SPOT}."))
     if isinstance(hardware_profile, str) and hardware_profile:
         if hardware_profile.lower() not in PROFILES:
             errors.append(("hardware_profile", f"unknown hardware profile {hardware_profile!r}",
@@ -82,7 +95,8 @@ def check(spec: VMSpec) -> str:
     """Validate a spec for Lyceum; return its hardware profile. Raises one-line GlueErrors."""
     profile = profile_of(spec)
     problems = input_errors(profile, spec.gpu_count, spec.disk_gb, getattr(spec, "cpu", 0) or None,
-                            getattr(spec, "memory_gb", 0) or None, for_lyceum=True)
+                            getattr(spec, "memory_gb", 0) or None, for_lyceum=True,
+                            market=getattr(spec, "market", "") or None)
     if problems:
         _, what, fix = problems[0]
         raise GlueError(f"{what}: {fix}")

@@ -19,4 +19,5 @@ module "cluster" {
   memory_gb        = var.memory_gb
   ssh_public_key   = var.ssh_public_key
   ssh_user         = var.ssh_user
+  market           = var.market
 }

@@ -64,3 +64,10 @@ variable "ssh_user" {
   type        = string
   default     = null
 }
+
+variable "market" {
+  description = "Capacity pool (LYCEUM_MARKET): on-demand, or spot (about 40-50% of the price; a reclaimed spot VM is recovered as preempted). Sent explicitly with every create."
+  type        = string
+  default     = "on-demand"
+  nullable    = false
+}

@@ -17,4 +17,5 @@ resource "gpukit_vm" "node" {
   memory_gb        = var.memory_gb
   ssh_public_key   = var.ssh_public_key
   ssh_user         = var.ssh_user
+  market           = var.market
 }

@@ -3,7 +3,7 @@
 # keeps the two the same.
 
 output "vms" {
-  description = "The cluster's VMs: name => connection and hardware facts (id, ssh_host, ssh_port, ssh_user, host_key, gpu_type, gpu_count, backend)."
+  description = "The cluster's VMs: name => connection and hardware facts (id, ssh_host, ssh_port, ssh_user, host_key, gpu_type, gpu_count, backend, market: spot, on-demand or \"\" where the backend has none)."
   value = {
     for name, vm in gpukit_vm.node : name => {
       id        = vm.id
@@ -14,6 +14,7 @@ output "vms" {
       gpu_type  = vm.gpu_type
       gpu_count = vm.gpu_count
       backend   = vm.backend
+      market    = vm.market
     }
   }
 }

@@ -110,3 +110,14 @@ variable "ssh_user" {
     error_message = "ssh_user must be null (detect) or a user name: lowercase letters, digits, '_' and '-'."
   }
 }
+
+variable "market" {
+  description = "Capacity pool of every VM: on-demand, or spot (cheaper, reclaimable without notice; Lyceum); null where the backend has no choice."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.market == null ? true : contains(["on-demand", "spot"], var.market)
+    error_message = "market must be null, \"on-demand\" or \"spot\"."
+  }
+}

@@ -11,6 +11,8 @@ Routes (under /api/v2/external), with the documented request/response shapes:
   POST /storage/credentials {access_key, secret_key, session_token, endpoint, bucket_name, region, expires_at}
   GET  /pricing             [{meter_slug, applies_to: {hardware_profile: "on-demand.h100.1x"}, unit,
                               unit_price_per_hour}] (the live API's rows)
+  POST /execution/image/start, GET /execution/{id}, GET /logs/execution/{id}, POST /workloads/abort/{id}:
+                            serverless runs as local processes (executions.py)
 Errors carry FastAPI's `detail`: 401 (missing/unknown key), 403 (inactive key), 404 (unknown VM),
 422 (malformed body, detail is a list of {loc, msg, type}), 400 (unknown profile), 500 "could not be
 provisioned" (no capacity, as live; the docs' 409 with capacity_answer="docs").
@@ -45,6 +47,7 @@ from glue.cloud.local.bucket import free_port
 from glue.errors import GlueError
 
 from . import cloud_init
+from .executions import Executions
 from .sts_bucket import StsBucket
 
 PREFIX = "/api/v2/external"
@@ -164,6 +167,8 @@ class Emulator:
         self.connections = 0  # TCP connections accepted
         self.local = LocalBackend(home / "local")
         self.sts = StsBucket(home / "bucket", bucket=bucket, ttl=credentials_ttl)
+        # Serverless runs (POST /execution/image/start ...): processes here, the bucket at their /mnt/s3.
+        self.executions = Executions(home / "runs", home / "bucket" / "data" / bucket, pending_s=pending_s)
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -201,6 +206,7 @@ class Emulator:
             if vm.boot is not None:
                 vm.boot.join(60)
             self._destroy(vm, "terminated")
+        self.executions.stop_all()
         self.sts.stop()
 
     def __enter__(self) -> Emulator:
@@ -327,6 +333,9 @@ class Emulator:
 
     def _route(self, method: str, route: str, raw: bytes,
                query: str = "") -> tuple[int, dict[str, Any], dict[str, str]]:
+        ran = self.executions.route(method, route, raw, query)
+        if ran is not None:
+            return ran
         if method == "POST" and route == "/vms/create":
             return self._create(raw)
         if method == "GET" and route == "/vms/list":  # as live: terminated VMs too, unless include_terminated=false

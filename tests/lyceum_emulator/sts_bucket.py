@@ -78,7 +78,11 @@ class StsBucket:
         env["RCLONE_CONFIG"] = "/dev/null"
         log = open(self.root / "rclone.log", "ab")
         self._rclone = subprocess.Popen(
-            [tool("rclone"), "serve", "s3", str(data), "--addr", f"{HOST}:{self.rclone_port}", "--log-level", "NOTICE"],
+            # A directory cache of 1 s (not rclone's 5 min): serverless runs write into `data` through their
+            # /mnt/s3 (a bind mount, not through rclone), and S3 lists what they wrote within a second.
+            # (0 s re-reads a directory on every request: a writer of many keys slows to a crawl.)
+            [tool("rclone"), "serve", "s3", str(data), "--addr", f"{HOST}:{self.rclone_port}", "--log-level", "NOTICE",
+             "--dir-cache-time", "1s"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True,
         )
         log.close()

@@ -58,3 +58,15 @@ def test_the_notice_file_is_seen(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 75
     assert json.loads(out.strip().splitlines()[-1])["source"] == f"notice file {notice_file}"
+
+
+def test_a_stop_at_deadline_is_a_notice(tmp_path: Path) -> None:
+    """Before an execution's cap (GPUKIT_STOP_AT): saved and stopped at the next step boundary, like a notice."""
+    stop_at = time.time() + 0.5
+    proc = subprocess.Popen([sys.executable, "-c", TRAINER, str(tmp_path / "no-notice-file"), "0", "0.2"],
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "GPUKIT_STOP_AT": f"{stop_at:.3f}"})
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 75, out
+    assert json.loads(out.strip().splitlines()[-1])["source"].startswith(f"stop-at deadline {stop_at:.0f}")
+    assert time.time() >= stop_at

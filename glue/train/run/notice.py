@@ -8,6 +8,10 @@ warm-up or a save is never missed. There the trainer saves a checkpoint at that 
 committed), records the notice and exits with PREEMPTED_EXIT, which the controller classifies as
 `preempted`, not as a crash.
 
+A third source is a deadline known in advance (GPUKIT_STOP_AT, epoch seconds): a place to run that caps
+how long one execution may last (Lyceum's serverless runs) gets the same save-and-exit before the cap,
+and the next execution resumes from that checkpoint.
+
 Under torchrun SIGTERM is not a notice: the agent sends it to stop the workers when the group fails
 or restarts, and then they must stop at once (a checkpoint would be a collective with a dead peer).
 There only the notice file counts (on every node: the backend writes it on each VM).
@@ -23,16 +27,20 @@ from pathlib import Path
 from types import FrameType
 
 NOTICE_FILE_ENV = "GPUKIT_NOTICE_FILE"
+STOP_AT_ENV = "GPUKIT_STOP_AT"
 DEFAULT_NOTICE_FILE = "/run/gpukit/termination-notice"
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL: stopped on purpose, try again elsewhere
 POLL_S = 0.25
 
 
 class TerminationNotice:
-    """A flag set by SIGTERM or by the notice file appearing; checked at step boundaries."""
+    """A flag set by SIGTERM, by the notice file appearing or by the stop-at deadline passing; checked at
+    step boundaries."""
 
-    def __init__(self, path: str | None = None, poll_s: float = POLL_S, sigterm: bool = True) -> None:
+    def __init__(self, path: str | None = None, poll_s: float = POLL_S, sigterm: bool = True,
+                 stop_at: float | None = None) -> None:
         self.path = Path(path or os.environ.get(NOTICE_FILE_ENV) or DEFAULT_NOTICE_FILE)
+        self.stop_at = stop_at if stop_at is not None else _stop_at_from_env()
         self._sigterm = sigterm
         self.source: str | None = None
         self.seen_at: float | None = None
@@ -62,6 +70,9 @@ class TerminationNotice:
             if self.path.exists():
                 self._set(f"notice file {self.path}")
                 return
+            if self.stop_at is not None and time.time() >= self.stop_at:
+                self._set(f"stop-at deadline {self.stop_at:.0f} ({STOP_AT_ENV}: the execution's cap is near)")
+                return
 
     @property
     def pending(self) -> bool:
@@ -69,3 +80,13 @@ class TerminationNotice:
 
     def close(self) -> None:
         self._stop.set()
+
+
+def _stop_at_from_env() -> float | None:
+    raw = os.environ.get(STOP_AT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{STOP_AT_ENV}={raw!r} is not epoch seconds") from None

@@ -5,12 +5,14 @@ rclone VFS write-back queue of a VM's /mnt/s3 mount). The bucket itself is never
 from __future__ import annotations
 
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from glue.cloud import get_backend
 from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
+from glue.infra.inventory import Host
 from glue.runs import monitor
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, run_ids
@@ -44,15 +46,22 @@ def blockers(home: Path, only: set[str] | None = None) -> list[str]:
             missing = monitor.missing_outputs(store, store.manifest())
             if missing:
                 found.append(f"run {run} ({out}) is missing required outputs in the bucket: {', '.join(missing)}")
-    for host in hosts.values():
+    # One SSH round trip per VM, all VMs at once: the guard is on the path of every `glue down`.
+    with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
+        for pending in pool.map(lambda h: _pending_uploads(home, h), sorted(hosts.values(), key=lambda h: h.name)):
+            found += pending
+    return found
+
+
+def _pending_uploads(home: Path, host: Host) -> list[str]:
+    """Files of the VM's /mnt/s3 write cache not uploaded yet; none from a VM that does not answer."""
+    with ssh.session():  # one connection for both commands (a pool thread has no session of its own)
         if not ssh.reachable(home, host):
-            continue
+            return []
         res = ssh.run(home, host, f"grep -rl '\"Dirty\": true' {shlex.quote(VFS_META)} 2>/dev/null | head -5",
                       timeout=30)
-        for path in res.stdout.split():
-            found.append(f"{host.name}: {path.split('vfsMeta/', 1)[-1]} is still waiting to be uploaded from the "
-                         "/mnt/s3 write cache")
-    return found
+    return [f"{host.name}: {path.split('vfsMeta/', 1)[-1]} is still waiting to be uploaded from the /mnt/s3 write "
+            "cache" for path in res.stdout.split()]
 
 
 def check(home: Path, force: bool, only: set[str] | None = None, what: str = "destroy the cluster",

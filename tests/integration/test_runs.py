@@ -245,6 +245,23 @@ def test_duplicate_run_and_unknown_vm_refused(cluster_kit: Kit, tmp_path: Path) 
     assert os.environ.get("GPUKIT_HOME") != str(kit.home)
 
 
+def test_uploads_pending_in_a_vms_mount_cache_block_its_destruction(cluster_kit: Kit) -> None:
+    """What `glue down` (and an up that would remove VMs) checks first, asked without destroying anything:
+    a file the VM's /mnt/s3 write cache has not uploaded yet is named, with its VM."""
+    from glue.operations import down_guard
+
+    meta = f"{down_guard.VFS_META}/gpukit/guard-test"
+    vm_exec(here(cluster_kit), "gpukit-2", "sh", "-c",
+            f"mkdir -p {meta} && echo '{{\"Dirty\": true}}' > {meta}/pending.bin")
+    try:
+        reasons = down_guard.blockers(cluster_kit.home)
+        assert "gpukit-2: gpukit/guard-test/pending.bin is still waiting to be uploaded from the /mnt/s3 write " \
+               "cache" in reasons, reasons
+    finally:
+        vm_exec(here(cluster_kit), "gpukit-2", "rm", "-rf", meta)
+    assert not any("pending.bin" in r for r in down_guard.blockers(cluster_kit.home))
+
+
 def test_a_live_run_blocks_resume_and_an_up_that_would_remove_its_vm(cluster_kit: Kit, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
     kit.glue("deploy", "--run", "live", "--config", str(run_config(tmp_path, config={"steps": 400, "step_sleep": 0.1})),

@@ -114,6 +114,11 @@ def test_bad_submissions_are_one_line_and_no_secret_reaches_an_error(emu: Emulat
     with pytest.raises(GlueError) as err:
         runs.start(Submission(image="i", command=["true"], secrets=("HF_TOKEN",)), {"HF_TOKEN": "hf_s3cr3t_value"})
     assert "hf_s3cr3t_value" not in str(err.value) and "HF_TOKEN=***" in str(err.value)
+    # An answer that may hide a started run (a 5xx after sending) is never retried, and says where to look.
+    emu.inject(502, path="/execution/image/start", after_processing=True)
+    with pytest.raises(GlueError, match="it may have started anyway: check `lyceum workloads list`"):
+        runs.start(Submission(image="i", command=["true"]), {})
+    assert sum(path.endswith("/execution/image/start") for _, path, _ in emu.requests) == 2  # the 422, this one
 
 
 def test_state_names_old_and_new() -> None:

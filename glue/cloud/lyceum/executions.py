@@ -110,14 +110,16 @@ class Executions:
         self.client = client
 
     def start(self, sub: Submission, environ: dict[str, str] | None = None) -> Execution:
-        """Start one execution. Not retried after it may have been sent: a second start would run the job
-        twice (the caller looks for it with `glue status` first)."""
+        """Start one execution. Not retried once it may have been sent: a second start would run the job
+        twice (a lost answer is an error that says to look at the account's runs first)."""
         body = sub.body(environ)
         secrets = list(sub.secret_values(environ).values())
         try:
             doc = self.client.request("POST", START, body, idempotent=False)
         except LyceumError as exc:
-            raise GlueError(_scrub(str(exc), secrets)) from None
+            maybe = "" if exc.status is not None and exc.status < 500 else \
+                "; it may have started anyway: check `lyceum workloads list` before submitting again"
+            raise GlueError(_scrub(str(exc), secrets) + maybe) from None
         ex_id = str((doc or {}).get("execution_id") or "") if isinstance(doc, dict) else ""
         if not ex_id:
             raise GlueError("Lyceum accepted the execution but returned no execution_id; check `lyceum workloads "

@@ -23,7 +23,13 @@ from typing import Any
 from glue.cloud.lyceum.api import LyceumClient, LyceumError
 from glue.errors import GlueError
 
-START = "/execution/image/start"
+
+def _route(*parts: str) -> str:
+    """An API path under the external prefix (an API route: never a bucket key)."""
+    return "/" + "/".join(parts)
+
+
+START = _route("execution", "image", "start")
 MAX_TIMEOUT = 600  # the documented range of `timeout` is 1-600
 ACTIVE = frozenset({"pending", "starting", "running"})
 ENDED = frozenset({"completed", "failed", "system_failure", "cancelled", "aborted", "timeout"})
@@ -128,7 +134,7 @@ class Executions:
                          str(doc.get("streaming_url") or ""))
 
     def get(self, ex_id: str) -> Execution:
-        doc = self.client.request("GET", f"/execution/{ex_id}")
+        doc = self.client.request("GET", _route("execution", ex_id))
         if not isinstance(doc, dict):
             raise GlueError(f"Lyceum answered GET /execution/{ex_id} with an unexpected shape")
         return Execution(ex_id, state_of(doc.get("status")), detail=doc)
@@ -136,7 +142,7 @@ class Executions:
     def logs(self, ex_id: str, limit: int = 1000, hours: int = 24) -> list[str]:
         """Log messages, oldest first (limit 1-10000, hours 1-168 as documented)."""
         query = {"limit": str(max(1, min(limit, 10000))), "hours": str(max(1, min(hours, 168)))}
-        doc = self.client.request("GET", f"/logs/execution/{ex_id}", query=query)
+        doc = self.client.request("GET", _route("logs", "execution", ex_id), query=query)
         rows = doc.get("logs") if isinstance(doc, dict) else None
         entries = [r for r in rows or [] if isinstance(r, dict)]
         entries.sort(key=lambda r: str(r.get("timestamp") or ""))
@@ -145,7 +151,7 @@ class Executions:
     def abort(self, ex_id: str) -> None:
         """Hard-stop it (state aborted). An execution that has ended already is left as it is."""
         try:
-            self.client.request("POST", f"/workloads/abort/{ex_id}", {}, idempotent=True)
+            self.client.request("POST", _route("workloads", "abort", ex_id), {}, idempotent=True)
         except LyceumError as exc:
             if exc.status not in (400, 409):
                 raise

@@ -77,8 +77,7 @@ def converge_changed(home: Path, console: Console, vms: list[inventory.Host], im
     named with the reason; none when nothing changed."""
     parts = convergence.vm_parts(home, image)
     names = [h.name for h in vms]
-    why = dict.fromkeys(names, "asked (--converge)") if converge_all else convergence.reasons(home, names, parts)
-    why.update(live_problems(home, [h for h in vms if h.name not in why]))
+    why = dict.fromkeys(names, "asked (--converge)") if converge_all else stale(home, vms, parts)
     if not why:
         console.print(f"configuration: nothing changed on {len(vms)} VM(s); `glue up --converge` runs the "
                       "playbook anyway")
@@ -87,6 +86,14 @@ def converge_changed(home: Path, console: Console, vms: list[inventory.Host], im
         console.print(f"converging {name}: {reason}")
     configure_hosts(home, console, limit=None if len(why) == len(vms) else sorted(why), verify=True)
     convergence.record_converged(home, sorted(why), parts)
+
+
+def stale(home: Path, vms: list[inventory.Host], parts: dict[str, convergence.VMParts]) -> dict[str, str]:
+    """{VM name: why it needs the playbook}: its configuration changed since it was converged, or it fails
+    the live check."""
+    why = convergence.reasons(home, [h.name for h in vms], parts)
+    why.update(live_problems(home, [h for h in vms if h.name not in why]))
+    return why
 
 
 def live_problems(home: Path, vms: list[inventory.Host]) -> dict[str, str]:

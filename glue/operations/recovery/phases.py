@@ -244,8 +244,7 @@ def configure(home: Path, console: Console, fresh: list[Host]) -> list[str]:
     stalled VM) only when its configuration changed since it was converged or it fails the live check.
     Recorded, so the next `glue up` leaves them be while nothing changes. Returns the VMs converged."""
     parts = convergence.vm_parts(home, lifecycle.image_hash(current.ClusterConfig.load(home).backend, home))
-    why = convergence.reasons(home, [h.name for h in fresh], parts)
-    why.update(lifecycle.live_problems(home, [h for h in fresh if h.name not in why]))
+    why = lifecycle.stale(home, fresh, parts)
     for host in fresh:
         if host.name not in why:
             console.print(f"configure: {host.name} is unchanged since it was converged and its mount is live: "
@@ -315,7 +314,6 @@ def record_group(store: RunStore, manifest: dict[str, Any], group: GroupSpec, at
     store.put_manifest(manifest)
 
 
-# -- replay: glue.operations.recovery.replay ------------------------------------------------------------
 # -- check --------------------------------------------------------------------------------------------
 def check(store: RunStore, lost: Lost, failure: Failure, new_metrics: dict[int, Any], upto: int,
           tolerance: float, group: GroupSpec | None = None, reshard_tolerance: float = 0.1) -> ResumeCheck:

@@ -25,7 +25,9 @@ class CommandResult:
     stderr: str
 
 
-HANDSHAKE_TRIES = 3  # a handshake garbled mid-way ("Invalid packet blocking", seen once in CI) is tried again
+# A handshake garbled mid-way ("Invalid packet blocking", seen once in CI) or cut off (an EOFError from paramiko:
+# sshd drops connections beyond MaxStartups; seen in CI as a deploy ending "Aborted!") is tried again.
+HANDSHAKE_TRIES = 3
 
 
 def connect(home: Path, host: Host, timeout: float = 5.0) -> paramiko.SSHClient:
@@ -34,7 +36,7 @@ def connect(home: Path, host: Host, timeout: float = 5.0) -> paramiko.SSHClient:
             return _connect_once(home, host, timeout)
         except _Handshake as exc:
             if attempt == HANDSHAKE_TRIES:
-                raise GlueError(f"{host.name}: SSH failed: {exc.__cause__}") from exc.__cause__
+                raise GlueError(f"{host.name}: SSH failed: {exc}") from exc.__cause__
             time.sleep(0.5 * attempt)
     raise AssertionError("unreachable")
 
@@ -66,6 +68,9 @@ def _connect_once(home: Path, host: Host, timeout: float) -> paramiko.SSHClient:
         if "banner" in str(exc):  # no answer in time (a frozen VM): said at once, the watcher's probe counts on it
             raise GlueError(f"{host.name}: SSH failed: {exc}") from exc
         raise _Handshake(str(exc)) from exc
+    except EOFError as exc:  # closed mid-handshake (sshd drops connections past MaxStartups): try again
+        client.close()
+        raise _Handshake("the server closed the connection during the handshake") from exc
     except OSError as exc:
         raise GlueError(f"{host.name}: cannot reach {host.ssh_host}:{host.ssh_port} ({exc.strerror or exc})") from exc
     return client

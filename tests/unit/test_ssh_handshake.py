@@ -51,3 +51,33 @@ def test_a_garbled_handshake_is_tried_three_times_then_said_in_one_line(tmp_path
         assert len(seen) == ssh.HANDSHAKE_TRIES == 3
     finally:
         srv.close()
+
+
+def test_a_handshake_cut_off_is_tried_again_then_said_in_one_line(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A banner, then the connection closed (as sshd drops one past MaxStartups): paramiko raises EOFError,
+    which must not escape as a bare interrupt ("Aborted!")."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    seen: list[int] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            seen.append(1)
+            conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    monkeypatch.setattr(ssh, "known_hosts_path", lambda home: tmp_path / "known_hosts")
+    monkeypatch.setattr(ssh, "client_key", lambda home: tmp_path / "id_ed25519")
+    (tmp_path / "known_hosts").write_text("")
+    try:
+        with pytest.raises(GlueError, match=r"^vm-x: SSH failed: the server closed the connection during the "
+                                            r"handshake$"):
+            ssh.connect(tmp_path, _host(srv.getsockname()[1]), timeout=2)
+        assert len(seen) == ssh.HANDSHAKE_TRIES
+    finally:
+        srv.close()

@@ -27,6 +27,7 @@ from glue.errors import GlueError
 from glue.process import pid_alive
 
 STOP_TIMEOUT_S = 30.0
+STOP_GRACE_S = 10.0  # the supervisor kills a watcher that has not ended this long after SIGTERM
 
 
 def watch_dir(home: Path) -> Path:
@@ -137,11 +138,11 @@ def supervise(home: Path, args: list[str]) -> int:
     pidfile = watch_dir(home) / "watch.pid"
     pidfile.write_text(str(os.getpid()))
     child: subprocess.Popen[bytes] | None = None
-    stopping = False
+    stop_asked = 0.0  # monotonic time of the SIGTERM; 0 while running
 
     def on_term(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
+        nonlocal stop_asked
+        stop_asked = stop_asked or time.monotonic()
         if child is not None and child.poll() is None:
             child.send_signal(signal.SIGTERM)
 
@@ -149,11 +150,22 @@ def supervise(home: Path, args: list[str]) -> int:
     signal.signal(signal.SIGINT, on_term)
     delay = 1.0
     try:
-        while not stopping:
+        while not stop_asked:
             t0 = time.monotonic()
             child = subprocess.Popen([sys.executable, "-m", "glue.cli", "watch", *args], stdin=subprocess.DEVNULL)
-            code = child.wait()
-            if stopping or code == 0:
+            if stop_asked:  # the stop came while the new watcher was being started: it never saw the signal
+                child.send_signal(signal.SIGTERM)
+            while True:
+                try:
+                    code = child.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    # A watcher stuck in a slow call must not outlive `glue watch --stop`.
+                    if stop_asked and time.monotonic() - stop_asked > STOP_GRACE_S:
+                        print(f"the watcher (pid {child.pid}) did not end {STOP_GRACE_S:.0f}s after SIGTERM; "
+                              "killing it", flush=True)
+                        child.kill()
+            if stop_asked or code == 0:
                 return 0
             delay = 1.0 if time.monotonic() - t0 > 60 else min(delay * 2, 60.0)
             print(f"glue watch exited {code}; starting it again in {delay:.0f}s", flush=True)

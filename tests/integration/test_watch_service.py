@@ -57,6 +57,20 @@ def test_detached_watcher_is_supervised_and_stops(kit: Kit) -> None:
     assert "starting it again" in log
 
 
+def test_stop_ends_a_watcher_that_does_not_answer_sigterm(kit: Kit) -> None:
+    """A watcher stuck in a call (here: SIGSTOPped, so SIGTERM stays pending) is killed after the grace period:
+    `--stop` still ends the service, and no watcher is left behind."""
+    kit.glue("watch", "--detach", "--interval", "1")
+    supervisor = int(_status(kit)["pid"])  # type: ignore[call-overload]
+    watcher = _until(lambda: _child(supervisor))
+    _until(lambda: (kit.home / "watch" / "status.json").exists())
+    os.kill(watcher, signal.SIGSTOP)
+    assert "stopped pid" in kit.glue("watch", "--stop").stderr
+    assert _status(kit)["running"] is False
+    assert subprocess.run(["kill", "-0", str(watcher)], capture_output=True, check=False).returncode != 0
+    assert "did not end 10s after SIGTERM; killing it" in (kit.home / "watch" / "watch.log").read_text()
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (["--stop"], "no detached watcher runs"),
     (["--detach", "--stop"], "--detach, --status and --stop go alone"),

@@ -79,6 +79,7 @@ SIDE_LANE = frozenset({
     "tests/integration/test_lyceum_e2e.py",
     "tests/integration/test_lyceum_users.py",
     "tests/integration/test_lyceum_spot.py",
+    "tests/integration/test_lyceum_serverless.py",
     "tests/integration/test_keep_group.py",
     "tests/integration/test_machines.py",
     "tests/integration/test_provider.py",

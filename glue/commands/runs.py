@@ -16,7 +16,7 @@ from glue.commands.options import POSITIVE_INT
 from glue.errors import GlueError
 from glue.paths import home
 from glue.runs import deploy as deploy_mod
-from glue.runs import monitor
+from glue.runs import monitor, serverless_state
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, all_run_ids
 from glue.runs.vm_group import GroupSpec
@@ -120,7 +120,9 @@ def show_run(run_id: str, as_json: bool) -> None:
 @click.option("--run", "run_id", required=True, help="Run id.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new log output until the attempt ends.")
 @click.option("--attempt", type=POSITIVE_INT, default=None, help="Attempt number (default: all).")
-def logs(run_id: str, follow: bool, attempt: int | None) -> None:
+@click.option("--platform", is_flag=True, help="runtime lyceum-run: the execution's own log from Lyceum's logs API "
+                                               "(the latest attempt, or --attempt).")
+def logs(run_id: str, follow: bool, attempt: int | None, platform: bool) -> None:
     """The trainer's log, from the bucket (shipped every few seconds)."""
     h = home()
     store = RunStore.open(h, run_id)
@@ -128,6 +130,13 @@ def logs(run_id: str, follow: bool, attempt: int | None) -> None:
     known = store.attempts()
     if attempt is not None and attempt not in known:
         raise GlueError(f"run {run_id} has no attempt {attempt}; its attempts: {', '.join(map(str, known)) or 'none'}")
+    if platform:
+        rec = store.attempt(attempt or max(known or [0]))
+        if not serverless_state.is_serverless(rec):
+            raise GlueError(f"--platform reads a Lyceum execution's log; attempt {rec.get('attempt')} of run {run_id} "
+                            "ran on a VM (drop --platform)")
+        click.echo("".join(line + "\n" for line in serverless_state.logs(rec)), nl=False)
+        return
     shown = 0
     checked = time.monotonic()
     while True:

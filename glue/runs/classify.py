@@ -25,6 +25,7 @@ class AttemptClass(StrEnum):
     COMM = "comm"
     VM_LOST = "vm_lost"
     PREEMPTED = "preempted"  # announced for termination (saved at the notice), or a spot VM reclaimed unannounced
+    CAPPED = "capped"  # a serverless execution saved and stopped before its run-time cap: the next one continues
     BAD_RESTART = "bad_restart"
     EXPORT_MISSING = "export_missing"
     STORAGE_LOST = "storage_lost"  # the bucket mount died, or the bucket stopped answering past retries
@@ -43,6 +44,8 @@ POLICY = {
     AttemptClass.COMM: "restart the whole group and recover (`glue recover`)",
     AttemptClass.VM_LOST: "recover onto a new VM (`glue recover`)",
     AttemptClass.PREEMPTED: "recover onto a new VM (`glue recover`); the checkpoint at the notice makes it cheap",
+    AttemptClass.CAPPED: "continue in a new execution from the checkpoint saved before the cap (`glue recover`; "
+                         "`glue watch` does it from no budget)",
     AttemptClass.BAD_RESTART: "stop; the resume is wrong; keep the evidence and fix the trainer",
     AttemptClass.EXPORT_MISSING: "not done: write the required outputs; the VM is kept",
     AttemptClass.STORAGE_LOST: "infrastructure, not the trainer: `glue recover` resumes it on a VM with a live "
@@ -128,6 +131,9 @@ def classify(ev: Evidence) -> Diagnosis:
     if ev.notice is not None and not ev.process_alive and (
             ev.vm_status == "gone" or not finished or ev.exit_code == PREEMPTED_EXIT or ev.exit_signal is not None):
         n = ev.notice
+        if str(n.get("source") or "").startswith("stop-at") and n.get("saved_step") is not None:
+            return Diagnosis(AttemptClass.CAPPED, f"saved step {n['saved_step']} and stopped before the execution's "
+                             "run-time cap; the next execution continues from it")
         saved = f"checkpoint {n['saved_step']} saved" if n.get("saved_step") is not None else \
             "the VM went before the checkpoint at the notice committed"
         return Diagnosis(AttemptClass.PREEMPTED,

@@ -5,7 +5,7 @@ docs/run-config.schema.json is generated from these models (`python -m glue.runs
 
 ```yaml
 command: [python, -m, glue.examples.tiny_gpt]   # or image: for the docker runtime
-runtime: process                                # process | docker
+runtime: process                                # process | docker | lyceum-run (a serverless run per attempt)
 config: {steps: 200, batch_size: 16}            # handed to the trainer (GPUKIT_CONFIG)
 input: {uri: builtin://tiny-corpus, version: v1}
 outputs: {destination: "s3://gpukit/runs/{run}/outputs", required: [model.pt]}
@@ -21,6 +21,7 @@ evaluation:
 pricing: {vm_hour: 2.1, currency: EUR}    # overrides the backend's price table
 workdir: .                                # your code: packed, pinned in the bucket, unpacked on every VM
 requirements: requirements.txt            # a file in the workdir, or a list; installed from a pinned wheelhouse
+execution: {type: gpu.a100, timeout: 600, timeout_unit_seconds: 1, save_margin_seconds: 60}   # lyceum-run
 ```
 """
 
@@ -30,7 +31,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -48,6 +49,7 @@ from pydantic import (
 
 from glue import yamlfile
 from glue.errors import GlueError, yaml_problem
+from glue.runs.config_errors import one_line
 
 RUN_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 SECRET_NAME_RE = r"^[A-Z_][A-Z0-9_]*$"
@@ -214,12 +216,25 @@ class WorkdirSpec(_Strict):
     secret_files: tuple[NonEmpty, ...] = ()  # secret-looking files shipped on purpose (paths in the workdir)
 
 
+class ExecutionSpec(_Strict):
+    """`runtime: lyceum-run`: Lyceum's serverless run per attempt, and its cap (docs/lyceum.md, section 8)."""
+
+    type: Annotated[StrictStr, StringConstraints(pattern=r"^[a-zA-Z0-9_.]+$")] = "gpu.a100"
+    timeout: Annotated[StrictInt, Field(ge=1, le=600)] = 600  # Lyceum's cap of one execution, in its unit
+    timeout_unit_seconds: Annotated[float, Field(gt=0, le=3600)] = 1.0  # the unit is undocumented: seconds is safe
+    save_margin_seconds: Annotated[float, Field(ge=0, le=3600)] = 60.0  # save and stop this long before the cap
+
+    @property
+    def cap_seconds(self) -> float:
+        return self.timeout * self.timeout_unit_seconds
+
+
 class RunConfig(_Strict):
     """A whole run.yaml. `parse()` substitutes {run} and {bucket} in the locations."""
 
     command: tuple[str, ...] = ()
     image: NonEmpty | None = None
-    runtime: Literal["process", "docker"] = "process"
+    runtime: Literal["process", "docker", "lyceum-run"] = "process"
     config: dict[str, Any] = Field(default_factory=dict)
     input: InputSpec | None = None
     outputs: OutputsSpec
@@ -233,6 +248,7 @@ class RunConfig(_Strict):
     pricing: PricingSpec | None = None
     workdir: WorkdirSpec | None = None
     requirements: NonEmpty | tuple[NonEmpty, ...] | None = None
+    execution: ExecutionSpec | None = None
 
     @field_validator("workdir", mode="before")
     @classmethod
@@ -278,8 +294,16 @@ class RunConfig(_Strict):
             raise ValueError("missing command: set `command:` (process runtime) or `image:` (docker runtime)")
         if self.runtime == "docker" and not self.image:
             raise ValueError("runtime docker needs `image:` (build it from images/trainer/Dockerfile)")
-        if self.runtime == "docker" and self.requirements:
-            raise ValueError("requirements: needs `runtime: process`; a docker trainer's packages belong in its image")
+        if self.runtime != "process" and self.requirements:
+            raise ValueError(f"requirements: needs `runtime: process`; a {self.runtime} trainer's packages belong in "
+                             "its image")
+        if self.runtime == "lyceum-run" and (not self.image or not self.command or self.workdir):
+            raise ValueError("runtime lyceum-run needs `image:` (with gpukit's trainer library and your code) and "
+                             "`command:`, and ships no `workdir:` (put the code in the image)")
+        if self.execution is not None and self.runtime != "lyceum-run":
+            raise ValueError("execution: goes with `runtime: lyceum-run`")
+        if self.execution is not None and self.execution.save_margin_seconds >= self.execution.cap_seconds:
+            raise ValueError("execution.save_margin_seconds must be below the cap (timeout x timeout_unit_seconds)")
         return self
 
     def locations(self) -> dict[str, str]:
@@ -295,51 +319,6 @@ class RunConfig(_Strict):
         return self.model_copy(update={"config": {**self.config, **overrides}})
 
 
-def _where(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(p) for p in loc) or "run config"
-
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    """The models inside a field's type: X, X | None, tuple[X, ...], dict[str, X]."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for arg in get_args(annotation) for m in _models_in(arg)]
-
-
-def _section(path: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The model at `path` in a run config (list indexes and dict keys step into the item's model)."""
-    model: type[BaseModel] | None = RunConfig
-    for part in path:
-        if model is None:
-            return None
-        field = model.model_fields.get(part) if isinstance(part, str) else None
-        if field is not None:
-            found = _models_in(field.annotation)
-            model = found[0] if found else None
-    return model
-
-
-def _one_line(exc: ValidationError) -> str:
-    """The first problem, naming the key: what is wrong and what is allowed."""
-    err = exc.errors()[0]
-    loc, kind = tuple(err["loc"]), err["type"]
-    if kind == "extra_forbidden":
-        parent = loc[:-1]
-        model = _section(parent)
-        allowed = f"; allowed: {', '.join(model.model_fields)}" if model is not None else ""
-        return f"unknown key {str(loc[-1])!r} in {_where(parent)}{allowed}"
-    if kind == "missing":
-        return f"missing key {str(loc[-1])!r} in {_where(loc[:-1])}"
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    if kind == "string_pattern_mismatch" and loc[:1] == ("secrets",):
-        msg = "must be an environment variable NAME (A-Z, 0-9, _); the value comes from your environment"
-    if not loc:
-        return msg
-    got = err.get("input")
-    shown = "" if isinstance(got, dict | list) or kind.startswith("value_error") else f" (got {got!r})"
-    return f"{_where(loc)}: {msg}{shown}"
-
-
 def parse(raw: Any, run_id: str, bucket: str) -> RunConfig:
     """Validate a loaded run.yaml; `{run}` and `{bucket}` in locations are substituted."""
     if not isinstance(raw, dict):
@@ -348,7 +327,7 @@ def parse(raw: Any, run_id: str, bucket: str) -> RunConfig:
     try:
         rc = RunConfig.model_validate(raw)
     except ValidationError as exc:
-        raise GlueError(f"run config: {_one_line(exc)}") from None  # one line, no pydantic traceback
+        raise GlueError(f"run config: {one_line(exc, RunConfig)}") from None  # one line, no pydantic traceback
 
     def subst(s: str) -> str:
         return s.replace("{run}", run_id).replace("{bucket}", bucket).rstrip("/")
@@ -384,6 +363,16 @@ def load(path: Path, run_id: str, bucket: str) -> RunConfig:
         raise GlueError(f"{path} is empty: a run config needs at least `outputs:` and `checkpoint:` "
                         "(see examples/tiny_gpt.yaml)")
     return parse(raw, run_id, bucket)
+
+
+def runtime_of(path: Path) -> str:
+    """The runtime a run config asks for, read before the bucket is known (which bucket depends on it);
+    `load` reports a file that cannot be read."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return "process"
+    return str(raw.get("runtime") or "process") if isinstance(raw, dict) else "process"
 
 
 def json_schema() -> dict[str, Any]:

@@ -23,7 +23,7 @@ from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.paths import PROJECT_ROOT
 from glue.runs import config as runconfig
-from glue.runs import docker_run, gate, guard, lease, monitor, remote, workspace
+from glue.runs import docker_run, gate, guard, lease, monitor, remote, serverless, workspace
 from glue.runs import vm_group as group_mod
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, utc_iso
@@ -159,12 +159,19 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
     group = group or GroupSpec()
     group.check()
     runconfig.check_run_id(run_id)
+    if runconfig.runtime_of(config_path) == serverless.RUNTIME:  # its records live in Lyceum's bucket
+        serverless.use_lyceum_bucket(home)
     store = RunStore.open(home, run_id)
     rc = runconfig.load(config_path, run_id, store.info.name)
     if config_overrides:
         rc = rc.with_config(config_overrides)
     if env_overrides:
         rc = rc.model_copy(update={"env": {**rc.env, **env_overrides}})
+    if rc.runtime == serverless.RUNTIME:  # a Lyceum execution per attempt: no VM, no workdir to pack
+        if group.distributed or vm or memory_limit_mb or pinned is not None:
+            raise GlueError("runtime lyceum-run runs one execution per attempt: --vm, --nodes, --procs-per-node, "
+                            "--memory-limit-mb and drills do not apply")
+        return serverless.deploy(home, store, rc, resume, console)
     if group.distributed and rc.runtime == "docker":
         raise GlueError("--nodes/--procs-per-node need `runtime: process` (torchrun on the VM); "
                         "a docker trainer runs on one VM")

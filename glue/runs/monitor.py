@@ -20,7 +20,7 @@ from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
-from glue.runs import guard, lease, remote, timeline
+from glue.runs import guard, lease, remote, serverless_state, timeline
 from glue.runs.classify import STORAGE, AttemptClass, Diagnosis, Evidence, classify
 from glue.runs.guard import MOUNT
 from glue.runs.store import RunStore, parse_iso, utc_iso
@@ -124,6 +124,17 @@ def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str,
     return st
 
 
+def _execution_state(store: RunStore, n: int, attempt: dict[str, Any]) -> NodeState:
+    """A serverless attempt: its execution is its VM. One that ended without the supervisor's exit record
+    (lost by the platform, killed at its cap, aborted) is gone under the trainer."""
+    ex = serverless_state.state_of(attempt)
+    exit_record = store.exit_record(n, 0)
+    gone = ex is None or (ex.ended and exit_record is None)
+    name = f"execution {ex.id} ({ex.state})" if ex is not None else "an execution that never got an id"
+    return NodeState(node=0, vm=name, gone=gone, reachable=not gone, exit=exit_record,
+                     alive=ex is not None and not ex.ended and exit_record is None)
+
+
 def failure_timeline(states: list[NodeState], errors: list[dict[str, Any]], beats: list[dict[str, Any]],
                      started_at: str | None) -> list[timeline.Event]:
     """The attempt's failures across ranks and nodes, earliest (the cause) first."""
@@ -182,8 +193,9 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     ev = Evidence(stall_timeout_s=float(manifest["config"].get("monitor", {}).get("stall_timeout_seconds", 60)))
     # Any run may use the mount (its own code reading data or writing logs there), so its state is evidence
     # for every run; it only decides the class when the trainer is stuck or its error is about /mnt/s3.
-    states = [_node_state(home, store, n, backend, nd, uses_mount=True, unreachable=unreachable,
-                          started_at=attempt.get("started_at")) for nd in nodes_of(attempt)]
+    states = [_execution_state(store, n, attempt)] if serverless_state.is_serverless(attempt) else \
+        [_node_state(home, store, n, backend, nd, uses_mount=True, unreachable=unreachable,
+                     started_at=attempt.get("started_at")) for nd in nodes_of(attempt)]
     errors = store.errors(n)
     beats = store.heartbeats(n)
     notices = store.notices(n)

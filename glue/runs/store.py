@@ -77,7 +77,13 @@ class RunStore:
 
     def get_json(self, key: str) -> Any:
         try:
-            return bucket_store.read_json(self.s3, self.info.name, self.prefix + key)
+            try:
+                return bucket_store.read_json(self.s3, self.info.name, self.prefix + key)
+            except ValueError:
+                # A serverless run writes its records in place through the platform's mount: one read can
+                # land in the middle of a write. Read once more before calling the record damaged.
+                time.sleep(0.2)
+                return bucket_store.read_json(self.s3, self.info.name, self.prefix + key)
         except (ClientError, BotoCoreError) as exc:
             raise self._fail(f"get {key}", exc) from exc
         except ValueError as exc:
@@ -157,6 +163,10 @@ class RunStore:
     def put_attempt(self, record: dict[str, Any]) -> None:
         """The attempt record, under its key (layout.attempt_key)."""
         self.put_json(layout.attempt_key(int(record["attempt"])), record)
+
+    def put_launch(self, attempt: int, spec: dict[str, Any]) -> None:
+        """A serverless attempt's launch spec (layout.launch_key), read by its execution; never a secret in it."""
+        self.put_json(layout.launch_key(attempt), spec)
 
     def exit_record(self, n: int, node: int = 0) -> dict[str, Any] | None:
         """The supervisor's exit record of attempt n on a node (None while it runs, or when its VM died)."""

@@ -20,6 +20,7 @@ Under runs/<run>/ (the keys below are relative to it, as RunStore and the traine
     manifest.json                              MANIFEST              glue deploy, once per run
     attempts/<n>.json                          attempt_key           glue deploy / recovery; the monitor classifies
     attempts/<n>.exit.json                     exit_key              supervisor exit record, node 0
+    attempts/<n>.launch.json                   launch_key            a serverless attempt's launch spec (no secrets)
     attempts/<n>.exit.node<k>.json             exit_key              … node k of a multi-VM run
     attempts/<n>.error.rank<r>[.x<gg>].json    error_key             trainer error file (errors_prefix)
     attempts/<n>.notice.rank<r>.json           notice_key            a termination notice acted on (notices_prefix)
@@ -140,6 +141,11 @@ def attempt_of(key: str) -> int | None:
     name = key.rsplit("/", 1)[-1]
     stem = name[: -len(".json")] if name.endswith(".json") else ""
     return int(stem) if stem.isdigit() else None
+
+
+def launch_key(attempt: int) -> str:
+    """A serverless attempt's launch spec (command, environment without secrets), read by the execution."""
+    return f"{ATTEMPTS_PREFIX}{attempt}.launch.json"
 
 
 def exit_key(attempt: int, node: int) -> str:

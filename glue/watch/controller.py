@@ -227,7 +227,7 @@ class Watcher:
         """Running when the run plainly runs (no SSH, no log reads); otherwise look closer."""
         closer = Quick(False)
         rec = store.attempt(latest)
-        if len(rec.get("nodes") or []) > 1 or rec.get("failure_class") or rec.get("outcome"):
+        if len(rec.get("nodes") or []) > 1 or rec.get("failure_class") or rec.get("outcome") or rec.get("execution"):
             return closer
         beat = store.heartbeat()
         if not beat or beat.get("attempt") != latest or not beat.get("updated_at"):
@@ -338,10 +338,10 @@ class Watcher:
         retry = st.failed_tries(n, not monitor.trainer_started(store.attempt(n), store.heartbeat()))
         waits = st.capacity_waits_of(n)
         decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started, retry, waits)
-        if decision.action != "recover" or decision.budget is None:
+        if decision.action != "recover":
             return decision.reason
         st.capacity_waits = waits
-        if retry == 0 and not waits:  # a new failure takes one from its budget; retrying it does not
+        if decision.budget and retry == 0 and not waits:  # a new failure takes one from its budget; a retry does not
             st.used[decision.budget] = st.used.get(decision.budget, 0) + 1
         st.handled_attempt = n
         st.note("recovering", attempt=n, outcome=str(outcome), budget=decision.budget)

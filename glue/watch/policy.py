@@ -7,6 +7,7 @@ Pure (no I/O), so every row of the table is unit-tested.
 | running                                 | nothing                                          |
 | completed                               | done: the run is no longer polled                |
 | vm_lost, preempted                      | recover, from the preemption budget              |
+| capped (a serverless run's cap reached) | continue in the next execution, from no budget   |
 | stall, comm, storage_lost, killed       | recover, from the failure budget                 |
 | oom_gpu, oom_host                       | stop: no retry (it repeats); event `oom`         |
 | bad_restart                             | stop: the resume is wrong; event `bad_restart`   |
@@ -81,6 +82,13 @@ def decide(outcome: AttemptClass, spec: RecoverySpec, used: dict[str, int], now:
         return Decision("done", "completed")
     if outcome in NO_RETRY_EVENT:
         return Decision("stop", f"{outcome}: no automatic retry", event=NO_RETRY_EVENT[outcome])
+    if outcome is AttemptClass.CAPPED:  # chaining executions is the plan, not a failure: no budget, no deadline
+        if retry >= MAX_TRIES:
+            return Decision("stop", f"capped: {retry} starts of the next execution failed; giving up",
+                            event="recovery_failed")
+        if retry > 0 and now < next_try_at:
+            return Decision("wait", f"capped: backing off {next_try_at - now:.0f}s")
+        return Decision("recover", "capped: the execution reached its cap; the next one continues (no budget)")
     budget = budget_of(outcome)
     if budget is None:  # a class this table does not know: leave it to a human
         return Decision("stop", f"{outcome}: not recovered automatically", event="failed")

@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -146,7 +147,10 @@ class Executions:
         run.status = "starting"
         work = self.home / "executions" / run.execution_id
         work.mkdir(parents=True, exist_ok=True)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work), **run.env}
+        # The "image" is this machine with the kit's venv first on PATH: its python3 has gpukit's trainer library,
+        # as the trainer image (images/trainer/Dockerfile) does.
+        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")])
+        env = {"PATH": path, "HOME": str(work), "TMPDIR": str(work), **run.env}
         try:
             run.proc = subprocess.Popen(self._argv(run), cwd=work, env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)

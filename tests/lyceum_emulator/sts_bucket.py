@@ -203,29 +203,44 @@ class _FrontHandler(BaseHTTPRequestHandler):
             if self.command != "HEAD":
                 self.wfile.write(xml)
             return
-        conn = http.client.HTTPConnection(HOST, sts.rclone_port, timeout=120)
-        try:
-            conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
-            for key, value in self.headers.items():
-                if key.lower() not in _HOP and key.lower() != "content-length":
-                    conn.putheader(key, value)
-            if body is not None:
-                conn.putheader("Content-Length", str(len(body)))
-            elif self.command in ("PUT", "POST"):
-                conn.putheader("Content-Length", "0")
-            conn.endheaders(body)
-            resp = conn.getresponse()
-            data = resp.read()
-            self.send_response(resp.status, resp.reason)
-            for key, value in resp.getheaders():
-                if key.lower() not in _HOP and (key.lower() != "content-length" or self.command == "HEAD"):
-                    self.send_header(key, value)
-            if self.command != "HEAD":
-                self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(data)
-        finally:
-            conn.close()
+        # A serverless run writes its records in place through its /mnt/s3 (a bind of rclone's directory here):
+        # a file that changes while rclone sends it comes short. S3 serves whole objects only (the old or the
+        # new), so the read is made again.
+        for tries_left in (2, 1, 0):
+            conn = http.client.HTTPConnection(HOST, sts.rclone_port, timeout=120)
+            try:
+                resp, data = self._upstream(conn, body)
+                break
+            except http.client.IncompleteRead:
+                if not tries_left:
+                    raise
+            finally:
+                conn.close()
+        self._answer(resp, data)
+
+    def _upstream(self, conn: http.client.HTTPConnection,
+                  body: bytes | None) -> tuple[http.client.HTTPResponse, bytes]:
+        conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+        for key, value in self.headers.items():
+            if key.lower() not in _HOP and key.lower() != "content-length":
+                conn.putheader(key, value)
+        if body is not None:
+            conn.putheader("Content-Length", str(len(body)))
+        elif self.command in ("PUT", "POST"):
+            conn.putheader("Content-Length", "0")
+        conn.endheaders(body)
+        resp = conn.getresponse()
+        return resp, resp.read()
+
+    def _answer(self, resp: http.client.HTTPResponse, data: bytes) -> None:
+        self.send_response(resp.status, resp.reason)
+        for key, value in resp.getheaders():
+            if key.lower() not in _HOP and (key.lower() != "content-length" or self.command == "HEAD"):
+                self.send_header(key, value)
+        if self.command != "HEAD":
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _proxy

@@ -145,3 +145,29 @@ def test_a_run_id_with_a_path_in_it_is_refused_before_the_bucket_is_asked(tmp_pa
 
     with pytest.raises(GlueError, match=r"invalid run id '\.\./runs/r1'"):
         RunStore.open(tmp_path, "../runs/r1")  # no cluster, no bucket: the id alone is refused
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    ({"runtime": "lyceum-run"}, "runtime lyceum-run needs `image:`"),
+    ({"runtime": "lyceum-run", "image": "i:1", "workdir": "."}, "ships no `workdir:`"),
+    ({"runtime": "lyceum-run", "image": "i:1", "requirements": ["numpy"]}, "requirements: needs `runtime: process`"),
+    ({"execution": {"type": "gpu.a100"}}, "execution: goes with `runtime: lyceum-run`"),
+    ({"runtime": "lyceum-run", "image": "i:1", "execution": {"timeout": 601}}, "execution.timeout:"),
+    ({"runtime": "lyceum-run", "image": "i:1", "execution": {"type": "gpu a100"}}, "execution.type:"),
+    ({"runtime": "lyceum-run", "image": "i:1", "execution": {"timeout": 30, "save_margin_seconds": 30}},
+     "save_margin_seconds must be below the cap"),
+])
+def test_a_serverless_run_config_is_checked_in_one_line(extra: dict[str, Any], needle: str) -> None:
+    with pytest.raises(GlueError) as err:
+        config.parse({**_base(), **extra}, "r1", "bkt")
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_serverless_run_config_defaults_to_a_safe_cap(tmp_path: Path) -> None:
+    rc = config.parse({**_base(), "runtime": "lyceum-run", "image": "i:1"}, "r1", "bkt")
+    assert rc.execution is None  # the defaults: gpu.a100, 600 units read as seconds (the unit is undocumented)
+    assert config.ExecutionSpec().cap_seconds == 600
+    assert config.ExecutionSpec(timeout_unit_seconds=60).cap_seconds == 36000
+    path = tmp_path / "run.yaml"
+    path.write_text("runtime: lyceum-run\n")
+    assert config.runtime_of(path) == "lyceum-run" and config.runtime_of(tmp_path / "missing.yaml") == "process"

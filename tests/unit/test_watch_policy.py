@@ -88,6 +88,24 @@ def test_a_notice_makes_the_loss_preempted_not_a_crash() -> None:
     assert classify(Evidence(notice=notice, process_alive=True, heartbeat_age_s=1)).outcome is AttemptClass.RUNNING
 
 
+def test_a_save_before_the_execution_cap_is_capped_and_continues_from_no_budget() -> None:
+    """Chaining serverless executions is the plan, not a failure: a stop-at notice with its checkpoint saved
+    is `capped`, and the watcher continues it whatever the budgets and the deadline say."""
+    notice = {"source": "stop-at deadline 1700000000 (GPUKIT_STOP_AT: the execution's cap is near)", "step": 40,
+              "saved_step": 40}
+    v = classify(Evidence(exit_code=PREEMPTED_EXIT, notice=notice, process_alive=False, vm_status="running"))
+    assert v.outcome is AttemptClass.CAPPED and "saved step 40" in v.reason
+    # Not saved (the cap came first): the loss it is, from the checkpoint before.
+    unsaved = classify(Evidence(vm_status="gone", notice={**notice, "saved_step": None}, process_alive=False))
+    assert unsaved.outcome is AttemptClass.PREEMPTED
+    spent = {"preemptions": 2, "failures": 1}
+    d = decide(AttemptClass.CAPPED, SPEC, spent, NOW, 0.0, NOW - 7200)
+    assert (d.action, d.budget) == ("recover", None) and "no budget" in d.reason
+    assert decide(AttemptClass.CAPPED, SPEC, spent, NOW, NOW + 5, NOW, retry=1).action == "wait"
+    gave_up = decide(AttemptClass.CAPPED, SPEC, spent, NOW, 0.0, NOW, retry=MAX_TRIES)
+    assert gave_up.action == "stop" and gave_up.event == "recovery_failed"
+
+
 class _Receiver(BaseHTTPRequestHandler):
     got: list[dict[str, Any]] = []
     fail_first = 0

@@ -30,7 +30,7 @@ from glue.operations import convergence, lifecycle
 from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, check_resharded, merged_metrics
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
-from glue.runs import guard, monitor, remote, workspace
+from glue.runs import guard, monitor, remote, serverless_state, workspace
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.runs.vm_group import GroupSpec
@@ -166,7 +166,10 @@ def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any],
                  freeze: list[lifecycle.KeptVM] | None = None) -> None:
     """Stop what is left of an attempt on every node still reachable: a stalled or half-dead trainer
     (or a surviving rank waiting in the rendezvous) must not write on. On a VM kept for debugging the
-    processes are frozen (SIGSTOP) instead of killed."""
+    processes are frozen (SIGSTOP) instead of killed. A serverless attempt's execution is aborted."""
+    if serverless_state.is_serverless(attempt):
+        serverless_state.abort(attempt)
+        return
     backend = get_backend(current.ClusterConfig.load(home).backend, home)
     frozen = {k.id for k in freeze or []}
     for nd in monitor.nodes_of(attempt):

@@ -34,7 +34,7 @@ from glue.errors import GlueError
 from glue.operations.recovery import phases, replay
 from glue.operations.recovery.phases import REFUSE_WITHOUT_FORCE, Timings, secs_between
 from glue.operations.recovery.resume_check import check_resume, merged_metrics, step_ranges
-from glue.runs import lease, monitor
+from glue.runs import lease, monitor, serverless, serverless_state
 from glue.runs.store import RunStore, utc_iso
 
 __all__ = ["REFUSE_WITHOUT_FORCE", "check_resume", "merged_metrics", "print_table", "recover"]
@@ -107,32 +107,17 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
     with timed.phase(console, "validate", "checking the checkpoints in the bucket (sizes and sha256)"):
         lost = phases.validate(store, manifest, failure, from_scratch)
     nodes = monitor.nodes_of(failure.attempt)
-    group = lost.group
-    keep: list[Any] = []
-    if shrink_to is not None and shrink_to != len(nodes):
-        group = replace(lost.group, nodes=shrink_to)
-        with timed.phase(console, "provision", f"none: the run continues on {shrink_to} of its VMs"):
-            hosts = phases.survivors(home, failure, shrink_to)  # refuses before anything is stopped
+    if serverless_state.is_serverless(failure.attempt):
+        with timed.phase(console, "provision", "none: the run continues in a new Lyceum execution"):
             phases.kill_attempt(home, store, failure.attempt)
+            started = serverless.start_attempt(store, lost.rc, failure.number + 1, resume=True)
+        hosts: list[Any] = []
         replaced: list[str] = []
-        fresh = [hosts[0].name]  # the head reads the checkpoint back
+        keep: list[Any] = []
+        group = lost.group
     else:
-        with timed.phase(console, "provision", f"VMs for {', '.join(str(nd['vm']) for nd in nodes)} (terraform)"):
-            keep = phases.keepable(home, failure, keep_failed and not same_vm)
-            phases.kill_attempt(home, store, failure.attempt, freeze=keep)
-            hosts, replaced = phases.provision(home, console, nodes, same_vm, keep)
-        fresh = replaced or [h.name for h in hosts]
-        with timed.phase(console, "configure", f"the playbook on {', '.join(fresh)} where its configuration is not "
-                                               "current (bucket mount, trainer runtime)"):
-            phases.configure(home, console, [h for h in hosts if h.name in fresh])
-    with timed.phase(console, "verify", f"mount live and checkpoint {lost.ckpt} reads back on {', '.join(fresh)}"):
-        argvs = phases.verify(home, store, lost, hosts, fresh)
-    ready = None
-    if lost.ws.needs_prepare:
-        names = ", ".join(h.name for h in hosts)
-        with timed.phase(console, "prepare", f"code and requirements from the bucket on {names}"):
-            ready = phases.prepare(home, store, lost, failure, hosts)
-    started = phases.start(home, store, lost, failure, hosts, argvs, ready, group)
+        hosts, replaced, keep, group, started = _onto_vms(home, store, console, failure, lost, nodes, same_vm,
+                                                          keep_failed, shrink_to, timed)
     if group != lost.group:
         phases.record_group(store, manifest, group, failure.number + 1)
     new_n = failure.number + 1
@@ -160,14 +145,15 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
     }
     kept_names = {h.name for h in hosts}
     lost_node = next((nd for nd in nodes if nd["vm"] in replaced or nd["vm"] not in kept_names), nodes[0])
-    new_host = next((h for h in hosts if h.name == lost_node["vm"]), hosts[0])
+    new_host = next((h for h in hosts if h.name == lost_node["vm"]), hosts[0] if hosts else None)
+    new_vm = {"name": new_host.name, "id": new_host.id} if new_host else {"name": started["vm"], "id": started["vm_id"]}
     result = {
         "run": run_id, "failed_attempt": failure.number, "new_attempt": new_n, "failure_class": str(failure.outcome),
         "old_vm": {"name": lost_node["vm"], "id": lost_node["vm_id"]},
-        "new_vm": {"name": new_host.name, "id": new_host.id},
+        "new_vm": new_vm,
         "nodes": [{"node": k, "vm": h.name, "old_id": nd["vm_id"], "new_id": h.id, "replaced": h.name in replaced}
                   for k, (nd, h) in enumerate(zip(nodes, hosts, strict=False))],
-        "dropped_vms": [str(nd["vm"]) for nd in nodes if nd["vm"] not in kept_names],
+        "dropped_vms": [str(nd["vm"]) for nd in nodes if hosts and nd["vm"] not in kept_names],
         "world_size": group.world_size, "resume_check": check, "rendezvous": started.get("rendezvous"),
         "checkpoint_step": ckpt, "failure_step": failure_step, "seconds": seconds,
         "work_lost": {"steps": failure_step - (ckpt or 0), "seconds": lost_s},
@@ -187,6 +173,39 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
                          f"{'; ' + trouble if trouble else ''} and the evidence kept (glue incidents --run {run_id})",
                          result)
     return result
+
+
+def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Failure, lost: phases.Lost,
+              nodes: list[dict[str, Any]], same_vm: bool, keep_failed: bool, shrink_to: int | None,
+              timed: Timings) -> tuple[list[Any], list[str], list[Any], Any, dict[str, Any]]:
+    """provision, configure, verify, prepare, start: the next attempt on VMs (new ones for the lost)."""
+    group = lost.group
+    keep: list[Any] = []
+    if shrink_to is not None and shrink_to != len(nodes):
+        group = replace(lost.group, nodes=shrink_to)
+        with timed.phase(console, "provision", f"none: the run continues on {shrink_to} of its VMs"):
+            hosts = phases.survivors(home, failure, shrink_to)  # refuses before anything is stopped
+            phases.kill_attempt(home, store, failure.attempt)
+        replaced: list[str] = []
+        fresh = [hosts[0].name]  # the head reads the checkpoint back
+    else:
+        with timed.phase(console, "provision", f"VMs for {', '.join(str(nd['vm']) for nd in nodes)} (terraform)"):
+            keep = phases.keepable(home, failure, keep_failed and not same_vm)
+            phases.kill_attempt(home, store, failure.attempt, freeze=keep)
+            hosts, replaced = phases.provision(home, console, nodes, same_vm, keep)
+        fresh = replaced or [h.name for h in hosts]
+        with timed.phase(console, "configure", f"the playbook on {', '.join(fresh)} where its configuration is not "
+                                               "current (bucket mount, trainer runtime)"):
+            phases.configure(home, console, [h for h in hosts if h.name in fresh])
+    with timed.phase(console, "verify", f"mount live and checkpoint {lost.ckpt} reads back on {', '.join(fresh)}"):
+        argvs = phases.verify(home, store, lost, hosts, fresh)
+    ready = None
+    if lost.ws.needs_prepare:
+        names = ", ".join(h.name for h in hosts)
+        with timed.phase(console, "prepare", f"code and requirements from the bucket on {names}"):
+            ready = phases.prepare(home, store, lost, failure, hosts)
+    started = phases.start(home, store, lost, failure, hosts, argvs, ready, group)
+    return hosts, replaced, keep, group, started
 
 
 def plan(failure: phases.Failure, lost: phases.Lost, started: dict[str, Any], upto: int, tolerance: float,

@@ -38,7 +38,7 @@ from glue.train.layout import carried_metrics_key, error_key, heartbeat_key, met
 from glue.train.run import process_group as group
 from glue.train.run.notice import PREEMPTED_EXIT, TerminationNotice
 from glue.train.storage.credentials import credentials_from_file
-from glue.train.storage.mount import MOUNT, bucket_url
+from glue.train.storage.mount import MOUNT, VIA_ENV, bucket_url, mount_path
 from glue.train.storage.target import Storage, open_target
 from glue.train.utc import iso, utc_now
 
@@ -99,6 +99,7 @@ class RunContext:
         self._creds = (lambda: credentials_from_file(cred_file)) if cred_file else None
         bucket = env["GPUKIT_BUCKET_NAME"]
         self.bucket, self.mount = bucket, env.get("GPUKIT_BUCKET_MOUNT", MOUNT)
+        self.via_mount = env.get(VIA_ENV) == "mount"  # a serverless run: the bucket only at the mount
         self.store: Storage = self._open(run_uri(bucket, self.run))
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -148,7 +149,10 @@ class RunContext:
         return cls(dict(os.environ))
 
     def _direct(self, target: str) -> str:
-        """Under the bucket mount: the same keys through the S3 API (glue.train.storage.mount says why)."""
+        """Under the bucket mount: the same keys through the S3 API (glue.train.storage.mount says why); with
+        no S3 API here (GPUKIT_BUCKET_VIA=mount), the other way round."""
+        if self.via_mount:
+            return mount_path(target, self.bucket, self.mount)
         url = bucket_url(target, self.bucket, self.mount)
         if url is None:
             return target

@@ -23,6 +23,7 @@ from typing import Any
 from glue.train.errors import StorageError
 from glue.train.layout import exit_key, log_key, run_uri
 from glue.train.storage.credentials import credentials_from_file
+from glue.train.storage.mount import MOUNT, mount_path
 from glue.train.storage.target import Storage, open_target
 from glue.train.utc import iso, utc_now
 
@@ -114,8 +115,11 @@ def main(spec_path: str) -> int:
     log_path = state_dir / f"attempt-{attempt}.log"
     cred_file = spec.get("credentials_file")
     bucket = spec["bucket"]
+    records = run_uri(bucket["name"], run)
+    if bucket.get("via") == "mount":  # a serverless run: the bucket only at the platform's mount
+        records = mount_path(records, bucket["name"], bucket.get("mount") or MOUNT)
     store = open_target(
-        run_uri(bucket["name"], run), endpoint_url=bucket.get("endpoint"), region=bucket.get("region"),
+        records, endpoint_url=bucket.get("endpoint"), region=bucket.get("region"),
         credentials=(lambda: credentials_from_file(cred_file)) if cred_file else None, check=False,
     )
     limit = MemoryLimit(f"gpukit-{run}-{attempt}", int(spec["memory_limit_mb"])) if spec.get("memory_limit_mb") \

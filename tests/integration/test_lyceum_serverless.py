@@ -1,0 +1,142 @@
+"""`runtime: lyceum-run` through the real CLI against the emulator's runs API: each attempt is one
+serverless execution (a real process with the bucket at /mnt/s3) running gpukit's trainer library from
+the "image". An execution the platform loses midway is classed, resubmitted by `glue watch` from the
+newest valid checkpoint and the resume verified; a run longer than the execution cap saves before each
+cap and is chained across executions (from no budget), with per-step losses equal to an unchained run."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glue.runs.store import RunStore
+from tests.lyceum_emulator import Emulator
+
+from .conftest import Kit
+from .test_lyceum_e2e import lyceum_env
+from .test_runs import run_config
+
+pytestmark = pytest.mark.integration
+IMAGE = "ghcr.io/example/gpukit-trainer:1"
+
+
+@pytest.fixture
+def emu(tmp_path: Path) -> Iterator[Emulator]:
+    with Emulator(tmp_path / "emu", pending_s=0.1, boot_vms=False) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def env(kit: Kit, emu: Emulator, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    env = lyceum_env(kit, emu)
+    for key, value in env.items():  # this process reads the run's records from Lyceum's bucket too
+        monkeypatch.setenv(key, value)
+    return env
+
+
+def _config(tmp_path: Path, name: str, steps: int, checkpoint: dict[str, Any] | None = None,
+            secrets: list[str] | None = None, **execution: Any) -> Path:
+    return run_config(tmp_path, name=name, runtime="lyceum-run", image=IMAGE,
+                      command=["python3", "-m", "glue.examples.tiny_gpt"], secrets=secrets or [],
+                      config={"steps": steps, "step_sleep": 0.2, "checkpoint_interval": 10},
+                      checkpoint={"interval_steps": 10, **(checkpoint or {})},
+                      execution={"type": "gpu.a100", **execution})
+
+
+def _status(kit: Kit, env: dict[str, str], run: str) -> dict[str, Any]:
+    return dict(json.loads(kit.glue("status", "--run", run, "--json", env=env).stdout))
+
+
+def _until_completed(kit: Kit, env: dict[str, str], run: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while (st := _status(kit, env, run))["state"] != "completed":
+        assert time.monotonic() < deadline and st["state"] in ("running", "completed"), st
+        time.sleep(1)
+
+
+def _losses(store: RunStore) -> dict[int, float]:
+    """Step -> loss over every attempt in order (a resumed attempt's replayed steps replace the lost ones')."""
+    out: dict[int, float] = {}
+    for _, steps in sorted(store.metrics().items()):
+        out.update({step: rec["loss"] for step, rec in steps.items()})
+    return out
+
+
+@pytest.mark.timeout(900)
+def test_a_lost_execution_is_resubmitted_by_watch_and_the_resume_verified(
+        kit: Kit, emu: Emulator, env: dict[str, str], tmp_path: Path) -> None:
+    cfg = _config(tmp_path, "sl.yaml", 60, secrets=["HF_TOKEN"])
+    # Bad input first: one line each, nothing submitted.
+    off_bucket = _config(tmp_path, "off.yaml", 60, checkpoint={"target": "/scratch/ckpt"})
+    for args, says in [((off_bucket, env), "is not in the bucket: an execution's own disk is gone"),
+                       ((cfg, env), "secret HF_TOKEN is not set in this shell")]:
+        bad = kit.glue("deploy", "--run", "bad", "--config", str(args[0]), env=args[1], check=False)
+        assert bad.returncode != 0 and says in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    assert emu.executions.runs == {}
+
+    env = {**env, "HF_TOKEN": "hf_s3cr3t_value"}  # the watcher below resubmits with it too
+    out = kit.glue("deploy", "--run", "sl", "--config", str(cfg), env=env)
+    said = " ".join(out.stderr.split())
+    assert "attempt 1 submitted as Lyceum execution" in said, said
+    store = RunStore.open(kit.home, "sl")
+    first = store.attempt(1)["execution"]
+    assert store.manifest()["runtime"] == "lyceum-run" and first["type"] == "gpu.a100"
+    launch = store.get_json("attempts/1.launch.json")
+    assert launch["env"]["GPUKIT_BUCKET_VIA"] == "mount" and "GPUKIT_STOP_AT" in launch["env"]
+    # The secret reaches the container by name through the execution's environment, never the bucket.
+    assert emu.executions.runs[first["id"]].env["HF_TOKEN"] == "hf_s3cr3t_value"
+    assert "hf_s3cr3t_value" not in json.dumps(launch) and "hf_s3cr3t_value" not in json.dumps(store.manifest())
+    deadline = time.monotonic() + 180
+    while (_status(kit, env, "sl").get("step") or 0) < 25:
+        assert time.monotonic() < deadline, _status(kit, env, "sl")
+        time.sleep(0.5)
+
+    emu.executions.fail(first["id"])  # the platform loses the machine under the run: system_failure
+    out = kit.glue("watch", "--once", "--run", "sl", env=env, timeout=600)
+    said = " ".join((out.stdout + out.stderr).split())
+    assert "vm_lost" in said and "recovered onto attempt 2 (verified)" in said, said
+    incident = [i for i in json.loads(kit.glue("incidents", "--run", "sl", "--json", env=env).stdout)
+                if i.get("attempt") == 1]
+    assert incident and "system_failure" in incident[0]["reason"], incident
+    rec = store.get_json("recoveries/1.json")
+    assert rec["verified"] and rec["first_resumed_step"] == rec["checkpoint_step"] + 1, rec
+    assert rec["new_vm"]["id"] == store.attempt(2)["execution"]["id"] != first["id"]
+    _until_completed(kit, env, "sl")
+    assert emu.executions.runs[store.attempt(2)["execution"]["id"]].status == "completed"
+    # The platform's own log of the execution: what the trainer printed.
+    logs = kit.glue("logs", "--run", "sl", "--attempt", "2", "--platform", env=env).stdout
+    assert "step" in logs, logs
+    said = " ".join(kit.glue("report", "--run", "sl", env=env).stderr.split())  # a serverless run is reported too
+    assert "report:" in said, said
+
+
+@pytest.mark.timeout(900)
+def test_a_run_longer_than_the_cap_is_chained_and_equals_the_unchained_run(
+        kit: Kit, emu: Emulator, env: dict[str, str], tmp_path: Path) -> None:
+    steps = 150  # 30 s of steps (0.2 s each), more than one execution's share
+    kit.glue("deploy", "--run", "whole", "--config", str(_config(tmp_path, "whole.yaml", steps)), env=env)
+    # Each execution may run 40 s (the emulator's unit is one second) and saves 12 s before that: the trainer's
+    # start (python, torch) is paid again by every execution, so the run spans two or more.
+    capped = _config(tmp_path, "capped.yaml", steps, timeout=40, timeout_unit_seconds=1, save_margin_seconds=12)
+    kit.glue("deploy", "--run", "chained", "--config", str(capped), env=env)
+    kit.glue("watch", "--run", "chained", "--interval", "1", env=env, timeout=600)
+    _until_completed(kit, env, "whole")
+    _until_completed(kit, env, "chained", timeout=60)
+
+    chained, whole = RunStore.open(kit.home, "chained"), RunStore.open(kit.home, "whole")
+    attempts = [chained.attempt(n) for n in chained.attempts()]
+    assert len(attempts) >= 2, attempts
+    assert all(a.get("failure_class") == "capped" for a in attempts[:-1]), attempts
+    assert attempts[-1].get("outcome") == "completed"
+    state = chained.get_json("watch/state.json")
+    assert state["used"].get("preemptions", 0) == 0 and state["used"].get("failures", 0) == 0, state
+    for n in chained.attempts()[1:]:  # every continuation was verified
+        assert any(r["new_attempt"] == n and r["verified"] for r in chained.recoveries()), chained.recoveries()
+    reference = _losses(whole)
+    assert sorted(reference) == list(range(1, steps + 1))
+    assert _losses(chained) == reference

@@ -167,6 +167,16 @@ def logs(run_id: str, follow: bool, attempt: int | None, platform: bool) -> None
         time.sleep(2)
 
 
+@click.command()
+@click.option("--run", "run_id", required=True, help="Run id.")
+def stop(run_id: str) -> None:
+    """Stop a run's latest attempt on request: its trainer killed (or its Lyceum execution aborted); `glue watch`
+    leaves it stopped until a new attempt (deploy --resume, recover)."""
+    from glue.watch.stop_run import stop_run
+
+    err.print(stop_run(home(), run_id))
+
+
 def _ended(store: RunStore, n: int) -> str | None:
     """Why attempt n has ended, as its record says (its class, or a later attempt), else None."""
     rec = store.attempt(n)
@@ -247,4 +257,4 @@ def list_runs() -> list[str]:
 
 
 __all__ = ["RunStore", "deploy", "incidents", "list_runs", "logs", "show_run"]
-COMMANDS = [deploy, logs, incidents]
+COMMANDS = [deploy, logs, incidents, stop]

@@ -140,3 +140,29 @@ def test_a_run_longer_than_the_cap_is_chained_and_equals_the_unchained_run(
     reference = _losses(whole)
     assert sorted(reference) == list(range(1, steps + 1))
     assert _losses(chained) == reference
+
+
+@pytest.mark.timeout(600)
+def test_stop_aborts_the_execution_and_the_watcher_leaves_it_until_a_resume(
+        kit: Kit, emu: Emulator, env: dict[str, str], tmp_path: Path) -> None:
+    cfg = _config(tmp_path, "st.yaml", 400)
+    kit.glue("deploy", "--run", "st", "--config", str(cfg), env=env)
+    store = RunStore.open(kit.home, "st")
+    deadline = time.monotonic() + 120
+    while (_status(kit, env, "st").get("step") or 0) < 12:
+        assert time.monotonic() < deadline, _status(kit, env, "st")
+        time.sleep(0.5)
+    said = " ".join(kit.glue("stop", "--run", "st", env=env).stderr.split())
+    ex_id = store.attempt(1)["execution"]["id"]
+    assert f"attempt 1 stopped, Lyceum execution {ex_id} aborted" in said, said
+    assert emu.executions.runs[ex_id].status == "aborted"
+    st = _status(kit, env, "st")
+    assert st["state"] == "killed" and "stopped on request" in st["reason"], st
+    kit.glue("watch", "--once", "--run", "st", env=env)
+    assert store.attempts() == [1]  # the watcher does not recover a run stopped on request
+    # A resume starts the next execution from the newest valid checkpoint (a deploy refuses a live one).
+    kit.glue("deploy", "--run", "st", "--config", str(cfg), "--resume", env=env)
+    assert store.attempts() == [1, 2] and store.attempt(2)["resume"] is True
+    again = kit.glue("deploy", "--run", "st", "--config", str(cfg), "--resume", env=env, check=False)
+    assert again.returncode != 0 and "is still running" in again.stderr, again.stderr
+    kit.glue("stop", "--run", "st", env=env)

@@ -295,6 +295,24 @@ def test_a_live_run_blocks_resume_and_an_up_that_would_remove_its_vm(cluster_kit
         fast.glue("ssh", "gpukit-1", "--", "kill", "-9", str(trainer_pid(fast, "live")), check=False)
 
 
+def test_stop_kills_the_trainer_on_its_vm_and_watchers_leave_the_run(cluster_kit: Kit, tmp_path: Path) -> None:
+    kit, fast = cluster_kit, here(cluster_kit)
+    kit.glue("deploy", "--run", "halt", "--config", str(run_config(tmp_path, config={"steps": 400, "step_sleep": 0.1})),
+             "--vm", "gpukit-1")
+    wait_for(fast, "halt", lambda s: (s.get("step") or 0) >= 1, timeout=90)
+    pid = trainer_pid(fast, "halt")
+    said = " ".join(kit.glue("stop", "--run", "halt").stderr.split())
+    assert "run halt: attempt 1 stopped, its trainer killed" in said, said
+    assert vm_exec(fast, "gpukit-1", "sh", "-c", f"kill -0 {pid} 2>/dev/null && echo alive || echo gone").split() == \
+        ["gone"]
+    st = status(fast, "halt")
+    assert st["state"] == "killed" and "stopped on request (glue stop)" in st["reason"], st
+    kit.glue("watch", "--once", "--run", "halt")
+    assert status(fast, "halt")["attempt"] == 1  # not recovered
+    res = kit.glue("stop", "--run", "no-such-run", check=False)
+    assert res.returncode != 0 and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
 def test_resume_of_a_completed_run_is_refused(cluster_kit: Kit, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})

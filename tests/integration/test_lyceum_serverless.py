@@ -160,9 +160,14 @@ def test_stop_aborts_the_execution_and_the_watcher_leaves_it_until_a_resume(
     assert st["state"] == "killed" and "stopped on request" in st["reason"], st
     kit.glue("watch", "--once", "--run", "st", env=env)
     assert store.attempts() == [1]  # the watcher does not recover a run stopped on request
-    # A resume starts the next execution from the newest valid checkpoint (a deploy refuses a live one).
-    kit.glue("deploy", "--run", "st", "--config", str(cfg), "--resume", env=env)
-    assert store.attempts() == [1, 2] and store.attempt(2)["resume"] is True
+    # `glue recover` continues it in a new execution from the newest valid checkpoint, verified.
+    said = " ".join(kit.glue("recover", "--run", "st", env=env, timeout=300).stderr.split())
+    assert "resume verified" in said, said
+    assert store.attempts() == [1, 2] and store.attempt(2)["execution"]["id"] != ex_id
+    # So does a resume (a deploy refuses one beside a live execution).
     again = kit.glue("deploy", "--run", "st", "--config", str(cfg), "--resume", env=env, check=False)
     assert again.returncode != 0 and "is still running" in again.stderr, again.stderr
+    kit.glue("stop", "--run", "st", env=env)
+    kit.glue("deploy", "--run", "st", "--config", str(cfg), "--resume", env=env)
+    assert store.attempts() == [1, 2, 3] and store.attempt(3)["resume"] is True
     kit.glue("stop", "--run", "st", env=env)

@@ -82,6 +82,7 @@ def run_summary(report: monitor.Report) -> dict[str, Any]:
         "memory": beat.get("memory"),
         "nodes": [n.get("vm") for n in report.attempt.get("nodes") or []] or None,
         "rendezvous": report.attempt.get("rendezvous"),
+        "execution": (report.attempt.get("execution") or {}).get("id"),  # runtime lyceum-run: the Lyceum execution
     }
 
 
@@ -99,7 +100,7 @@ def show_run(run_id: str, as_json: bool) -> None:
         click.echo(json.dumps({"run": run_id, **summary}, indent=2))
         return
     table = Table(title=f"run {run_id}", box=None, show_header=False)
-    for key in ("attempt", "vm", "state", "reason", "step", "loss", "step_at", "incident"):
+    for key in ("attempt", "vm", "execution", "state", "reason", "step", "loss", "step_at", "incident"):
         if summary.get(key) is not None:
             table.add_row(key, str(summary[key]))
     if summary["rendezvous"]:

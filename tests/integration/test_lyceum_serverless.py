@@ -157,7 +157,7 @@ def test_stop_aborts_the_execution_and_the_watcher_leaves_it_until_a_resume(
     assert f"attempt 1 stopped, Lyceum execution {ex_id} aborted" in said, said
     assert emu.executions.runs[ex_id].status == "aborted"
     st = _status(kit, env, "st")
-    assert st["state"] == "killed" and "stopped on request" in st["reason"], st
+    assert st["state"] == "killed" and "stopped on request" in st["reason"] and st["execution"] == ex_id, st
     kit.glue("watch", "--once", "--run", "st", env=env)
     assert store.attempts() == [1]  # the watcher does not recover a run stopped on request
     # `glue recover` continues it in a new execution from the newest valid checkpoint, verified.

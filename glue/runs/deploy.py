@@ -171,9 +171,10 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
         if group.distributed or vm or memory_limit_mb or pinned is not None:
             raise GlueError("runtime lyceum-run runs one execution per attempt: --vm, --nodes, --procs-per-node, "
                             "--memory-limit-mb and drills do not apply")
-        if resume and store.exists():
+        exists = store.exists()
+        if resume and exists:
             refuse_live_or_done(home, store)
-        return serverless.deploy(home, store, rc, resume, console)
+        return serverless.deploy(home, store, rc, resume, console, check_eval_set(store, rc) if not exists else None)
     if group.distributed and rc.runtime == "docker":
         raise GlueError("--nodes/--procs-per-node need `runtime: process` (torchrun on the VM); "
                         "a docker trainer runs on one VM")

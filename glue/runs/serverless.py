@@ -29,7 +29,7 @@ from glue.runs import lease, monitor
 from glue.runs.serverless_state import executions
 from glue.runs.store import RunStore, utc_iso
 from glue.train.run.notice import STOP_AT_ENV
-from glue.train.storage.mount import MOUNT, VIA_ENV
+from glue.train.storage.mount import MOUNT, VIA_ENV, mount_path
 
 RUNTIME = "lyceum-run"
 ENTRY = ["python3", "-m", "glue.train.run.execution"]
@@ -74,6 +74,9 @@ def launch_spec(store: RunStore, rc: runconfig.RunConfig, attempt: int, resume: 
            "GPUKIT_HEARTBEAT_SECONDS": str(rc.monitor.heartbeat_seconds), "GPUKIT_SCRATCH": SCRATCH,
            "GPUKIT_BUCKET_NAME": store.info.name, VIA_ENV: "mount", "GPUKIT_VM": f"{RUNTIME}-{attempt}",
            STOP_AT_ENV: f"{stop_at:.3f}", "PYTHONUNBUFFERED": "1"}
+    ds = rc.evaluation.dataset if rc.evaluation else None
+    if ds is not None:  # glue.train.run.evaluation.load_eval_set reads it through the mount, checked by its pin
+        env.update(GPUKIT_EVAL_URI=mount_path(ds.uri, store.info.name), GPUKIT_EVAL_SHA256=ds.sha256)
     return {"run": store.run, "attempt": attempt, "node": 0, "command": list(rc.command), "env": env,
             "memory_limit_mb": None, "cwd": None, "bucket": {"name": store.info.name, "via": "mount", "mount": MOUNT}}
 
@@ -101,8 +104,10 @@ def start_attempt(store: RunStore, rc: runconfig.RunConfig, attempt: int, resume
     return record
 
 
-def deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, resume: bool, console: Console) -> dict[str, Any]:
-    """`glue deploy` of a lyceum-run config: preflight, record the manifest, submit attempt 1 (or the next)."""
+def deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, resume: bool, console: Console,
+           eval_pin: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`glue deploy` of a lyceum-run config: preflight, record the manifest, submit attempt 1 (or the next).
+    eval_pin: the evaluation set as checked at deploy (glue.runs.deploy.check_eval_set)."""
     exists = store.exists()
     if exists and not resume:
         raise GlueError(f"run {store.run!r} already exists in the bucket; pick a new run id, or add --resume")
@@ -125,7 +130,9 @@ def deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, resume: bool, c
                 "outputs": {"destination": rc.outputs.destination, "required": list(rc.outputs.required)},
                 "checkpoint": rc.checkpoint.model_dump(), "bucket": {"endpoint": store.info.endpoint,
                                                                     "name": store.info.name},
-                "evaluation": {"dataset": None, "metrics": {}}, "workdir": None, "requirements": None,
+                "evaluation": {"dataset": eval_pin,
+                               "metrics": rc.evaluation.model_dump()["metrics"] if rc.evaluation else {}},
+                "workdir": None, "requirements": None,
             })
         record = start_attempt(store, rc, attempt, resume=resume or attempt > 1)
     console.print(f"[green]run {store.run}[/] attempt {attempt} submitted as Lyceum execution "

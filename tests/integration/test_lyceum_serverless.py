@@ -6,6 +6,7 @@ cap and is chained across executions (from no budget), with per-step losses equa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -40,10 +41,12 @@ def env(kit: Kit, emu: Emulator, monkeypatch: pytest.MonkeyPatch) -> dict[str, s
 
 
 def _config(tmp_path: Path, name: str, steps: int, checkpoint: dict[str, Any] | None = None,
-            secrets: list[str] | None = None, **execution: Any) -> Path:
+            secrets: list[str] | None = None, eval_every: int = 0, evaluation: dict[str, Any] | None = None,
+            **execution: Any) -> Path:
+    extra = {"evaluation": evaluation} if evaluation else {}
     return run_config(tmp_path, name=name, runtime="lyceum-run", image=IMAGE,
-                      command=["python3", "-m", "glue.examples.tiny_gpt"], secrets=secrets or [],
-                      config={"steps": steps, "step_sleep": 0.2, "checkpoint_interval": 10},
+                      command=["python3", "-m", "glue.examples.tiny_gpt"], secrets=secrets or [], **extra,
+                      config={"steps": steps, "step_sleep": 0.2, "checkpoint_interval": 10, "eval_every": eval_every},
                       checkpoint={"interval_steps": 10, **(checkpoint or {})},
                       execution={"type": "gpu.a100", **execution})
 
@@ -70,12 +73,19 @@ def _losses(store: RunStore) -> dict[int, float]:
 @pytest.mark.timeout(900)
 def test_a_lost_execution_is_resubmitted_by_watch_and_the_resume_verified(
         kit: Kit, emu: Emulator, env: dict[str, str], tmp_path: Path) -> None:
-    cfg = _config(tmp_path, "sl.yaml", 60, secrets=["HF_TOKEN"])
-    # Bad input first: one line each, nothing submitted.
+    data = ("the model saves the weights before dawn.\n" * 40).encode()
+    pin = hashlib.sha256(data).hexdigest()
+    cfg = _config(tmp_path, "sl.yaml", 60, secrets=["HF_TOKEN"], eval_every=20,
+                  evaluation={"dataset": {"uri": "s3://{bucket}/eval/sl.txt", "sha256": pin},
+                              "metrics": {"val_loss": {"max": 10.0}}})
+    # Bad input first: one line each, nothing submitted. (The first one also makes this kit home a Lyceum one.)
     off_bucket = _config(tmp_path, "off.yaml", 60, checkpoint={"target": "/scratch/ckpt"})
-    for args, says in [((off_bucket, env), "is not in the bucket: an execution's own disk is gone"),
-                       ((cfg, env), "secret HF_TOKEN is not set in this shell")]:
-        bad = kit.glue("deploy", "--run", "bad", "--config", str(args[0]), env=args[1], check=False)
+    for n, (path, says) in enumerate([(off_bucket, "is not in the bucket: an execution's own disk is gone"),
+                                      (cfg, "secret HF_TOKEN is not set in this shell")]):
+        if n == 1:  # the pinned evaluation set, in Lyceum's bucket
+            bucket = RunStore.open(kit.home, "sl")
+            bucket.s3.put_object(Bucket=bucket.info.name, Key="eval/sl.txt", Body=data)
+        bad = kit.glue("deploy", "--run", "bad", "--config", str(path), env=env, check=False)
         assert bad.returncode != 0 and says in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
     assert emu.executions.runs == {}
 
@@ -108,6 +118,9 @@ def test_a_lost_execution_is_resubmitted_by_watch_and_the_resume_verified(
     assert rec["new_vm"]["id"] == store.attempt(2)["execution"]["id"] != first["id"]
     _until_completed(kit, env, "sl")
     assert emu.executions.runs[store.attempt(2)["execution"]["id"]].status == "completed"
+    # Judged on the pinned evaluation set, read through the execution's mount and checked against its pin.
+    verdict = _status(kit, env, "sl")["verdict"]
+    assert verdict["accepted"] and verdict["evaluation"]["dataset"]["sha256"] == pin, verdict
     # The platform's own log of the execution: what the trainer printed.
     logs = kit.glue("logs", "--run", "sl", "--attempt", "2", "--platform", env=env).stdout
     assert "step" in logs, logs

@@ -13,8 +13,8 @@ from glue.infra import ssh
 from glue.infra.inventory import Host
 
 
-def _server(reply: bytes) -> tuple[socket.socket, list[int]]:
-    """A loopback server that answers each connection with `reply` (then keeps it open a while)."""
+def _server(reply: bytes, close_at_once: bool = False) -> tuple[socket.socket, list[int]]:
+    """A loopback server that answers each connection with `reply`, then keeps it open a while (or closes it)."""
     srv = socket.create_server(("127.0.0.1", 0))
     seen: list[int] = []
 
@@ -26,7 +26,10 @@ def _server(reply: bytes) -> tuple[socket.socket, list[int]]:
                 return
             seen.append(1)
             conn.sendall(reply)
-            threading.Timer(3, conn.close).start()
+            if close_at_once:
+                conn.close()
+            else:
+                threading.Timer(3, conn.close).start()
 
     threading.Thread(target=serve, daemon=True).start()
     return srv, seen
@@ -57,20 +60,7 @@ def test_a_handshake_cut_off_is_tried_again_then_said_in_one_line(tmp_path: Path
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A banner, then the connection closed (as sshd drops one past MaxStartups): paramiko raises EOFError,
     which must not escape as a bare interrupt ("Aborted!")."""
-    srv = socket.create_server(("127.0.0.1", 0))
-    seen: list[int] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            seen.append(1)
-            conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
-            conn.close()
-
-    threading.Thread(target=serve, daemon=True).start()
+    srv, seen = _server(b"SSH-2.0-OpenSSH_9.2\r\n", close_at_once=True)
     monkeypatch.setattr(ssh, "known_hosts_path", lambda home: tmp_path / "known_hosts")
     monkeypatch.setattr(ssh, "client_key", lambda home: tmp_path / "id_ed25519")
     (tmp_path / "known_hosts").write_text("")

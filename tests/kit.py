@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from glue.cloud.local.backend import LocalBackend
 from glue.cloud.local.bucket import LocalBucket
 from glue.infra.ansible_run import control_path_dir
 from glue.infra.ssh_keys import client_key
+from glue.operations import spares
 from glue.tfprovider.install import provider_tmp_dir
 
 GLUE = [sys.executable, "-m", "glue.cli"]
@@ -39,6 +41,14 @@ class Kit:
         return proc
 
 
+def stop_spare_refill(home: Path) -> None:
+    """A spare pool refill still running (a detached process group) must not create VMs after teardown."""
+    try:
+        os.killpg(int(spares.pid_path(home).read_text()), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+
+
 def forget_short_dirs(home: Path) -> None:
     """The short per-home directories glue keeps in /tmp (sockets: terraform's provider, SSH control
     masters): gone with a test's kit home, or every test would leave two behind."""
@@ -54,6 +64,7 @@ def kit(tmp_path: Path) -> Iterator[Kit]:
     home.mkdir()
     env = {**os.environ, "GPUKIT_HOME": str(home)}
     yield Kit(home=home, env=env)
+    stop_spare_refill(home)
     backend = LocalBackend(home)
     if backend.vms_dir.is_dir():
         for vm_dir in backend.vms_dir.iterdir():

@@ -71,6 +71,10 @@ class Backend(Protocol):
         """Variables for terraform/envs/<backend>; checks the backend's own inputs before terraform runs."""
         ...
 
+    def spares_problem(self) -> str | None:
+        """None when this backend's VMs can wait idle as warm spares (`glue up --spares N`); else why not."""
+        ...
+
     def create_vm(self, spec: VMSpec) -> VMRecord:
         """Create a VM and return once it accepts SSH."""
         ...

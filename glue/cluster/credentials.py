@@ -116,4 +116,4 @@ def refresh(home: Path) -> None:
     ones to every VM's trainer file and /mnt/s3 mount. A no-op for backends whose keys do not expire."""
     backend = get_backend(current.ClusterConfig.load(home).backend, home)
     if backend.credentials_expire:
-        push_if_refreshed(home, current.hosts(home), backend)
+        push_if_refreshed(home, current.all_hosts(home), backend)

@@ -11,12 +11,14 @@ from typing import Any
 
 from glue.bucket_access import BucketInfo
 from glue.cloud import BACKENDS, get_backend
+from glue.cluster import spare_roles
 from glue.errors import GlueError
 from glue.infra import inventory
 from glue.infra.ssh_keys import public_key
-from glue.infra.terraform import Terraform
+from glue.infra.terraform import SPARE_MARK, Terraform, is_spare
 
 DEFAULT_VMS = 2
+MAX_SPARES = 8  # terraform/modules/cluster/variables.tf validates spare_count the same way
 
 
 @dataclass
@@ -26,6 +28,7 @@ class ClusterConfig:
     backend: str = "local"
     vms: int = DEFAULT_VMS
     name_prefix: str = "gpukit"
+    spares: int = 0  # warm spares: configured, idle VMs a recovery takes (glue.operations.spares)
 
     @classmethod
     def load(cls, home: Path) -> ClusterConfig:
@@ -41,15 +44,20 @@ class ClusterConfig:
                             "default) or, with no VMs running, remove it") from None
         ok = (isinstance(raw, dict) and set(raw) <= set(cls().__dict__) and raw.get("backend", "local") in BACKENDS
               and type(raw.get("vms", DEFAULT_VMS)) is int and 1 <= raw.get("vms", DEFAULT_VMS) <= 16
-              and isinstance(raw.get("name_prefix", ""), str))
+              and isinstance(raw.get("name_prefix", ""), str)
+              and type(raw.get("spares", 0)) is int and 0 <= raw.get("spares", 0) <= MAX_SPARES)
         if not ok:
             raise GlueError(f"{path} is not a cluster config ({json.dumps(raw)[:120]}): fix it (keys: backend, one of "
-                            f"{', '.join(BACKENDS)}; vms; name_prefix) or, with no VMs running, remove it")
+                            f"{', '.join(BACKENDS)}; vms; name_prefix; spares) or, with no VMs running, remove it")
         return cls(**raw)
 
     def vm_names(self) -> list[str]:
         """The VMs this config asks for (terraform/modules/cluster names them <prefix>-1 ... <prefix>-N)."""
         return [f"{self.name_prefix}-{i}" for i in range(1, self.vms + 1)]
+
+    def spare_names(self) -> list[str]:
+        """The warm spares this config asks for (<prefix>-spare-1 ... <prefix>-spare-K)."""
+        return [f"{self.name_prefix}{SPARE_MARK}{k}" for k in range(1, self.spares + 1)]
 
     def save(self, home: Path) -> None:
         tmp = home / "cluster.json.tmp"  # renamed into place: a reader never sees half a file
@@ -58,14 +66,28 @@ class ClusterConfig:
 
 
 def tf_vars(home: Path, cfg: ClusterConfig) -> dict[str, Any]:
-    return get_backend(cfg.backend, home).tf_vars(cfg.vms, cfg.name_prefix, public_key(home))
+    variables = get_backend(cfg.backend, home).tf_vars(cfg.vms, cfg.name_prefix, public_key(home))
+    # Only when asked for: terraform's inputs of a cluster without spares stay those it was applied with.
+    return {**variables, "spare_count": cfg.spares} if cfg.spares else variables
 
 
-def hosts(home: Path) -> list[inventory.Host]:
+def all_hosts(home: Path) -> list[inventory.Host]:
+    """Every VM of the cluster, its warm spares included, as they serve now: a spare a recovery took
+    carries the lost VM's name until the next apply renames it (glue.cluster.spare_roles)."""
     cfg = ClusterConfig.load(home)
     if not (home / "terraform" / cfg.backend / "terraform.tfstate").exists():
         return []
-    return inventory.hosts_from_outputs(Terraform(home, cfg.backend).outputs())
+    return spare_roles.applied(home, inventory.hosts_from_outputs(Terraform(home, cfg.backend).outputs()))
+
+
+def hosts(home: Path) -> list[inventory.Host]:
+    """The cluster's VMs that runs use (the warm spares left out)."""
+    return [h for h in all_hosts(home) if not is_spare(h.name)]
+
+
+def spares(home: Path) -> list[inventory.Host]:
+    """The warm spares still idle."""
+    return [h for h in all_hosts(home) if is_spare(h.name)]
 
 
 def host(home: Path, name: str) -> inventory.Host:

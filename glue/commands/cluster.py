@@ -15,7 +15,8 @@ from glue.cloud import BACKENDS
 from glue.cluster import current
 from glue.commands import doctor
 from glue.infra import ssh
-from glue.operations import lifecycle
+from glue.infra.terraform import is_spare
+from glue.operations import lifecycle, spares
 from glue.paths import home
 
 err = Console(stderr=True)
@@ -38,13 +39,16 @@ def _check_prefix(ctx: click.Context, param: click.Parameter, value: str | None)
                    "(`glue image build`) as systemd-nspawn machines; qemu VMs boot it with their own kernel.")
 @click.option("--name-prefix", default=None, callback=_check_prefix,
               help="VM name prefix (default: gpukit): 2-32 lowercase letters, digits and dashes.")
+@click.option("--spares", type=click.IntRange(0, current.MAX_SPARES), default=None,
+              help=f"Warm spares, 0 to {current.MAX_SPARES} (default: as last time, else 0): VMs configured, verified "
+                   "and kept idle; a recovery takes one at once and the pool is refilled in the background.")
 @click.option("--no-configure", is_flag=True, help="Only create the VMs; skip the Ansible playbook.")
 @click.option("--converge", "converge_all", is_flag=True,
               help="Run the playbook on every VM, even those whose configuration did not change.")
 @click.option("--force", is_flag=True, help="Remove VMs (fewer --vms, another --name-prefix) even with runs "
                                             "unfinished or uploads pending on them.")
-def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configure: bool, converge_all: bool,
-       force: bool) -> None:
+def up(vms: int | None, backend: str | None, name_prefix: str | None, spares: int | None, no_configure: bool,
+       converge_all: bool, force: bool) -> None:
     """Create (or repair) the cluster: terraform apply, pin host keys, run the playbook on the VMs whose
     configuration changed (each named with the reason). With nothing changed and every VM alive, it applies
     and converges nothing: it checks that each VM answers with its bucket mount live, and says so."""
@@ -56,6 +60,8 @@ def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configu
         cfg.backend = backend
     if name_prefix is not None:
         cfg.name_prefix = name_prefix
+    if spares is not None:
+        cfg.spares = spares
     if no_configure and converge_all:
         raise click.UsageError("--converge and --no-configure contradict each other: pick one")
     hosts = lifecycle.up(h, cfg, err, configure=not no_configure, force=force, converge_all=converge_all)
@@ -63,7 +69,8 @@ def up(vms: int | None, backend: str | None, name_prefix: str | None, no_configu
     for col in ("vm", "ssh", "gpu"):
         table.add_column(col)
     for host in hosts:
-        table.add_row(host.name, f"{host.ssh_user}@{host.ssh_host}:{host.ssh_port}",
+        table.add_row(host.name + (" (spare)" if is_spare(host.name) else ""),
+                      f"{host.ssh_user}@{host.ssh_host}:{host.ssh_port}",
                       f"{host.gpu_count}x {host.gpu_type}" + (" (spot)" if host.market == "spot" else ""))
     err.print(table)
 
@@ -105,7 +112,7 @@ def status(run_id: str | None, verify: bool, as_json: bool) -> None:
         gpu = v.get("gpu", {})
         runtime = v.get("runtime", {})
         table.add_row(
-            vm["name"], f"{vm['ssh_host']}:{vm['ssh_port']}", ok,
+            vm["name"] + (" (spare, idle)" if vm["role"] == "spare" else ""), f"{vm['ssh_host']}:{vm['ssh_port']}", ok,
             ("[green]yes[/]" if v.get("ready") else "[red]no[/]") if v else "? (glue status --verify)",
             ("round trip ok" if mount.get("round_trip") else mount.get("error", "not mounted")) if v else "",
             (f"{gpu.get('count', 0)}x {', '.join(gpu.get('names') or []) or 'none'}"
@@ -114,6 +121,13 @@ def status(run_id: str | None, verify: bool, as_json: bool) -> None:
             if v else "",
         )
     Console().print(table if st["vms"] else "no VMs (run `glue up`)")
+    pool = st["spares"]
+    if pool["wanted"] or pool["taken"]:
+        serving = "".join(f"; {t['spare']} serves as {t['name']} (run {t['run']}) until the refill renames it"
+                          for t in pool["taken"])
+        Console().print(f"warm spares: {pool['idle']} of {pool['wanted']} idle{serving}"
+                        + (f"; refilling (log: {spares.log_path(home())})" if pool["idle"] < pool["wanted"] else ""),
+                        highlight=False)
     for k in st.get("kept", []):
         Console().print(f"kept for debugging: VM {k['id']} (was {k['name']}) at {k['ssh_host']}:{k['ssh_port']}, "
                         f"run {k['run']} attempt {k['attempt']} {k['failure_class']} since {k['kept_at']}; "

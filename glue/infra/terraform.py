@@ -37,13 +37,21 @@ ENVS_DIR = PROJECT_ROOT / "terraform" / "envs"
 MODULES_DIR = PROJECT_ROOT / "terraform" / "modules"
 # Where the envs' VMs live in the state (terraform/modules/cluster, called as "cluster").
 VM_RESOURCE = "module.cluster.gpukit_vm.node"
+SPARE_RESOURCE = "module.cluster.gpukit_vm.spare"
+SPARE_MARK = "-spare-"  # a warm spare is named <prefix>-spare-<k> (terraform/modules/cluster)
 # An env's call of one of our modules: `source = "../../modules/<name>"`.
 _MODULE_SOURCE = re.compile(r'^(\s*source\s*=\s*")\.\./\.\./modules/', re.MULTILINE)
 
 
 def vm_address(name: str) -> str:
-    """The resource address of VM `name` (for `Terraform.apply(replace=...)`)."""
-    return f'{VM_RESOURCE}["{name}"]'
+    """The resource address of VM `name` (for `Terraform.apply(replace=...)`), a warm spare's included."""
+    return f'{SPARE_RESOURCE if is_spare(name) else VM_RESOURCE}["{name}"]'
+
+
+def is_spare(name: str) -> bool:
+    """A warm spare's name (<prefix>-spare-<k>); a cluster VM's is <prefix>-<i>."""
+    prefix, mark, k = name.rpartition(SPARE_MARK)
+    return bool(prefix and mark and k.isdigit())
 
 
 @dataclass
@@ -258,10 +266,37 @@ class Terraform:
     def state_rm(self, address: str) -> None:
         """Terraform lets go of a resource without destroying it (the next apply creates a new one under
         its address). Call under locked()."""
-        proc = subprocess.run([self.binary, "state", "rm", "-no-color", address], cwd=self.workdir, env=self._env(),
+        self._state("rm", address)
+
+    def state_mv(self, source: str, destination: str) -> None:
+        """The resource at `source` is from now on the one at `destination` (nothing is created or
+        destroyed). Call under locked()."""
+        self._state("mv", source, destination)
+
+    def state_ids(self) -> dict[str, str]:
+        """{resource address: its id} of every managed resource in the state."""
+        if not (self.workdir / "terraform.tfstate").exists():
+            return {}
+        proc = subprocess.run([self.binary, "show", "-json", "-no-color"], cwd=self.workdir, env=self._env(),
                               capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
-            raise GlueError(f"terraform state rm {address} failed: {' '.join(proc.stderr.split())[-300:]}")
+            raise GlueError(f"terraform show failed: {' '.join(proc.stderr.split())[-300:]}")
+        root = (json.loads(proc.stdout or "{}").get("values") or {}).get("root_module") or {}
+        modules = [root]
+        out: dict[str, str] = {}
+        while modules:
+            mod = modules.pop()
+            modules += mod.get("child_modules") or []
+            out.update({r["address"]: str((r.get("values") or {}).get("id")) for r in mod.get("resources") or []
+                        if r.get("mode") == "managed"})
+        return out
+
+    def _state(self, *args: str) -> str:
+        proc = subprocess.run([self.binary, "state", args[0], "-no-color", *args[1:]], cwd=self.workdir,
+                              env=self._env(), capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise GlueError(f"terraform state {' '.join(args)} failed: {' '.join(proc.stderr.split())[-300:]}")
+        return proc.stdout
 
     def outputs(self) -> dict[str, Any]:
         if not (self.workdir / "terraform.tfstate").exists():

@@ -12,12 +12,13 @@ from typing import Any
 from rich.console import Console
 
 from glue.cloud import get_backend
-from glue.cluster.current import ClusterConfig, bucket_info, hosts, tf_vars
+from glue.cluster import spare_roles
+from glue.cluster.current import ClusterConfig, all_hosts, bucket_info, hosts, tf_vars
 from glue.errors import GlueError
 from glue.images import build, disk, recipe
 from glue.infra import inventory, preflight, ssh
-from glue.infra.terraform import Terraform
-from glue.operations import convergence, down_guard
+from glue.infra.terraform import Terraform, is_spare
+from glue.operations import convergence, down_guard, spare_state
 from glue.storage import bucket as bucket_store
 
 
@@ -27,6 +28,9 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True,
     whose configuration changed (`converge_all`: on every VM). With nothing changed and every VM alive,
     no apply and no playbook: only the checks that show nothing changed."""
     backend = get_backend(cfg.backend, home)
+    spares_problem = backend.spares_problem() if cfg.spares else None
+    if spares_problem:
+        raise GlueError(f"--spares {cfg.spares}: {spares_problem}")
     preflight.check_terraform()
     backend.check_host()
     variables = tf_vars(home, cfg)  # bad input (e.g. GPUKIT_VM_MEMORY_GB) fails before a bake
@@ -44,8 +48,10 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True,
     else:
         tf = Terraform(home, cfg.backend, console)
         with tf.locked():
+            moved = spare_state.reconcile(home, tf)  # spares taken by recoveries: under the lost VMs' names
             tf.apply(variables)
             cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
+            spare_state.settled(home, moved)
             convergence.record_apply(home, inputs)
             outputs = tf.outputs()
             remove_orphans(home, cfg.backend, outputs, console, spare={k.id for k in kept(home)})
@@ -60,10 +66,10 @@ def unchanged_vms(home: Path, cfg: ClusterConfig, inputs: str) -> list[inventory
     apply, every VM it made is alive and no VM of this kit home is outside its state. Else None."""
     if convergence.applied(home) != inputs or ClusterConfig.load(home) != cfg:
         return None
-    current = hosts(home)
+    current = all_hosts(home)
     backend = get_backend(cfg.backend, home)
-    if sorted(h.name for h in current) != sorted(cfg.vm_names()):
-        return None
+    if sorted(h.name for h in current) != sorted(cfg.vm_names() + cfg.spare_names()) or spare_roles.taken(home):
+        return None  # a VM or spare missing, or a spare taken that terraform's state does not say yet
     if any(backend.read_vm(h.id) is None for h in current):
         return None
     if set(backend.owned_vm_ids()) - {h.id for h in current} - {k.id for k in kept(home)}:
@@ -196,6 +202,7 @@ def down(home: Path, console: Console, force: bool = False) -> int:
         tf.apply(tf_vars(home, cfg), destroy=True)
         outputs = tf.outputs()
         removed = remove_orphans(home, cfg.backend, outputs, console)
+        spare_state.forget_all(home)
     for vm_id in removed:
         forget_kept(home, vm_id)
     convergence.forget(home)
@@ -294,13 +301,14 @@ def status(home: Path, verify: bool = False) -> dict[str, Any]:
     from glue.infra import ansible
 
     cfg = ClusterConfig.load(home)
-    current = hosts(home)
+    current = all_hosts(home)
     if verify and current:
         ansible.verify(home, progress=False)
     record = ansible.last_verify(home) or {}
     checks = record.get("hosts", {})
-    vms = [
-        {"name": h.name, "id": h.id, "ssh_host": h.ssh_host, "ssh_port": h.ssh_port, "ssh_user": h.ssh_user,
+    vms: list[dict[str, Any]] = [
+        {"name": h.name, "role": "spare" if is_spare(h.name) else "vm", "id": h.id, "ssh_host": h.ssh_host,
+         "ssh_port": h.ssh_port, "ssh_user": h.ssh_user,
          "gpu_type": h.gpu_type, "gpu_count": h.gpu_count, "backend": h.backend, "market": h.market,
          "reachable": ssh.reachable(home, h),
          "verify": checks.get(h.name) if checks.get(h.name, {}).get("vm_id", h.id) == h.id else None,
@@ -316,6 +324,11 @@ def status(home: Path, verify: bool = False) -> dict[str, Any]:
         creds = get_backend(cfg.backend, home).bucket_credentials()
         bucket = {"endpoint": info.endpoint, "name": info.name, "region": info.region,
                   "reachable": bucket_store.reachable(info, creds)}
-    return {"backend": cfg.backend, "vms": vms, "bucket": bucket, "kept": [k.as_dict() for k in kept(home)]}
+    # Idle = verified ready while a spare; one still being configured (a refill) is not counted.
+    idle = sum(1 for v in vms if v["role"] == "spare" and (v["verify"] or {}).get("ready"))
+    pool = {"wanted": cfg.spares, "idle": idle,
+            "taken": [asdict(t) for t in spare_roles.taken(home)]}
+    return {"backend": cfg.backend, "vms": vms, "spares": pool, "bucket": bucket,
+            "kept": [k.as_dict() for k in kept(home)]}
 
 

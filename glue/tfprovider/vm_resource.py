@@ -42,7 +42,10 @@ class VMResource(Resource):
         return schema.Schema(
             version=4,  # 2: optional hardware_profile, cpu, memory_gb; 3: ssh_user settable; 4: market
             attributes=[
-                inp("name", types.String(), "VM name (lowercase letters, digits, dashes).", required=True),
+                # Renamed in place: a warm spare that takes a lost VM's place takes its name (glue moves
+                # the spare's state to that address; the name is a label, the VM stays what it is).
+                schema.Attribute("name", types.String(), description="VM name (lowercase letters, digits, dashes).",
+                                 required=True),
                 inp("gpu_type", types.String(), "GPU model, or \"none\".", required=True),
                 inp("gpu_count", types.Number(), "GPUs on the VM.", optional=True, computed=True, default=0),
                 inp("disk_gb", types.Number(), "Ephemeral disk size (wiped at termination).",
@@ -121,7 +124,8 @@ class VMResource(Resource):
         return None if rec is None else self._state(current, rec)
 
     def update(self, ctx: UpdateContext, current: State, planned: State) -> State | None:
-        # Every input requires replacement, so an in-place update only ever carries computed values.
+        # Every input but the name requires replacement: an in-place update is a rename (a label only)
+        # or carries computed values.
         return self._state(planned, self._provider.backend.read_vm(str(current["id"])) or _missing(current))
 
     def delete(self, ctx: DeleteContext, current: State) -> None:

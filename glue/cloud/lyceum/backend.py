@@ -47,8 +47,8 @@ from glue.cloud.lyceum.api import (
     LyceumNotFound,
 )
 from glue.cloud.lyceum.capacity import offers, refused, shortfall
-from glue.cloud.lyceum.inputs import specs_shape, tf_vars
-from glue.cloud.lyceum.spec import ON_DEMAND, PROFILES, check, instance_specs, market_of
+from glue.cloud.lyceum.inputs import MARKET_ENV, market, specs_shape, tf_vars
+from glue.cloud.lyceum.spec import ON_DEMAND, PROFILES, SPOT, check, instance_specs, market_of
 from glue.errors import GlueError, NoCapacity
 from glue.paths import ssh_client_key_path
 
@@ -114,6 +114,13 @@ class LyceumBackend:
             return ready
         vms = doctor.cluster_vms(self.api, {i: self._load_record(i) for i in ids}, ssh_client_key_path(self.home))
         return Readiness([*ready.checks, *vms], ready.bucket, ready.credentials)
+
+    def spares_problem(self) -> str | None:
+        if market() == SPOT:
+            return (f"this cluster's VMs are spot ({MARKET_ENV}=spot): Lyceum may reclaim an idle spare without "
+                    "notice, so none can be counted on; use on-demand VMs for spares (unset LYCEUM_MARKET), or "
+                    "--spares 0")
+        return None
 
     def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
         """Inputs checked, then capacity: a profile Lyceum cannot serve is refused before terraform

@@ -57,6 +57,9 @@ class QemuBackend:
         self.vms_dir = home / "qemu" / "vms"
         self.bucket_server = LocalBucket(home)
 
+    def spares_problem(self) -> str | None:
+        return None  # a VM here waits idle as long as it is asked to
+
     def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
         return {"vm_count": vm_count, "name_prefix": name_prefix, "gpu_type": "none",
                 "ssh_public_key": ssh_public_key}

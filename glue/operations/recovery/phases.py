@@ -26,7 +26,7 @@ from glue.errors import GlueError
 from glue.infra import inventory, ssh
 from glue.infra.inventory import Host
 from glue.infra.terraform import Terraform, vm_address
-from glue.operations import convergence, lifecycle
+from glue.operations import convergence, lifecycle, spare_state
 from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, check_resharded, merged_metrics
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
@@ -210,11 +210,13 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
     replace = [vm_address(str(nd["vm"])) for nd in nodes
                if len(nodes) == 1 and not same_vm and not keep and backend.read_vm(str(nd["vm_id"])) is not None]
     with tf.locked():
+        moved = spare_state.reconcile(home, tf)  # spares an earlier recovery took: under their new names
         for vm in keep:
             tf.state_rm(vm_address(vm.name))  # the kept VM lives on outside the state
             lifecycle.keep(home, vm)
         tf.apply(current.tf_vars(home, cfg), replace=replace)
-    inventory.write(home, tf.outputs(), also_known=lifecycle.kept_host_keys(home))
+        spare_state.settled(home, moved)
+        inventory.write(home, tf.outputs(), also_known=lifecycle.kept_host_keys(home))
     hosts = [current.host(home, str(nd["vm"])) for nd in nodes]
     return hosts, [h.name for h, nd in zip(hosts, nodes, strict=True) if h.id != nd["vm_id"]]
 

@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from glue.errors import GlueError
+from glue.operations import spares
 from glue.operations.recovery import phases, replay
 from glue.operations.recovery.phases import REFUSE_WITHOUT_FORCE, Timings, secs_between
 from glue.operations.recovery.resume_check import check_resume, merged_metrics, step_ranges
@@ -127,8 +128,15 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
              "tolerance": reshard_tolerance if group.world_size != lost.group.world_size else tolerance}
     if on_started is not None:
         on_started({**plan(failure, lost, started, upto, tolerance, timed), "resume_check": check})
-    with console.status(f"[bold]restore + replay[/]: waiting for attempt {new_n} to pass step {upto} …"):
-        new_metrics = replay.replay(store, new_n, upto, wait_timeout, first=(lost.ckpt or 0) + 1)
+    try:
+        with console.status(f"[bold]restore + replay[/]: waiting for attempt {new_n} to pass step {upto} …"):
+            new_metrics = replay.replay(store, new_n, upto, wait_timeout, first=(lost.ckpt or 0) + 1)
+    finally:
+        # After the restore, which the refill's apply and playbook would slow. Also after a recovery that
+        # took no spare: one found dead was re-created by its apply, and is configured by the refill.
+        if started.get("spares") or (started.get("provisioned") and spares.wanted(home)):
+            spares.start_refill(home)
+            console.print(f"spare pool: refilling in the background (`glue status`; log: {spares.log_path(home)})")
     verdict = phases.check(store, lost, failure, new_metrics, upto, tolerance, group, reshard_tolerance)
 
     old, ckpt, failure_step = lost.old_metrics, lost.ckpt, lost.failure_step
@@ -147,11 +155,14 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
     lost_node = next((nd for nd in nodes if nd["vm"] in replaced or nd["vm"] not in kept_names), nodes[0])
     new_host = next((h for h in hosts if h.name == lost_node["vm"]), hosts[0] if hosts else None)
     new_vm = {"name": new_host.name, "id": new_host.id} if new_host else {"name": started["vm"], "id": started["vm_id"]}
+    if new_host and new_host.name in started.get("spares", {}):
+        new_vm["spare"] = started["spares"][new_host.name]  # it was this warm spare
     result = {
         "run": run_id, "failed_attempt": failure.number, "new_attempt": new_n, "failure_class": str(failure.outcome),
         "old_vm": {"name": lost_node["vm"], "id": lost_node["vm_id"]},
         "new_vm": new_vm,
-        "nodes": [{"node": k, "vm": h.name, "old_id": nd["vm_id"], "new_id": h.id, "replaced": h.name in replaced}
+        "nodes": [{"node": k, "vm": h.name, "old_id": nd["vm_id"], "new_id": h.id, "replaced": h.name in replaced,
+                   "spare": started.get("spares", {}).get(h.name)}
                   for k, (nd, h) in enumerate(zip(nodes, hosts, strict=False))],
         "dropped_vms": [str(nd["vm"]) for nd in nodes if hosts and nd["vm"] not in kept_names],
         "world_size": group.world_size, "resume_check": check, "rendezvous": started.get("rendezvous"),
@@ -189,14 +200,19 @@ def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Fai
         replaced: list[str] = []
         fresh = [hosts[0].name]  # the head reads the checkpoint back
     else:
-        with timed.phase(console, "provision", f"VMs for {', '.join(str(nd['vm']) for nd in nodes)} (terraform)"):
+        with timed.phase(console, "provision", f"VMs for {', '.join(str(nd['vm']) for nd in nodes)} (a warm spare, "
+                                               "else terraform)"):
             keep = phases.keepable(home, failure, keep_failed and not same_vm)
             phases.kill_attempt(home, store, failure.attempt, freeze=keep)
-            hosts, replaced = phases.provision(home, console, nodes, same_vm, keep)
+            took = spares.for_recovery(home, console, nodes, same_vm, keep, store.run)
+            hosts, replaced, spares_used = took or (*phases.provision(home, console, nodes, same_vm, keep), {})
         fresh = replaced or [h.name for h in hosts]
-        with timed.phase(console, "configure", f"the playbook on {', '.join(fresh)} where its configuration is not "
-                                               "current (bucket mount, trainer runtime)"):
-            phases.configure(home, console, [h for h in hosts if h.name in fresh])
+        # A spare was converged and verified while idle, and nothing of its configuration names it.
+        todo = [h for h in hosts if h.name in fresh and h.name not in spares_used]
+        with timed.phase(console, "configure", f"the playbook on {', '.join(h.name for h in todo) or 'no VM'} where "
+                                               "its configuration is not current (bucket mount, trainer runtime)"):
+            if todo:
+                phases.configure(home, console, todo)
     with timed.phase(console, "verify", f"mount live and checkpoint {lost.ckpt} reads back on {', '.join(fresh)}"):
         argvs = phases.verify(home, store, lost, hosts, fresh)
     ready = None
@@ -205,6 +221,8 @@ def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Fai
         with timed.phase(console, "prepare", f"code and requirements from the bucket on {names}"):
             ready = phases.prepare(home, store, lost, failure, hosts)
     started = phases.start(home, store, lost, failure, hosts, argvs, ready, group)
+    started["spares"] = spares_used  # refilled once the run resumed (_recover)
+    started["provisioned"] = bool(replaced)
     return hosts, replaced, keep, group, started
 
 

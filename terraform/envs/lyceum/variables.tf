@@ -5,6 +5,12 @@ variable "vm_count" {
   default     = 1
 }
 
+variable "spare_count" {
+  description = "Warm spares (0-8): VMs configured like the others and kept idle for recoveries."
+  type        = number
+  default     = 0
+}
+
 variable "name_prefix" {
   description = "Prefix of VM names; VMs are named <prefix>-1 ... <prefix>-N."
   type        = string

@@ -8,7 +8,9 @@ provider "gpukit" {
 module "cluster" {
   source = "../../modules/cluster"
 
-  vm_count       = var.vm_count
+  vm_count = var.vm_count
+
+  spare_count    = var.spare_count
   name_prefix    = var.name_prefix
   gpu_type       = var.gpu_type
   gpu_count      = 0

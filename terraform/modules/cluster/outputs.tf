@@ -3,9 +3,9 @@
 # keeps the two the same.
 
 output "vms" {
-  description = "The cluster's VMs: name => connection and hardware facts (id, ssh_host, ssh_port, ssh_user, host_key, gpu_type, gpu_count, backend, market: spot, on-demand or \"\" where the backend has none)."
+  description = "The cluster's VMs, its spares (<prefix>-spare-K) included: name => connection and hardware facts (id, ssh_host, ssh_port, ssh_user, host_key, gpu_type, gpu_count, backend, market: spot, on-demand or \"\" where the backend has none)."
   value = {
-    for name, vm in gpukit_vm.node : name => {
+    for name, vm in merge(gpukit_vm.node, gpukit_vm.spare) : name => {
       id        = vm.id
       ssh_host  = vm.ssh_host
       ssh_port  = vm.ssh_port

@@ -9,6 +9,18 @@ variable "vm_count" {
   }
 }
 
+variable "spare_count" {
+  description = "Warm spares: VMs configured like the others and kept idle for recoveries (0: none)."
+  type        = number
+  default     = 0
+  nullable    = false
+
+  validation {
+    condition     = var.spare_count >= 0 && var.spare_count <= 8 && floor(var.spare_count) == var.spare_count
+    error_message = "spare_count must be a whole number from 0 to 8."
+  }
+}
+
 variable "name_prefix" {
   description = "Prefix of VM names; VMs are named <prefix>-1 ... <prefix>-N."
   type        = string

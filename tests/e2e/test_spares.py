@@ -1,0 +1,111 @@
+"""Warm spares: a lost VM's run continues on a spare at once, the pool is refilled in the background, and a
+spare that died while idle is never handed to a run (the recovery then provisions a new VM)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glue.cloud.local.backend import LocalBackend
+from glue.runs.store import RunStore
+from tests.e2e.test_watch import Watchers
+from tests.integration.test_runs import run_config
+
+from .conftest import Kit
+
+pytestmark = pytest.mark.e2e
+
+
+def _until(what: str, pred: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _status(kit: Kit) -> dict[str, Any]:
+    return json.loads(kit.glue("status", "--json").stdout)
+
+
+def _vm(kit: Kit, role: str) -> dict[str, Any]:
+    [vm] = [v for v in _status(kit)["vms"] if v["role"] == role]
+    return vm
+
+
+def _pool_full(kit: Kit, not_id: str) -> dict[str, Any] | None:
+    """The idle spare once the refill made one other than `not_id` and verified it ready."""
+    st = _status(kit)
+    spare = [v for v in st["vms"] if v["role"] == "spare"]
+    ok = st["spares"]["idle"] == 1 and not st["spares"]["taken"] and spare and spare[0]["id"] != not_id
+    return spare[0] if ok else None
+
+
+def _beat(store: RunStore) -> tuple[int, int]:
+    beat = store.get_json("heartbeat.json") or {}
+    return int(beat.get("attempt") or 0), int(beat.get("step") or 0)
+
+
+@pytest.mark.timeout(600)
+def test_a_lost_vm_continues_on_a_warm_spare_and_the_pool_is_refilled(kit: Kit, tmp_path: Path) -> None:
+    kit.glue("up", "--vms", "1", "--spares", "1", timeout=600)
+    st = _status(kit)
+    assert st["spares"] == {"wanted": 1, "idle": 1, "taken": []}
+    spare = _vm(kit, "spare")
+    assert spare["name"] == "gpukit-spare-1" and spare["verify"]["ready"]
+    res = kit.glue("up")  # spares are part of the cluster: nothing to change
+    assert "terraform: nothing to change (2 VM(s) up)" in res.stderr and "nothing changed on 2 VM(s)" in res.stderr
+
+    cfg = run_config(tmp_path, config={"steps": 400, "step_sleep": 0.05, "checkpoint_interval": 20},
+                     recovery={"max_preemptions": 3, "backoff_seconds": 1, "backoff_max_seconds": 2})
+    kit.glue("deploy", "--run", "sp", "--config", str(cfg), "--vm", "gpukit-1")
+    store = RunStore.open(kit.home, "sp")
+    backend = LocalBackend(kit.home)
+    watchers = Watchers(kit, tmp_path, ["sp"])
+    watchers.start()
+    try:
+        # Loss 1: the watcher moves the run onto the spare (no terraform, no playbook), verified.
+        _until("step 30", lambda: _beat(store) >= (1, 30), 120)
+        backend.delete_vm(store.attempt(1)["vm_id"])
+        first = _until("recovery 1", lambda: store.get_json("recoveries/1.json"), 240)
+        assert first["verified"] and first["failure_class"] == "vm_lost", first
+        assert first["new_vm"] == {"name": "gpukit-1", "id": spare["id"], "spare": "gpukit-spare-1"}
+        assert store.attempt(2)["vm_id"] == spare["id"]
+        assert first["seconds"]["configure"] < 1.0  # no playbook on the spare
+        # The pool is refilled in the background: a new spare, configured and verified; the spare that took
+        # over now is gpukit-1 in terraform's state too (renamed in place, not replaced).
+        new_spare = _until("the pool refilled", lambda: _pool_full(kit, spare["id"]), 240)
+        assert _vm(kit, "vm")["id"] == spare["id"]
+        assert "spare pool refilled" in (kit.home / "logs" / "spares.log").read_text()
+
+        # Loss 2 with the only spare dead while idle: it is not handed to the run, a new VM is provisioned.
+        _until("attempt 2 running on", lambda: _beat(store)[0] == 2, 120)
+        backend.delete_vm(new_spare["id"])
+        backend.delete_vm(spare["id"])
+        second = _until("recovery 2", lambda: store.get_json("recoveries/2.json"), 240)
+        assert second["verified"], second
+        assert "spare" not in second["new_vm"] and second["new_vm"]["id"] not in (spare["id"], new_spare["id"])
+        assert "spare gpukit-spare-1: gone; not handed to a run" in watchers.logs()
+        _until("the pool refilled again", lambda: _pool_full(kit, new_spare["id"]), 240)
+    finally:
+        watchers.stop_all()
+    kit.glue("stop", "--run", "sp", check=False)
+    kit.glue("down", "--force")
+    assert backend.owned_vm_ids() == [] and _status(kit)["spares"]["taken"] == []
+
+
+def test_spares_bad_input(kit: Kit) -> None:
+    res = kit.glue("up", "--spares", "9", check=False)
+    assert res.returncode != 0 and "--spares" in res.stderr and "Traceback" not in res.stderr
+    res = kit.glue("up", "--backend", "lyceum", "--spares", "1", check=False,
+                   env={**kit.env, "LYCEUM_MARKET": "spot", "LYCEUM_API_KEY": "k"})
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("Error: --spares 1: this cluster's VMs are spot")
+    assert not (kit.home / "terraform" / "lyceum" / "terraform.tfstate").exists()  # nothing created

@@ -24,7 +24,8 @@ from glue.infra.inventory import Host
 
 @dataclass(frozen=True)
 class Taken:
-    """Spare `spare` (VM `id`) serves as `name`, in place of VM `old_id` (None: nothing left to delete)."""
+    """Spare `spare` (VM `id`) serves as `name`, in place of VM `old_id` (None: nothing left to delete),
+    since `at`; it waited idle from `idle_since` (when it was converged; None: not known)."""
 
     name: str
     spare: str
@@ -32,6 +33,7 @@ class Taken:
     old_id: str | None
     run: str
     at: str
+    idle_since: str | None = None
 
 
 def _path(home: Path) -> Path:

@@ -142,6 +142,12 @@ def record_converged(home: Path, names: Iterable[str], now: Mapping[str, VMParts
     _save(home, data)
 
 
+def converged_at(home: Path, vm_id: str) -> str | None:
+    """When the VM was last converged (UTC ISO), or None."""
+    at = ((_load(home).get("vms") or {}).get(vm_id) or {}).get("at")
+    return at if isinstance(at, str) else None
+
+
 def forget(home: Path) -> None:
     """After `glue down`: nothing is applied or converged any more."""
     record_path(home).unlink(missing_ok=True)

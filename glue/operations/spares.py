@@ -34,9 +34,9 @@ def log_path(home: Path) -> Path:
     return home / "logs" / "spares.log"
 
 
-def take(home: Path, console: Console, lost: list[tuple[str, str | None]], run: str) -> dict[str, str] | None:
+def take(home: Path, console: Console, lost: list[tuple[str, str | None]], run: str) -> list[spare_roles.Taken] | None:
     """Healthy spares for the `lost` VMs ((name, id of the VM to delete later, or None)), recorded as serving
-    under their names; {lost name: spare name}, or None when there are not enough healthy spares."""
+    under their names; None when there are not enough healthy spares."""
     with spare_roles.locked(home):
         pool = current.spares(home)
         if not pool:
@@ -51,18 +51,22 @@ def take(home: Path, console: Console, lost: list[tuple[str, str | None]], run: 
         if len(healthy) < len(lost):
             return None
         at = spare_roles.now()
-        entries = [spare_roles.Taken(name=name, spare=s.name, id=s.id, old_id=old, run=run, at=at)
+        entries = [spare_roles.Taken(name=name, spare=s.name, id=s.id, old_id=old, run=run, at=at,
+                                     idle_since=convergence.converged_at(home, s.id))
                    for (name, old), s in zip(lost, healthy, strict=False)]
         spare_roles.add(home, entries)
         _write_inventory(home)
-    return {t.name: t.spare for t in entries}
+    return entries
+
+
+SparesUsed = dict[str, dict[str, Any]]  # {lost VM name: {spare, idle_since, taken_at}}
 
 
 def for_recovery(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm: bool,
-                keep: list[lifecycle.KeptVM], run: str) -> tuple[list[Host], list[str], dict[str, str]] | None:
+                 keep: list[lifecycle.KeptVM], run: str) -> tuple[list[Host], list[str], SparesUsed] | None:
     """Warm spares for the VMs `provision` would replace (the node of a single-node run, a group's lost or
     kept VMs), taken at once with no terraform run; None without enough healthy spares (then `provision`).
-    Returns the hosts in node order, the names served by spares, and {name: spare}."""
+    Returns the hosts in node order, the names served by spares, and {name: {spare, idle_since, taken_at}}."""
     cfg = current.ClusterConfig.load(home)
     if same_vm or not cfg.spares:
         return None
@@ -83,9 +87,10 @@ def for_recovery(home: Path, console: Console, nodes: list[dict[str, Any]], same
             for vm in keep:
                 tf.state_rm(vm_address(vm.name))  # the kept VM lives on outside the state
                 lifecycle.keep(home, vm)
-    for name, spare in sorted(used.items()):
-        console.print(f"provision: warm spare {spare} takes the place of {name}")
-    return [current.host(home, str(nd["vm"])) for nd in nodes], sorted(used), used
+    for t in used:
+        console.print(f"provision: warm spare {t.spare} takes the place of {t.name}")
+    return ([current.host(home, str(nd["vm"])) for nd in nodes], sorted(t.name for t in used),
+            {t.name: {"spare": t.spare, "idle_since": t.idle_since, "taken_at": t.at} for t in used})
 
 
 def _write_inventory(home: Path) -> None:

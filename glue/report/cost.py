@@ -3,6 +3,8 @@
   VM-hours   each attempt from its start to its end (exit record; for a lost VM its last sign of life)
              x its VMs, plus each recovery's new VMs from creation to the new attempt's start
              (provision + configure + verify)
+             and each warm spare a recovery took, from when it was ready to when it took over (its wait:
+             a spare serves every run of the cluster, and is charged to the run that used it)
   GPU-hours  VM-hours x GPUs per VM
   cost       VM-hours x the price of a VM-hour: run.yaml `pricing.vm_hour`, else the backend's
              (glue/cloud/<backend>/pricing.py `quote`: Lyceum's GET /pricing as cached, else its recorded table)
@@ -19,6 +21,7 @@ from typing import Any
 
 from glue import paths
 from glue.report.facts import RECOVERY_VM_PHASES, RunFacts
+from glue.runs.store import parse_iso
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,10 @@ def resources(f: RunFacts) -> Resources:
         secs = sum(float((rec.get("seconds") or {}).get(p) or 0) for p in RECOVERY_VM_PHASES)
         new_vms = sum(1 for n in rec.get("nodes") or [] if n.get("replaced")) or 1
         uses.append(_use(f"recovery {k}", secs, new_vms, f.gpu_count, price))
+        for spare in rec.get("spares") or []:
+            if spare.get("idle_since") and spare.get("taken_at"):
+                idle = (parse_iso(spare["taken_at"]) - parse_iso(spare["idle_since"])).total_seconds()
+                uses.append(_use(f"spare {spare['spare']} (recovery {k})", max(idle, 0.0), 1, f.gpu_count, price))
     stalls = [c.stall_s for c in f.checkpoints]
     saves = f.saves()
     return Resources(

@@ -79,6 +79,8 @@ def test_a_lost_vm_continues_on_a_warm_spare_and_the_pool_is_refilled(kit: Kit, 
         assert first["new_vm"] == {"name": "gpukit-1", "id": spare["id"], "spare": "gpukit-spare-1"}
         assert store.attempt(2)["vm_id"] == spare["id"]
         assert first["seconds"]["configure"] < 1.0  # no playbook on the spare
+        [used] = first["spares"]  # its wait is charged to the run (glue report's cost)
+        assert used["spare"] == "gpukit-spare-1" and used["idle_since"] <= used["taken_at"]
         # The pool is refilled in the background: a new spare, configured and verified; the spare that took
         # over now is gpukit-1 in terraform's state too (renamed in place, not replaced).
         new_spare = _until("the pool refilled", lambda: _pool_full(kit, spare["id"]), 240)

@@ -102,6 +102,19 @@ def test_cost_of_a_run_with_two_recoveries_is_the_hand_computed_sum(local_bucket
     assert res.checkpoint_overhead_s == pytest.approx(7 * 0.3)
 
 
+def test_a_warm_spare_a_recovery_took_is_charged_for_its_wait(local_bucket: Any) -> None:
+    store = write_run(local_bucket, f"cost-{uuid.uuid4().hex[:8]}", sha="c0ffee")
+    rec = store.get_json("recoveries/2.json")
+    rec["spares"] = [{"vm": "gpukit-2", "spare": "gpukit-spare-1", "idle_since": iso(50), "taken_at": iso(70)}]
+    rec["seconds"].update(provision=1, configure=0)
+    store.put_json("recoveries/2.json", rec)
+    res = cost.resources(facts.gather(store))
+    assert [u.label for u in res.uses][-2:] == ["recovery 2", "spare gpukit-spare-1 (recovery 2)"]
+    # the spare waited 20 min, ready since 10:50, taken at 11:10: charged as one VM's time
+    assert res.uses[-1].vm_hours == pytest.approx(20 / 60) and res.uses[-1].gpu_hours == pytest.approx(40 / 60)
+    assert res.vm_hours == pytest.approx((25 * 60 + 20 * 60 + 35 * 60 + 420 + 31 + 20 * 60) / 3600)
+
+
 class Charts(HTMLParser):
     def __init__(self) -> None:
         super().__init__()

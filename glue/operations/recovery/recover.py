@@ -155,14 +155,15 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
     lost_node = next((nd for nd in nodes if nd["vm"] in replaced or nd["vm"] not in kept_names), nodes[0])
     new_host = next((h for h in hosts if h.name == lost_node["vm"]), hosts[0] if hosts else None)
     new_vm = {"name": new_host.name, "id": new_host.id} if new_host else {"name": started["vm"], "id": started["vm_id"]}
-    if new_host and new_host.name in started.get("spares", {}):
-        new_vm["spare"] = started["spares"][new_host.name]  # it was this warm spare
+    spares_used = started.get("spares") or {}
+    if new_host and new_host.name in spares_used:
+        new_vm["spare"] = spares_used[new_host.name]["spare"]  # it was this warm spare
     result = {
         "run": run_id, "failed_attempt": failure.number, "new_attempt": new_n, "failure_class": str(failure.outcome),
         "old_vm": {"name": lost_node["vm"], "id": lost_node["vm_id"]},
         "new_vm": new_vm,
         "nodes": [{"node": k, "vm": h.name, "old_id": nd["vm_id"], "new_id": h.id, "replaced": h.name in replaced,
-                   "spare": started.get("spares", {}).get(h.name)}
+                   "spare": (spares_used.get(h.name) or {}).get("spare")}
                   for k, (nd, h) in enumerate(zip(nodes, hosts, strict=False))],
         "dropped_vms": [str(nd["vm"]) for nd in nodes if hosts and nd["vm"] not in kept_names],
         "world_size": group.world_size, "resume_check": check, "rendezvous": started.get("rendezvous"),
@@ -170,6 +171,7 @@ def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Con
         "work_lost": {"steps": failure_step - (ckpt or 0), "seconds": lost_s},
         "verified": verdict.ok, "first_resumed_step": verdict.first_step, "compared_steps": verdict.compared,
         "problem": verdict.problem, "tolerance": tolerance, "recorded_at": utc_iso(),
+        "spares": [{"vm": name, **used} for name, used in sorted(spares_used.items())],
         "kept_vm": keep[0].as_dict() if keep else None, "kept_vms": [k.as_dict() for k in keep],
     }
     number = phases.record(store, result)

@@ -94,6 +94,9 @@ class Checkpointer:
         self.rank_timeout_s = rank_timeout_s
         self._components: dict[str, Component] = {}
         self._snap = HostSnapshotter()
+        self._plans: Any = None  # sharded_save.Plans, once a sharded component is saved
+        self._session: str | None = None  # this Checkpointer's save id, agreed by all ranks
+        self._nonces = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpukit-ckpt")
         self._io = ThreadPoolExecutor(max_workers=IO_DEPTH, thread_name_prefix="gpukit-ckpt-io")
         # restore() deserializes each verified object here while the others still download.
@@ -189,7 +192,8 @@ class Checkpointer:
             if c.sharded:
                 from glue.train.checkpoint import sharded_save  # DCP: imported only by sharded runs
 
-                staged = sharded_save.stage(c.name, state, self.rank, self._snap)
+                self._plans = self._plans or sharded_save.Plans()
+                staged = self._plans.stage(c.name, state, self.rank, self._snap)
                 pieces.append(Piece(c.name, self.rank, staged.as_state()))
                 sharded.append(c.name)
             elif c.per_rank or self.rank == 0:
@@ -251,13 +255,20 @@ class Checkpointer:
 
     def _agree_nonce(self) -> str:
         # Ranks must recognise each other's parts of *this* save, not leftovers of an earlier
-        # attempt at the same step: rank 0 picks an id and broadcasts it (tiny collective).
-        token = secrets.token_hex(8)
-        if self.world_size > 1 and _dist_ready():
-            box: list[Any] = [token]
-            dist.broadcast_object_list(box, src=0)
-            return str(box[0])
-        return token if self.world_size == 1 else "unsynchronised"
+        # attempt at the same step: rank 0 picks an id once (a tiny collective; once per save it
+        # cost a tenth of the training thread's stall) and every save after it is numbered, which
+        # all ranks count alike since every rank calls save() for every step.
+        if self._session is None:
+            token = secrets.token_hex(8)
+            if self.world_size > 1 and _dist_ready():
+                box: list[Any] = [token]
+                dist.broadcast_object_list(box, src=0)
+                token = str(box[0])
+            elif self.world_size > 1:
+                token = "unsynchronised"
+            self._session = token
+        self._nonces += 1
+        return self._session if self._session == "unsynchronised" else f"{self._session}.{self._nonces}"
 
     # -- the background half of a save --------------------------------------------------------
 

@@ -136,6 +136,18 @@ def test_resume_at_the_same_world_size_is_bitwise(reference: Any, tmp_path: Path
     assert again[0]["losses"] == {s: ref[0]["losses"][s] for s in range(5, 9)}
 
 
+@pytest.mark.timeout(300)
+def test_saves_from_a_kept_plan_restore_exactly(tmp_path: Path) -> None:
+    # Saves at 2, 4 and 6: DCP plans the first, the others reuse its plan (the learning rate changes
+    # every step). Restored at the same world size (the saved chunks taken as they are, no DCP): the
+    # state that was saved, learning rate included.
+    target = str(tmp_path / "ck")
+    ran = _launch(2, target, tmp_path, resume=False, steps=6, checkpoint_interval=2)
+    back = _launch(2, target, tmp_path, resume=True, steps=6)
+    assert back[0]["step"] == 6
+    assert _equal(back[0]["full"], ran[0]["full"])
+
+
 @pytest.mark.timeout(400)
 def test_a_checkpoint_saved_by_2_ranks_restores_at_1_and_at_4(reference: Any, tmp_path: Path) -> None:
     target, _ = reference

@@ -42,7 +42,7 @@ def states(
     for c in components.values():
         refs = commit.components.get(c.name)
         if c.name in commit.sharded and refs is not None:
-            out[c.name] = _sharded(c, commit, refs, loaded)
+            out[c.name] = _sharded(c, commit, refs, loaded, rank)
         elif refs is not None and reshards(c, commit, world_size):
             by_rank = sorted((r for r in refs if r.rank is not None), key=lambda r: r.rank or 0)
             if [r.rank for r in by_rank] != list(range(commit.world_size)):
@@ -55,11 +55,11 @@ def states(
     return out
 
 
-def _sharded(c: Component, commit: Commit, refs: list[ObjectRef], loaded: dict[str, Future[Any]]) -> Any:
+def _sharded(c: Component, commit: Commit, refs: list[ObjectRef], loaded: dict[str, Future[Any]], rank: int) -> Any:
     from glue.train.checkpoint import sharded_load
 
     parts = {r.rank: _take(commit, r, loaded, c.name) for r in refs if r.rank is not None}
-    return sharded_load.load(c.name, c.obj.state_dict(), parts)
+    return sharded_load.load(c.name, c.obj.state_dict(), parts, rank)
 
 
 def _take(commit: Commit, ref: ObjectRef, loaded: dict[str, Future[Any]], name: str) -> Any:

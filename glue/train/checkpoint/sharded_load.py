@@ -4,6 +4,11 @@ The checkpoint holds DCP's metadata (global shape and chunks of every tensor) an
 chunks. DCP's load planner maps the chunks onto whatever this rank holds now (a DTensor on a mesh of
 another size, or a plain full tensor): that is the resharding restore. Loading goes into a template
 built like the live state, never into the live tensors, so a failure leaves the component untouched.
+
+When every tensor this rank holds was saved as exactly one chunk (a restore at the world size and
+placements it was saved with), DCP is not needed: the state is made of the downloaded chunks
+themselves (views of the verified objects, no template and no copy), which load_state_dict then
+copies into the live tensors once.
 """
 
 from __future__ import annotations
@@ -16,9 +21,12 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint import metadata as md
+from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner
 from torch.distributed.checkpoint.storage import StorageReader
+from torch.distributed.tensor import DTensor
 from torch.futures import Future
 
 from glue.train.checkpoint.sharded_save import rank_of_entry
@@ -91,15 +99,75 @@ class _ChunkReader(StorageReader):
         return True
 
 
-def template_of(state: Any) -> Any:
-    """A state shaped like `state` (same DTensor placements) that shares no storage with it."""
+def template_of(state: Any, *, empty: bool = True) -> Any:
+    """A state shaped like `state` (same DTensor placements) that shares no storage with it (empty=False:
+    its tensors are None, for the caller to set)."""
     if isinstance(state, torch.Tensor):
-        return torch.empty_like(state.detach())
+        return torch.empty_like(state.detach()) if empty else None
     if isinstance(state, dict):
-        return type(state)((k, template_of(v)) for k, v in state.items())  # OrderedDict stays one
+        return type(state)((k, template_of(v, empty=empty)) for k, v in state.items())  # OrderedDict stays one
     if isinstance(state, list):
-        return [template_of(v) for v in state]
+        return [template_of(v, empty=empty) for v in state]
     return state
+
+
+def _str_keys(state: Any) -> bool:
+    if isinstance(state, dict):
+        return all(isinstance(k, str) and _str_keys(v) for k, v in state.items())
+    return all(_str_keys(v) for v in state) if isinstance(state, list) else True
+
+
+def _direct(name: str, live: Any, metadata: md.Metadata, chunks: Mapping[int, Mapping[str, torch.Tensor]],
+            rank: int) -> Any:
+    """The saved state in `live`'s layout made of the saved chunks, when each tensor here is exactly one
+    saved chunk; None otherwise (DCP maps it). A chunk of this rank's own object is used as is (a view
+    of it); one from another rank's (a replicated tensor: saved once) is copied, not to keep that
+    whole object alive."""
+    if not _str_keys(live):
+        return None  # DCP's flattened paths name keys as strings: no way back to other keys
+    flat, paths = flatten_state_dict({name: live})
+    saved = metadata.state_dict_metadata
+    out = {name: template_of(live, empty=False)}
+    for fqn, value in flat.items():
+        meta = saved.get(fqn)
+        if isinstance(meta, md.BytesStorageMetadata):
+            raw = _saved_chunk(metadata, chunks, md.MetadataIndex(fqn))
+            if raw is None:
+                return None
+            set_element(out, paths[fqn], torch.load(io.BytesIO(raw[1].numpy().tobytes()), weights_only=False))
+            continue  # as DCP's planner loads a non-tensor value
+        if not isinstance(meta, md.TensorStorageMetadata) or not isinstance(value, torch.Tensor):
+            return None
+        if isinstance(value, DTensor):
+            if value.device_mesh.get_coordinate() is None:
+                return None
+            mine = value.__create_chunk_list__()
+            if len(mine) != 1:
+                return None
+            offsets, sizes = mine[0].offsets, mine[0].sizes
+        elif type(value) is torch.Tensor:
+            offsets, sizes = torch.Size([0] * value.dim()), value.shape
+        else:
+            return None
+        found = _saved_chunk(metadata, chunks, md.MetadataIndex(fqn, torch.Size(offsets)))
+        if found is None or tuple(found[1].shape) != tuple(sizes) or found[1].dtype != value.dtype:
+            return None
+        chunk = found[1] if found[0] == rank else found[1].clone()
+        if isinstance(value, DTensor):
+            chunk = DTensor.from_local(chunk, value.device_mesh, value.placements, run_check=False,
+                                       shape=value.shape, stride=value.stride())
+        set_element(out, paths[fqn], chunk)
+    return out[name]
+
+
+def _saved_chunk(metadata: md.Metadata, chunks: Mapping[int, Mapping[str, torch.Tensor]],
+                 index: md.MetadataIndex) -> tuple[int, torch.Tensor] | None:
+    """The saving rank and the saved chunk at `index`, if the checkpoint has one there."""
+    key = metadata.storage_data.get(index)
+    if key is None:
+        return None
+    chunk = chunks.get(rank_of_entry(key), {}).get(key)
+    return None if chunk is None else (rank_of_entry(key), chunk)
 
 
 def _tensors(state: Any, prefix: str) -> dict[str, torch.Tensor]:
@@ -156,12 +224,16 @@ def merged(name: str, parts: Mapping[int, md.Metadata]) -> md.Metadata:
     return md.Metadata(tensors, planner_data=planner, storage_data=where)
 
 
-def load(name: str, live: Any, parts: Mapping[int, Mapping[str, Any]]) -> Any:
-    """The saved state (each saving rank's {"metadata", "chunks"}) resharded onto `live`'s layout. No
-    collective: every rank holds every rank's chunks, so each loads its own shards by itself."""
-    metadata = merged(name, {rank: decode(part["metadata"]) for rank, part in parts.items()})
-    chunks = {rank: part["chunks"] for rank, part in parts.items()}
+def load(name: str, live: Any, parts: Mapping[int, Mapping[str, Any]], rank: int = 0) -> Any:
+    """The saved state (each saving rank's {"metadata", "chunks"}) resharded onto `live`'s layout (this
+    process is rank `rank`). No collective: every rank holds every rank's chunks, so each loads its own
+    shards by itself."""
+    metadata = merged(name, {r: decode(part["metadata"]) for r, part in parts.items()})
+    chunks = {r: part["chunks"] for r, part in parts.items()}
     check_fits(name, live, metadata)
+    direct = _direct(name, live, metadata, chunks, rank)
+    if direct is not None:
+        return direct
     state = {name: template_of(live)}
     try:
         dcp.load(state, storage_reader=_ChunkReader(name, metadata, chunks), no_dist=True)

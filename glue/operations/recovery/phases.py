@@ -12,6 +12,7 @@ import json
 import shlex
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -280,15 +281,25 @@ def verify(home: Path, store: RunStore, lost: Lost, hosts: list[Host], fresh: li
     Returns each node's checked command."""
     target_prefix = monitor.as_s3_prefix(lost.rc.checkpoint.target, store.info.name)
     target = f"s3://{store.info.name}/{target_prefix}" if target_prefix is not None else lost.rc.checkpoint.target
-    for host in hosts:
+
+    def guarded(host: Host) -> None:
         for what, location in lost.rc.locations().items():
             guard.check_location(home, host, store, what, location)
-        if host.name in fresh:
-            on_vm = checkpoint_on_vm(home, host, store, target)
-            if on_vm != lost.ckpt:
-                raise GlueError(f"{host.name} sees latest valid checkpoint {on_vm}, the controller {lost.ckpt}; "
-                                "not resuming")
-    return [deploy_mod.check_command(home, host, lost.rc, lost.ws) for host in hosts]
+
+    def read_back(host: Host) -> None:
+        on_vm = checkpoint_on_vm(home, host, store, target)
+        if on_vm != lost.ckpt:
+            raise GlueError(f"{host.name} sees latest valid checkpoint {on_vm}, the controller {lost.ckpt}; "
+                            "not resuming")
+
+    # The checks are independent and mostly waiting on SSH: all at once, every failure said in this order.
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpukit-verify") as pool:
+        guards = [pool.submit(guarded, h) for h in hosts]
+        reads = [pool.submit(read_back, h) for h in hosts if h.name in fresh]
+        commands = [pool.submit(deploy_mod.check_command, home, h, lost.rc, lost.ws) for h in hosts]
+        for fut in (*guards, *reads):
+            fut.result()
+        return [fut.result() for fut in commands]
 
 
 # -- prepare ------------------------------------------------------------------------------------------

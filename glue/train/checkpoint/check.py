@@ -1,4 +1,5 @@
-"""Run on a VM: prove the newest valid checkpoint of a target reads back from THIS machine.
+"""Run on a VM: prove the newest valid checkpoint of a target reads back from THIS machine (deep: every
+object's size and sha256; older checkpoints are not read once a valid one is found).
 
     python -m glue.train.checkpoint.check <target>      -> JSON {"latest_valid": N|null, "checked": [...]}
 
@@ -11,8 +12,9 @@ import json
 import os
 import sys
 
-from glue.train.checkpoint.format import validate_checkpoints
+from glue.train.checkpoint.format import list_steps, validate_step
 from glue.train.storage.credentials import credentials_from_file
+from glue.train.storage.target import open_target
 
 
 def main(target: str) -> int:
@@ -22,7 +24,13 @@ def main(target: str) -> int:
         kw = {"endpoint_url": os.environ.get("GPUKIT_BUCKET_ENDPOINT"), "region": "us-east-1"}
         if cred_file:
             kw["credentials"] = lambda: credentials_from_file(cred_file)
-    statuses = validate_checkpoints(target, deep=True, **kw)
+    storage = open_target(target, **kw)  # type: ignore[arg-type]
+    steps = list_steps(storage)
+    statuses = []
+    for step in sorted(steps, reverse=True):  # newest first, up to the first valid: the one a resume takes
+        statuses.append(validate_step(storage, step, steps[step], deep=True))
+        if statuses[-1].valid:
+            break
     valid = [s.step for s in statuses if s.valid]
     print(json.dumps({
         "latest_valid": max(valid) if valid else None,

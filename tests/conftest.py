@@ -84,6 +84,7 @@ SIDE_LANE = frozenset({
     "tests/integration/test_machines.py",
     "tests/integration/test_provider.py",
     "tests/integration/test_up_converge.py",
+    "tests/integration/test_config_seed.py",
 })
 # The unit tests too (~100 s, no VMs): after the qemu e2e they keep the side lane busy while the serial
 # lane, the longer one, goes on.

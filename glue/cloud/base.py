@@ -20,6 +20,9 @@ class VMSpec:
     gpu_count: int
     disk_gb: int
     ssh_public_key: str
+    # User-data: a file of the cluster's configuration the VM applies at first boot (a path in the kit
+    # home, root-only; its contents never pass through terraform). None, or missing: none.
+    config_seed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class Backend(Protocol):
     baked_image: str | None
     # None: VMs of one run reach each other (multi-node groups); else why they cannot (one line).
     multi_node: str | None
+    # True: a VM applies the cluster's configuration seed at first boot (VMSpec.config_seed), so a VM
+    # created while the configuration is unchanged needs no playbook (glue.operations.vm_seed).
+    takes_config_seed: bool
 
     def check_host(self) -> None:
         """What this machine needs for the backend's VMs (tools, devices): one GlueError line when missing."""

@@ -65,8 +65,16 @@ class ClusterConfig:
         tmp.replace(home / "cluster.json")
 
 
+def config_seed_path(home: Path) -> Path:
+    """The cluster's configuration seed new VMs apply at first boot (glue.operations.vm_seed)."""
+    return home / "seeds" / "current.tar.gz"
+
+
 def tf_vars(home: Path, cfg: ClusterConfig) -> dict[str, Any]:
-    variables = get_backend(cfg.backend, home).tf_vars(cfg.vms, cfg.name_prefix, public_key(home))
+    backend = get_backend(cfg.backend, home)
+    variables = backend.tf_vars(cfg.vms, cfg.name_prefix, public_key(home))
+    if backend.takes_config_seed:
+        variables["config_seed"] = str(config_seed_path(home))  # a path: what it holds never enters the state
     # Only when asked for: terraform's inputs of a cluster without spares stay those it was applied with.
     return {**variables, "spare_count": cfg.spares} if cfg.spares else variables
 

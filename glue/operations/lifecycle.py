@@ -18,7 +18,7 @@ from glue.errors import GlueError
 from glue.images import build, disk, recipe
 from glue.infra import inventory, preflight, ssh
 from glue.infra.terraform import Terraform, is_spare
-from glue.operations import convergence, down_guard, spare_state
+from glue.operations import convergence, down_guard, spare_state, vm_seed
 from glue.storage import bucket as bucket_store
 
 
@@ -49,6 +49,7 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True,
         tf = Terraform(home, cfg.backend, console)
         with tf.locked():
             moved = spare_state.reconcile(home, tf)  # spares taken by recoveries: under the lost VMs' names
+            forget_stale_seed(home, image)
             tf.apply(variables)
             cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
             spare_state.settled(home, moved)
@@ -84,14 +85,48 @@ def converge_changed(home: Path, console: Console, vms: list[inventory.Host], im
     parts = convergence.vm_parts(home, image)
     names = [h.name for h in vms]
     why = dict.fromkeys(names, "asked (--converge)") if converge_all else stale(home, vms, parts)
+    seeded = self_configured(home, console, vms, why, parts)
     if not why:
-        console.print(f"configuration: nothing changed on {len(vms)} VM(s); `glue up --converge` runs the "
+        console.print(f"configuration: nothing changed on {len(vms)} VM(s){seeded}; `glue up --converge` runs the "
                       "playbook anyway")
         return
     for name, reason in sorted(why.items()):
         console.print(f"converging {name}: {reason}")
     configure_hosts(home, console, limit=None if len(why) == len(vms) else sorted(why), verify=True)
     convergence.record_converged(home, sorted(why), parts)
+    capture_seed(home, console, [h for h in vms if h.name in why], parts)
+
+
+def forget_stale_seed(home: Path, image: str | None) -> None:
+    """Before an apply: no VM may boot the seed of a configuration that has changed since."""
+    if vm_seed.current_key(home) is not None and inventory.inventory_path(home).is_file():
+        vm_seed.forget_stale(home, convergence.vm_parts(home, image))
+
+
+def self_configured(home: Path, console: Console, vms: list[inventory.Host], why: dict[str, str],
+                    parts: dict[str, convergence.VMParts]) -> str:
+    """Take out of `why` the new VMs that configured themselves at first boot from the seed of the
+    configuration as it is now (glue.operations.vm_seed), and record them converged. Returns a note."""
+    new = [h for h in vms if why.get(h.name) == "never configured"]
+    done = vm_seed.configured(home, new, parts) if new and vm_seed.current_key(home) else []
+    for name in done:
+        del why[name]
+        console.print(f"{name}: configured itself at first boot from the cluster's seed "
+                      f"({vm_seed.current_key(home)}); no playbook")
+    if done:
+        convergence.record_converged(home, done, parts)
+    return f" ({len(done)} configured from the seed)" if done else ""
+
+
+def capture_seed(home: Path, console: Console, converged: list[inventory.Host],
+                 parts: dict[str, convergence.VMParts]) -> None:
+    """After a converge and verify: the seed of this configuration, for the VMs created next (once)."""
+    if not converged or not get_backend(ClusterConfig.load(home).backend, home).takes_config_seed:
+        return
+    first = converged[0]
+    if vm_seed.current_key(home) != vm_seed.key_of(parts[first.name]):
+        key = vm_seed.capture(home, first, parts[first.name])
+        console.print(f"configuration seed {key} captured from {first.name} (new VMs apply it at first boot)")
 
 
 def stale(home: Path, vms: list[inventory.Host], parts: dict[str, convergence.VMParts]) -> dict[str, str]:

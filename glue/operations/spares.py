@@ -110,6 +110,7 @@ def refill(home: Path, console: Console) -> list[str]:
     with tf.locked():
         cfg = current.ClusterConfig.load(home)  # a `glue up` may have changed it while we waited
         done = spare_state.reconcile(home, tf)
+        lifecycle.forget_stale_seed(home, lifecycle.image_hash(cfg.backend, home))
         tf.apply(current.tf_vars(home, cfg))
         convergence.record_apply(home, convergence.terraform_inputs(cfg.backend, current.tf_vars(home, cfg)))
         outputs = tf.outputs()
@@ -118,12 +119,15 @@ def refill(home: Path, console: Console) -> list[str]:
         written = inventory.write(home, outputs, also_known=lifecycle.kept_host_keys(home))
     pool = [h for h in written if h.name in cfg.spare_names()]
     image = lifecycle.image_hash(cfg.backend, home)
-    why = lifecycle.stale(home, pool, convergence.vm_parts(home, image))
+    parts = convergence.vm_parts(home, image)
+    why = lifecycle.stale(home, pool, parts)
+    lifecycle.self_configured(home, console, pool, why, parts)
     for name, reason in sorted(why.items()):
         console.print(f"converging spare {name}: {reason}")
     if why:
         lifecycle.configure_hosts(home, console, limit=sorted(why), verify=True)
-        convergence.record_converged(home, sorted(why), convergence.vm_parts(home, image))
+        convergence.record_converged(home, sorted(why), parts)
+        lifecycle.capture_seed(home, console, [h for h in pool if h.name in why], parts)
     return sorted(why)
 
 

@@ -40,7 +40,7 @@ class VMResource(Resource):
             return schema.Attribute(name, typ, description=desc, computed=True)
 
         return schema.Schema(
-            version=4,  # 2: optional hardware_profile, cpu, memory_gb; 3: ssh_user settable; 4: market
+            version=5,  # 2: optional hardware_profile, cpu, memory_gb; 3: ssh_user settable; 4: market; 5: config_seed
             attributes=[
                 # Renamed in place: a warm spare that takes a lost VM's place takes its name (glue moves
                 # the spare's state to that address; the name is a label, the VM stays what it is).
@@ -62,6 +62,11 @@ class VMResource(Resource):
                 # Unset: the backend's pool, recorded (on-demand on Lyceum; "" where there is no choice).
                 inp("market", types.String(), "Capacity pool: on-demand or spot (Lyceum; reclaimable, cheaper).",
                     optional=True, computed=True),
+                # A path, never the contents: the file holds credentials and stays out of terraform's state.
+                # Changing it changes no VM (each applies it once, at its first boot).
+                schema.Attribute("config_seed", types.String(), optional=True,
+                                 description="The cluster's configuration seed the VM applies at first boot "
+                                             "(a root-only file in the kit home; backends that take one)."),
                 out("id", types.String(), "Backend VM id."),
                 out("ssh_host", types.String(), "SSH address."),
                 out("ssh_port", types.Number(), "SSH port."),
@@ -89,7 +94,7 @@ class VMResource(Resource):
     def upgrade(self, ctx: UpgradeContext, version: int, old: State) -> State | None:
         # Version 1 states lack the optional Lyceum inputs: they are null (unset), so no diff. Version 2
         # states hold ssh_user as computed: the same value, now also settable. Version 3 states lack the
-        # market: null until the next read fills it from the backend.
+        # market: null until the next read fills it from the backend. Version 4 states lack config_seed: null.
         return {**{a.name: None for a in self.get_schema().attributes}, **old}
 
     @staticmethod
@@ -105,6 +110,7 @@ class VMResource(Resource):
             gpu_count=int(planned.get("gpu_count") or 0),
             disk_gb=int(planned.get("disk_gb") or 100),
             ssh_public_key=str(planned["ssh_public_key"]),
+            config_seed=str(planned["config_seed"]) if planned.get("config_seed") else None,
         )
         spec = with_instance_specs(spec, planned.get("hardware_profile"), planned.get("cpu"), planned.get("memory_gb"),
                                    planned.get("ssh_user"), planned.get("market"))

@@ -50,7 +50,7 @@ def test_a_taken_spare_that_vanished_leaves_the_name_without_a_vm(tmp_path: Path
 
 def test_a_damaged_record_is_one_line_never_ignored(tmp_path: Path) -> None:
     (tmp_path / "spares.json").write_text("{not json")
-    with pytest.raises(GlueError, match="spares.json cannot be read"):
+    with pytest.raises(GlueError, match=r"spares\.json cannot be read"):
         spare_roles.applied(tmp_path, [NODE])
     (tmp_path / "spares.json").write_text(json.dumps({"taken": [{"name": "gpukit-1"}]}))
     with pytest.raises(GlueError, match="is not a spare record"):

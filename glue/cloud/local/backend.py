@@ -58,6 +58,7 @@ class LocalBackend:
     bucket_on_host = True
     baked_image: str | None = "tree"
     multi_node: str | None = None
+    takes_config_seed = True
 
     def check_host(self) -> None:
         host.check()
@@ -127,7 +128,8 @@ class LocalBackend:
         (vm_dir / "state.json").write_text(json.dumps({"id": vm_id, "cgroups": [str(p) for p in cgroups]}))
         with _spawn_lock:  # one port pick + boot at a time: terraform creates VMs in parallel
             port = free_port()
-            nspawn.write_seed(vm_dir / "seed", spec.name, port, spec.ssh_public_key)
+            nspawn.write_seed(vm_dir / "seed", spec.name, port, spec.ssh_public_key,
+                              Path(spec.config_seed) if spec.config_seed else None)
             machine = nspawn.boot(spec.name, image.rootfs, vm_dir, port, cgroups)
         vm_cgroup.delegate(machine.init_pid)
         # `unshare_pid` is the nspawn process, `init_pid` the machine's PID 1 (its start time guards

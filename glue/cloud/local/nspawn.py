@@ -56,11 +56,18 @@ def check_tools() -> None:
             raise GlueError(f"{binary} is missing: install the Debian package {package} (`make bootstrap` does)")
 
 
-def write_seed(seed: Path, hostname: str, port: int, authorized_key: str) -> None:
-    """The NoCloud-style seed the first-boot unit reads (public data only)."""
+def write_seed(seed: Path, hostname: str, port: int, authorized_key: str, config: Path | None = None) -> None:
+    """The NoCloud-style seed the first-boot unit reads: public data, and `config` (the cluster's
+    configuration seed, <x>.tar.gz with its key in <x>.key beside it) root-only when there is one."""
     seed.mkdir(parents=True, exist_ok=True)
     (seed / "meta-data").write_text(f"hostname={hostname}\nssh_listen={HOST}:{port}\n")
     (seed / "authorized_keys").write_text(authorized_key.strip() + "\n")
+    key = config.with_name(config.name.removesuffix(".tar.gz") + ".key") if config else None
+    if config is not None and key is not None and config.is_file() and key.is_file():
+        for src, name in ((config, "config.tar.gz"), (key, "config.key")):
+            fd = os.open(seed / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(src.read_bytes())
 
 
 def _children(pid: int) -> list[int]:

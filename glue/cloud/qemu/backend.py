@@ -43,6 +43,7 @@ class QemuBackend:
     bucket_on_host = True
     baked_image: str | None = "disk"
     multi_node: str | None = "qemu VMs cannot reach each other (user-mode networking, see docs/qemu.md)"
+    takes_config_seed = False
 
     def check_host(self) -> None:
         vm.check_tools()

@@ -212,6 +212,7 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
                if len(nodes) == 1 and not same_vm and not keep and backend.read_vm(str(nd["vm_id"])) is not None]
     with tf.locked():
         moved = spare_state.reconcile(home, tf)  # spares an earlier recovery took: under their new names
+        lifecycle.forget_stale_seed(home, lifecycle.image_hash(cfg.backend, home))
         for vm in keep:
             tf.state_rm(vm_address(vm.name))  # the kept VM lives on outside the state
             lifecycle.keep(home, vm)
@@ -251,6 +252,7 @@ def configure(home: Path, console: Console, fresh: list[Host]) -> list[str]:
     Recorded, so the next `glue up` leaves them be while nothing changes. Returns the VMs converged."""
     parts = convergence.vm_parts(home, lifecycle.image_hash(current.ClusterConfig.load(home).backend, home))
     why = lifecycle.stale(home, fresh, parts)
+    lifecycle.self_configured(home, console, fresh, why, parts)
     for host in fresh:
         if host.name not in why:
             console.print(f"configure: {host.name} is unchanged since it was converged and its mount is live: "

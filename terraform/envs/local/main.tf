@@ -7,9 +7,9 @@ provider "gpukit" {
 module "cluster" {
   source = "../../modules/cluster"
 
-  vm_count = var.vm_count
-
+  vm_count       = var.vm_count
   spare_count    = var.spare_count
+  config_seed    = var.config_seed
   name_prefix    = var.name_prefix
   gpu_type       = var.gpu_type
   gpu_count      = 0

@@ -8,8 +8,7 @@ provider "gpukit" {
 module "cluster" {
   source = "../../modules/cluster"
 
-  vm_count = var.vm_count
-
+  vm_count       = var.vm_count
   spare_count    = var.spare_count
   name_prefix    = var.name_prefix
   gpu_type       = var.gpu_type

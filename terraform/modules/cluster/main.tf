@@ -20,6 +20,7 @@ resource "gpukit_vm" "node" {
   ssh_public_key   = var.ssh_public_key
   ssh_user         = var.ssh_user
   market           = var.market
+  config_seed      = var.config_seed
 }
 
 # Warm spares: the same VMs, idle until a recovery takes one. glue then moves the spare's state to the
@@ -37,4 +38,5 @@ resource "gpukit_vm" "spare" {
   ssh_public_key   = var.ssh_public_key
   ssh_user         = var.ssh_user
   market           = var.market
+  config_seed      = var.config_seed
 }

@@ -133,3 +133,14 @@ variable "market" {
     error_message = "market must be null, \"on-demand\" or \"spot\"."
   }
 }
+
+variable "config_seed" {
+  description = "Path of the cluster's configuration seed (user-data) a new VM applies at first boot; null: none. A path only: the file holds credentials and never enters the state."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.config_seed == null ? true : startswith(var.config_seed, "/")
+    error_message = "config_seed must be null or an absolute path."
+  }
+}

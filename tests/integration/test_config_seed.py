@@ -1,0 +1,59 @@
+"""A VM of the baked image configures itself at first boot from the cluster's configuration seed (user-data
+the provider hands over), so a re-created VM needs no playbook; a changed configuration makes every VM
+converge again. The seeded VM is what the playbook makes: a playbook run on it changes nothing."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+
+from glue.cloud.local.backend import LocalBackend
+from glue.cloud.local.bucket import LocalBucket
+from glue.infra import ansible_run
+from glue.operations import convergence, vm_seed
+from tests.kit import Kit
+
+pytestmark = pytest.mark.integration
+
+
+def _vm(kit: Kit, name: str) -> dict[str, str]:
+    return next(v for v in json.loads(kit.glue("status", "--json").stdout)["vms"] if v["name"] == name)
+
+
+@pytest.mark.timeout(900)
+def test_a_recreated_vm_configures_itself_from_the_seed_as_the_playbook_would(kit: Kit) -> None:
+    said = " ".join(kit.glue("up", "--vms", "2", timeout=600).stderr.split())
+    assert "converging gpukit-1: never configured" in said and "configuration seed" in said
+    seed = vm_seed.seed_path(kit.home)
+    assert stat.S_IMODE(seed.stat().st_mode) == 0o600  # it holds the bucket credentials
+    secret = LocalBucket(kit.home).credentials().secret_key
+    state = (kit.home / "terraform" / "local" / "terraform.tfstate").read_text()
+    assert str(seed) in state and secret not in state  # terraform carries the path, never the contents
+
+    # A lost VM re-created by `glue up`: no playbook for it, its mount is live, recorded as converged.
+    LocalBackend(kit.home).delete_vm(_vm(kit, "gpukit-2")["id"])
+    said = " ".join(kit.glue("up").stderr.split())
+    assert "gpukit-2: configured itself at first boot from the cluster's seed" in said, said
+    assert "converging gpukit-2" not in said
+    new_id = _vm(kit, "gpukit-2")["id"]
+    assert convergence.converged_at(kit.home, new_id) is not None
+    out = kit.glue("ssh", "gpukit-2", "--", "sh", "-c",
+                   "findmnt -n -o FSTYPE /mnt/s3; cat /var/lib/gpukit/configured-from")
+    assert out.stdout.split() == ["fuse.rclone", vm_seed.current_key(kit.home)]
+    # What the seed made is what the playbook makes: the playbook finds nothing to change on it.
+    again = ansible_run.converge(kit.home, limit=["gpukit-2"], progress=False)
+    assert again.ok and again.changed == {"gpukit-2": 0}, again
+
+    # A changed role variable: the seed is stale, the next up converges every VM, and a VM created after
+    # it is converged by the playbook too (it never boots the old configuration unconverged).
+    group_vars = convergence.user_group_vars(kit.home)
+    group_vars.mkdir(parents=True, exist_ok=True)
+    (group_vars / "all.yml").write_text("bucket_mount_vfs_write_back: 2s\n")
+    LocalBackend(kit.home).delete_vm(new_id)
+    said = " ".join(kit.glue("up").stderr.split())
+    assert "converging gpukit-1: group vars" in said, said
+    assert "converging gpukit-2: never configured" in said and "configured itself" not in said
+    assert "configuration seed" in said  # taken again, for the new configuration
+    kit.glue("down")

@@ -31,7 +31,7 @@ def verify(home: Path, limit: list[str] | None = None, progress: bool = True) ->
     out = _summaries(result, set(result.changed) | set(result.summaries) | set(result.failed))
     if "*" in result.failed and not out:
         raise GlueError(f"verify.yml did not run: {result.failed['*']}")
-    _record(home, result.seconds, out)
+    _record(home, result.seconds, out, keep_others=limit is not None)
     return out
 
 

@@ -104,11 +104,19 @@ def forget_stale_seed(home: Path, image: str | None) -> None:
 
 
 def self_configured(home: Path, console: Console, vms: list[inventory.Host], why: dict[str, str],
-                    parts: dict[str, convergence.VMParts]) -> str:
+                    parts: dict[str, convergence.VMParts], verify: bool = True) -> str:
     """Take out of `why` the new VMs that configured themselves at first boot from the seed of the
-    configuration as it is now (glue.operations.vm_seed), and record them converged. Returns a note."""
+    configuration as it is now (glue.operations.vm_seed), verified (verify.yml, unless the caller
+    verifies them itself), and record them converged. Returns a note."""
+    from glue.infra import ansible
+
     new = [h for h in vms if why.get(h.name) == "never configured"]
     done = vm_seed.configured(home, new, parts) if new and vm_seed.current_key(home) else []
+    if done and verify:
+        checked = ansible.verify(home, limit=done, progress=False)
+        for name in [n for n in done if not (checked.get(n) or {}).get("ready")]:
+            why[name] = "configured from the seed, but its verify was not ready"
+            done.remove(name)
     for name in done:
         del why[name]
         console.print(f"{name}: configured itself at first boot from the cluster's seed "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import stat
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from tests.kit import Kit
 pytestmark = pytest.mark.integration
 
 
-def _vm(kit: Kit, name: str) -> dict[str, str]:
+def _vm(kit: Kit, name: str) -> dict[str, Any]:
     return next(v for v in json.loads(kit.glue("status", "--json").stdout)["vms"] if v["name"] == name)
 
 
@@ -39,6 +40,7 @@ def test_a_recreated_vm_configures_itself_from_the_seed_as_the_playbook_would(ki
     assert "converging gpukit-2" not in said
     new_id = _vm(kit, "gpukit-2")["id"]
     assert convergence.converged_at(kit.home, new_id) is not None
+    assert _vm(kit, "gpukit-2")["verify"]["ready"]  # verify.yml ran on it instead of the playbook
     out = kit.glue("ssh", "gpukit-2", "--", "sh", "-c",
                    "findmnt -n -o FSTYPE /mnt/s3; cat /var/lib/gpukit/configured-from")
     assert out.stdout.split() == ["fuse.rclone", vm_seed.current_key(kit.home)]

@@ -252,7 +252,7 @@ def configure(home: Path, console: Console, fresh: list[Host]) -> list[str]:
     Recorded, so the next `glue up` leaves them be while nothing changes. Returns the VMs converged."""
     parts = convergence.vm_parts(home, lifecycle.image_hash(current.ClusterConfig.load(home).backend, home))
     why = lifecycle.stale(home, fresh, parts)
-    lifecycle.self_configured(home, console, fresh, why, parts)
+    lifecycle.self_configured(home, console, fresh, why, parts, verify=False)  # the verify phase follows
     for host in fresh:
         if host.name not in why:
             console.print(f"configure: {host.name} is unchanged since it was converged and its mount is live: "

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from glue.cluster.current import config_seed_path
@@ -106,11 +107,11 @@ def configured(home: Path, hosts: list[Host], parts: dict[str, VMParts]) -> list
     check = (f"test \"$(cat {CONFIGURED_FROM} 2>/dev/null)\" = {key} && timeout {MOUNT_WAIT_S} sh -c "
              "'until systemctl is-active --quiet gpukit-mount.service && findmnt -n /mnt/s3 >/dev/null; "
              "do sleep 0.2; done' && timeout 5 ls /mnt/s3 >/dev/null")
-    out = []
-    for h in hosts:
+    def ok(h: Host) -> bool:
         try:
-            if ssh.run(home, h, check, timeout=MOUNT_WAIT_S + 15).exit_code == 0:
-                out.append(h.name)
+            return ssh.run(home, h, check, timeout=MOUNT_WAIT_S + 15).exit_code == 0
         except GlueError:
-            continue
-    return out
+            return False
+
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpukit-seeded") as pool:
+        return [h.name for h, good in zip(hosts, pool.map(ok, hosts), strict=True) if good]

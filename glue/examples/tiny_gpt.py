@@ -267,11 +267,11 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
                 loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
             (loss / accum).backward()
             loss_value += loss.item() / accum
+            ts.tokens_seen += x.numel()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
         ts.step += 1
-        ts.tokens_seen += x.numel() * accum
         ts.epoch = sampler.epoch
         if rank == 0:
             print(f"step {ts.step} loss {loss_value!r}", flush=True)

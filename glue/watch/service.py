@@ -155,6 +155,7 @@ def supervise(home: Path, args: list[str]) -> int:
             child = subprocess.Popen([sys.executable, "-m", "glue.cli", "watch", *args], stdin=subprocess.DEVNULL)
             if stop_asked:  # the stop came while the new watcher was being started: it never saw the signal
                 child.send_signal(signal.SIGTERM)
+            code: int | None = None
             while True:
                 try:
                     code = child.wait(timeout=0.5)

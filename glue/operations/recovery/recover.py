@@ -194,6 +194,7 @@ def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Fai
     """provision, configure, verify, prepare, start: the next attempt on VMs (new ones for the lost)."""
     group = lost.group
     keep: list[Any] = []
+    spares_used: spares.SparesUsed = {}  # none on the survivors, nor with --same-vm
     if shrink_to is not None and shrink_to != len(nodes):
         group = replace(lost.group, nodes=shrink_to)
         with timed.phase(console, "provision", f"none: the run continues on {shrink_to} of its VMs"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,22 +12,12 @@ import pytest
 
 from glue.cloud.local.backend import LocalBackend
 from glue.runs.store import RunStore
-from tests.e2e.test_watch import Watchers
+from tests.e2e.test_watch import Watchers, _until
 from tests.integration.test_runs import run_config
 
 from .conftest import Kit
 
 pytestmark = pytest.mark.e2e
-
-
-def _until(what: str, pred: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _status(kit: Kit) -> dict[str, Any]:

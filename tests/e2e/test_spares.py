@@ -4,7 +4,6 @@ spare that died while idle is never handed to a run (the recovery then provision
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 

@@ -109,6 +109,9 @@ def refill(home: Path, console: Console) -> list[str]:
     tf = Terraform(home, cfg.backend, console)
     with tf.locked():
         cfg = current.ClusterConfig.load(home)  # a `glue up` may have changed it while we waited
+        if not tf.state_ids():  # a `glue down` came first: refilling would bring the cluster back
+            console.print("spare refill: the cluster is down; nothing to refill")
+            return []
         done = spare_state.reconcile(home, tf)
         lifecycle.forget_stale_seed(home, lifecycle.image_hash(cfg.backend, home))
         tf.apply(current.tf_vars(home, cfg))

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from glue.cloud.local.backend import LocalBackend
+from glue.operations import spares
 from glue.runs.store import RunStore
 from tests.e2e.test_watch import Watchers, _until
 from tests.integration.test_runs import run_config
@@ -89,6 +90,8 @@ def test_a_lost_vm_continues_on_a_warm_spare_and_the_pool_is_refilled(kit: Kit, 
     kit.glue("stop", "--run", "sp", check=False)
     kit.glue("down", "--force")
     assert backend.owned_vm_ids() == [] and _status(kit)["spares"]["taken"] == []
+    # A refill that got terraform's lock only after `glue down` must not bring the cluster back.
+    assert spares.main([str(kit.home)]) == 0 and backend.owned_vm_ids() == []
 
 
 def test_spares_bad_input(kit: Kit) -> None:

@@ -133,9 +133,11 @@ def test_a_run_longer_than_the_cap_is_chained_and_equals_the_unchained_run(
         kit: Kit, emu: Emulator, env: dict[str, str], tmp_path: Path) -> None:
     steps = 150  # 30 s of steps (0.2 s each), more than one execution's share
     kit.glue("deploy", "--run", "whole", "--config", str(_config(tmp_path, "whole.yaml", steps)), env=env)
-    # Each execution may run 40 s (the emulator's unit is one second) and saves 12 s before that: the trainer's
-    # start (python, torch) is paid again by every execution, so the run spans two or more.
-    capped = _config(tmp_path, "capped.yaml", steps, timeout=40, timeout_unit_seconds=1, save_margin_seconds=12)
+    # Each execution may run 60 s (the emulator's unit is one second) and is told to save and stop 30 s before
+    # that. The steps alone take 30 s and every execution pays the trainer's start (python, torch) again, so the
+    # run spans two or more whatever the machine's speed; and 30 s leaves a loaded machine time to save and exit
+    # before the cap kills the execution (12 s did not: a save that lost that race ended uncapped).
+    capped = _config(tmp_path, "capped.yaml", steps, timeout=60, timeout_unit_seconds=1, save_margin_seconds=30)
     kit.glue("deploy", "--run", "chained", "--config", str(capped), env=env)
     kit.glue("watch", "--run", "chained", "--interval", "1", env=env, timeout=600)
     _until_completed(kit, env, "whole")

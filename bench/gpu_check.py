@@ -64,14 +64,14 @@ def resume_cfg(args: argparse.Namespace) -> dict[str, Any]:
 
     return {**DEFAULTS, "steps": args.steps, "checkpoint_interval": args.split, "device": args.device,
             "batch_size": args.batch_size, "seq_len": args.seq_len, "d_model": args.d_model,
-            "n_layer": args.n_layer, "n_head": args.n_head, "threads": 1}
+            "n_layer": args.n_layer, "n_head": args.n_head, "threads": 1, "parallel": args.parallel}
 
 
 def resume_phase(args: argparse.Namespace) -> None:
     """One phase in its own process: ref | first | second. Writes losses + final weights."""
     import torch
 
-    from glue.examples.tiny_gpt import train
+    from glue.examples.tiny_gpt import full_state, train
     from glue.train import Checkpointer
 
     cfg = resume_cfg(args)
@@ -80,7 +80,9 @@ def resume_phase(args: argparse.Namespace) -> None:
     out: dict[str, Any] = {"phase": args.phase}
     try:
         result = train(cfg, ck, resume=args.phase == "second", report=rec)
-        out["state"] = {k: v.detach().cpu() for k, v in result["model"].state_dict().items()}
+        model = result["model"]  # sharded (fsdp): the whole state gathered; the comparison is of full weights
+        state = full_state(model) if args.parallel == "fsdp" else model.state_dict()
+        out["state"] = {k: v.detach().cpu() for k, v in state.items()}
     except Interrupt:
         out["interrupted_at"] = max(rec.losses)
     ck.close()  # waits for the in-flight save (step M) to commit
@@ -94,11 +96,12 @@ def resume(args: argparse.Namespace) -> dict[str, Any]:
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    name = "resume" if args.parallel == "ddp" else f"resume_{args.parallel}"
     work = Path(tempfile.mkdtemp(prefix="gpucheck-resume-"))
     env = {**os.environ, "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONUNBUFFERED": "1"}
     common = ["--device", args.device, "--steps", str(args.steps), "--split", str(args.split),
               "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len), "--d-model", str(args.d_model),
-              "--n-layer", str(args.n_layer), "--n-head", str(args.n_head)]
+              "--n-layer", str(args.n_layer), "--n-head", str(args.n_head), "--parallel", args.parallel]
     t0 = time.monotonic()
     timings = {}
     try:
@@ -109,10 +112,10 @@ def resume(args: argparse.Namespace) -> dict[str, Any]:
                  "--result", str(work / f"{phase}.pt"), *common],
                 env=env, capture_output=True, text=True, timeout=args.timeout, stdin=subprocess.DEVNULL)
             timings[phase] = round(time.monotonic() - t, 2)
-            (out_dir / f"resume-{phase}.log").write_text(proc.stdout + proc.stderr)
+            (out_dir / f"{name}-{phase}.log").write_text(proc.stdout + proc.stderr)
             if proc.returncode != 0:
                 tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-                return _emit(out_dir, "resume", {"ok": False, "error": f"phase {phase} exited {proc.returncode}: "
+                return _emit(out_dir, name, {"ok": False, "error": f"phase {phase} exited {proc.returncode}: "
                                                  f"{tail}", "device": args.device, "seconds": timings})
         ref = torch.load(work / "ref.pt", weights_only=False)
         first = torch.load(work / "first.pt", weights_only=False)
@@ -129,48 +132,86 @@ def resume(args: argparse.Namespace) -> dict[str, Any]:
     record = {
         "ok": bool(sorted(second["losses"]) == after and loss_diff <= args.tol and param_diff <= args.tol
                    and second.get("resumed_from") == m),
-        "device": args.device, "steps": n, "interrupted_after": m, "resumed_from": second.get("resumed_from"),
+        "device": args.device, "parallel": args.parallel, "steps": n, "interrupted_after": m, "resumed_from": second.get("resumed_from"),
         "first_resumed_step": min(second["losses"]) if second["losses"] else None,
         "max_abs_loss_diff_after_resume": loss_diff, "max_abs_loss_diff_before": before_diff,
         "max_abs_param_diff": param_diff, "bitwise": bitwise, "tolerance": args.tol,
         "loss_at_n": {"reference": ref["losses"][n], "resumed": second["losses"].get(n)},
         "seconds": timings | {"total": round(time.monotonic() - t0, 2)},
     }
-    return _emit(out_dir, "resume", record)
+    return _emit(out_dir, name, record)
 
 
 # -- async-save stall --------------------------------------------------------------------------
 
 
-def build_state(size_mb: int, device: str) -> tuple[Any, Any, int]:
+def build_state(size_mb: int, device: str, fsdp: bool = False) -> tuple[Any, Any, int]:
     import torch
 
     width = 1024
     per_layer = 3 * 4 * (width * width + width)  # fp32 weights + two AdamW moments
     layers = max(1, -(-size_mb * 2**20 // per_layer))
     model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)]).to(device)
+    if fsdp:  # FSDP2 over a one-rank group: the state is DTensors and the checkpoint goes through DCP
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        if not dist.is_initialized():
+            backend = "cpu:gloo,cuda:nccl" if device == "cuda" else "gloo"
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        mesh = init_device_mesh(torch.device(device).type, (1,))
+        for layer in model:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model(torch.randn(2, width, device=device)).sum().backward()
     opt.step()
-    nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    nbytes += sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values() if v.dim())
+    nbytes = sum(t.numel() * t.element_size() for t in _local(model, opt))
     return model, opt, nbytes
+
+
+def _local(model: Any, opt: Any) -> list[Any]:
+    """This rank's tensors of the model and optimizer state (a DTensor's local shard)."""
+    tensors = list(model.state_dict().values()) + [v for s in opt.state.values() for v in s.values() if v.dim()]
+    return [t.to_local() if hasattr(t, "to_local") else t for t in tensors]
+
+
+def _sync_save(model: Any, opt: Any, path: Path, fsdp: bool) -> None:
+    """The synchronous baseline: torch.save (+ fsync) of the state, or, sharded, a blocking dcp.save into a
+    folder (DCP's FileSystemWriter fsyncs its files)."""
+    import torch
+
+    if fsdp:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        dcp.save({"model": model.state_dict(), "optimizer": get_optimizer_state_dict(model, opt)},
+                 checkpoint_id=str(path))
+        shutil.rmtree(path)
+        return
+    with open(path, "wb") as fh:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    path.unlink()
 
 
 def stall(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from glue.train import Checkpointer
+    from glue.train import Checkpointer, OptimizerState
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    fsdp = args.parallel == "fsdp"
     work = Path(tempfile.mkdtemp(prefix="gpucheck-stall-", dir=args.scratch))
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     try:
-        model, opt, nbytes = build_state(args.size_mb, args.device)
+        model, opt, nbytes = build_state(args.size_mb, args.device, fsdp)
         ck = Checkpointer(work / "ckpt", async_save=True, keep_last=2)
         ck.register("model", model)
-        ck.register("optimizer", opt)
+        ck.register("optimizer", OptimizerState(model, opt) if fsdp else opt)
         asyncs, syncs, copies = [], [], []
         for i in range(args.repeats):
             sync()
@@ -180,18 +221,11 @@ def stall(args: argparse.Namespace) -> dict[str, Any]:
             ck.flush()
             sync()
             t = time.perf_counter()
-            state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
-            path = work / f"sync-{i}.pt"
-            with open(path, "wb") as fh:
-                torch.save(state, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
+            _sync_save(model, opt, work / f"sync-{i}", fsdp)
             syncs.append(time.perf_counter() - t)
-            path.unlink()
             sync()
             t = time.perf_counter()
-            host = [p.detach().to("cpu", copy=True) for p in model.state_dict().values()]
-            host += [v.detach().to("cpu", copy=True) for s in opt.state.values() for v in s.values()]
+            host = [v.detach().to("cpu", copy=True) for v in _local(model, opt)]
             sync()
             copies.append(time.perf_counter() - t)
             del host
@@ -201,12 +235,13 @@ def stall(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
     a, s, c = statistics.median(asyncs), statistics.median(syncs), statistics.median(copies)
     record = {
-        "device": args.device, "state_mb": round(nbytes / 2**20, 1), "repeats": args.repeats,
+        "device": args.device, "parallel": args.parallel, "state_mb": round(nbytes / 2**20, 1),
+        "repeats": args.repeats, "sync_baseline": "dcp.save" if fsdp else "torch.save",
         "async_save_stall_s": round(a, 4), "sync_torch_save_s": round(s, 4), "bare_host_copy_s": round(c, 4),
         "sync_over_async": round(s / a, 1) if a > 0 else None, "async_over_bare_copy": round(a / c, 2) if c else None,
         "last_async_save_timings": timings,
     }
-    return _emit(out_dir, "stall", record)
+    return _emit(out_dir, "stall" if not fsdp else "stall_fsdp", record)
 
 
 def _emit(out_dir: Path, name: str, record: dict[str, Any]) -> dict[str, Any]:
@@ -234,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--d-model", type=int, default=64)
         p.add_argument("--n-layer", type=int, default=2)
         p.add_argument("--n-head", type=int, default=4)
+        p.add_argument("--parallel", choices=["ddp", "fsdp"], default="ddp",
+                       help="fsdp: the model FSDP2-sharded (a one-rank group), saved through DCP")
     r.add_argument("--out", default="bench/out/gpu")
     r.add_argument("--tol", type=float, default=1e-5)
     r.add_argument("--timeout", type=float, default=240)
@@ -244,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--device", default=None)
     s.add_argument("--size-mb", type=int, default=64)
     s.add_argument("--repeats", type=int, default=3)
+    s.add_argument("--parallel", choices=["ddp", "fsdp"], default="ddp",
+                   help="fsdp: FSDP2-sharded state saved through DCP; the baseline is a blocking dcp.save")
     s.add_argument("--out", default="bench/out/gpu")
     s.add_argument("--scratch", default=None, help="directory for the checkpoint files (default: system temp)")
     args = ap.parse_args(argv)

@@ -7,14 +7,18 @@
 #    each trial a fresh process: boundary (pow2 grid), whole-step breakdown + CUDA snapshot, remedies.
 # 2. CUDA checkpoint/resume equivalence: N steps vs M steps + a new process restoring to N.
 # 3. The async-save training-thread stall vs a synchronous torch.save of the same state.
+# 3b. The same two for an FSDP2-sharded model (a one-rank group on NCCL, saved through DCP): the resume
+#    bitwise from a new process, and the stall against a blocking dcp.save and a bare copy of the shards.
 # (4. bench/ckpt.py --device cuda, when that benchmark has a --device flag and time is left.)
 # Everything lands in one folder: $OUT if set, else bench/out/gpu/ (summary.txt first).
 #
 # Environment: reuses .venv-gpu if its torch sees CUDA; else creates it (python3 -m venv .venv-gpu &&
 # pip install -e '.[train]': on a CUDA machine `pip install torch` gets a CUDA build).
-# Knobs: GPU_CHECK_PY=/path/to/python (use that interpreter), GPU_CHECK_DEVICE=cpu (a small dry run of
-# the same steps on the CPU, with a memory limit so memprobe still sees OOMs), GPU_CHECK_BUDGET_S=290,
-# MEMPROBE_MAX_S=190 (memprobe's share), MEMPROBE_SIZES='{batch_size: ..., seq_len: ...}' (tiny_gpt config).
+# Knobs: GPU_CHECK_PY=/path/to/python (use that interpreter, with the repository on PYTHONPATH; on a
+# machine with no package index, carry gpukit's missing dependencies as wheels and put them on PYTHONPATH
+# too), GPU_CHECK_DEVICE=cpu (a small dry run of the same steps on the CPU, with a memory limit so memprobe
+# still sees OOMs), GPU_CHECK_BUDGET_S=330, MEMPROBE_MAX_S=150 (memprobe's share),
+# MEMPROBE_SIZES='{batch_size: ..., seq_len: ...}' (tiny_gpt config).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -23,10 +27,10 @@ OUT=${OUT:-bench/out/gpu}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
-BUDGET=${GPU_CHECK_BUDGET_S:-290}
+BUDGET=${GPU_CHECK_BUDGET_S:-330}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
-rm -f "$OUT"/memprobe.json "$OUT"/resume.json "$OUT"/stall.json "$OUT"/*.snapshot.pickle  # no stale figures
+rm -f "$OUT"/memprobe.json "$OUT"/resume*.json "$OUT"/stall*.json "$OUT"/*.snapshot.pickle  # no stale figures
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
 # -- environment (not counted in the budget) -----------------------------------------------------
@@ -87,7 +91,7 @@ config: ${MEMPROBE_SIZES:-$SIZES}
 outputs: {destination: "s3://gpukit/runs/{run}/outputs"}
 checkpoint: {target: "s3://gpukit/runs/{run}"}
 EOF
-step memprobe "${MEMPROBE_MAX_S:-190}" "$PY" -m glue.cli memprobe --config "$OUT/tiny_gpt_oom.yaml" "${MP_ARGS[@]}" \
+step memprobe "${MEMPROBE_MAX_S:-150}" "$PY" -m glue.cli memprobe --config "$OUT/tiny_gpt_oom.yaml" "${MP_ARGS[@]}" \
   --out "$OUT/memprobe.json"
 if [ -f "$OUT/memprobe.json" ]; then
   "$PY" - "$OUT/memprobe.json" <<'EOF' | tee -a "$SUMMARY" || true
@@ -107,26 +111,33 @@ if s["smallest_fail"] is None:
 EOF
 fi
 
-# -- 2. checkpoint/resume equivalence on the device ------------------------------------------------
+# -- 2. checkpoint/resume equivalence on the device (plain, then FSDP2-sharded through DCP) ---------------
 if [ "$DEVICE" = cuda ]; then
   RES_ARGS=(--steps 40 --split 20 --batch-size 32 --seq-len 256 --d-model 256 --n-layer 4 --n-head 4)
 else
   RES_ARGS=(--steps 12 --split 6)
 fi
-step resume 60 "$PY" bench/gpu_check.py resume --device "$DEVICE" --out "$OUT" "${RES_ARGS[@]}"
-[ -f "$OUT/resume.json" ] && "$PY" -c "
-import json; r = json.load(open('$OUT/resume.json'))
-print('  resume', 'OK' if r['ok'] else 'FAILED', {k: r.get(k) for k in ('resumed_from', 'first_resumed_step',
+for parallel in ddp fsdp; do
+  name=$([ $parallel = ddp ] && echo resume || echo resume_fsdp)
+  step "$name" 60 "$PY" bench/gpu_check.py resume --device "$DEVICE" --out "$OUT" --parallel "$parallel" "${RES_ARGS[@]}"
+  [ -f "$OUT/$name.json" ] && "$PY" -c "
+import json; r = json.load(open('$OUT/$name.json'))
+print('  $name', 'OK' if r['ok'] else 'FAILED', {k: r.get(k) for k in ('resumed_from', 'first_resumed_step',
       'max_abs_loss_diff_after_resume', 'max_abs_param_diff', 'bitwise', 'error')})" | tee -a "$SUMMARY" || true
+done
 
-# -- 3. async-save stall vs synchronous torch.save -------------------------------------------------
+# -- 3. async-save stall vs a synchronous save (torch.save; sharded: dcp.save) ---------------------------
 SIZE_MB=$([ "$DEVICE" = cuda ] && echo 2048 || echo 64)
-step stall 45 "$PY" bench/gpu_check.py stall --device "$DEVICE" --size-mb "$SIZE_MB" --out "$OUT"
-[ -f "$OUT/stall.json" ] && "$PY" -c "
-import json; r = json.load(open('$OUT/stall.json'))
-print(f\"  stall: {r['state_mb']} MB state: async save blocks {r['async_save_stall_s']*1e3:.0f} ms, sync torch.save \"
-      f\"{r['sync_torch_save_s']*1e3:.0f} ms ({r['sync_over_async']}x), bare host copy {r['bare_host_copy_s']*1e3:.0f} ms\")
+for parallel in ddp fsdp; do
+  name=$([ $parallel = ddp ] && echo stall || echo stall_fsdp)
+  step "$name" 45 "$PY" bench/gpu_check.py stall --device "$DEVICE" --size-mb "$SIZE_MB" --out "$OUT" --parallel "$parallel"
+  [ -f "$OUT/$name.json" ] && "$PY" -c "
+import json; r = json.load(open('$OUT/$name.json'))
+print(f\"  $name: {r['state_mb']} MB state: async save blocks {r['async_save_stall_s']*1e3:.0f} ms, sync \"
+      f\"{r['sync_baseline']} {r['sync_torch_save_s']*1e3:.0f} ms ({r['sync_over_async']}x), bare host copy \"
+      f\"{r['bare_host_copy_s']*1e3:.0f} ms (async {r['async_over_bare_copy']}x of it)\")
 " | tee -a "$SUMMARY" || true
+done
 
 # -- 4. the checkpoint benchmark, when it knows about devices ---------------------------------------
 if [ -f bench/ckpt.py ] && "$PY" bench/ckpt.py --help 2>/dev/null | grep -q -- '--device'; then

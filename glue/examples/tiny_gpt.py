@@ -305,8 +305,9 @@ def shard(model: TinyGPT, device: torch.device) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    if not dist.is_initialized():  # FSDP2's collectives on CUDA tensors need NCCL; gloo serves the CPU
+        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     for block in model.blocks:
         fully_shard(block, mesh=mesh)

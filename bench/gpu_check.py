@@ -132,7 +132,8 @@ def resume(args: argparse.Namespace) -> dict[str, Any]:
     record = {
         "ok": bool(sorted(second["losses"]) == after and loss_diff <= args.tol and param_diff <= args.tol
                    and second.get("resumed_from") == m),
-        "device": args.device, "parallel": args.parallel, "steps": n, "interrupted_after": m, "resumed_from": second.get("resumed_from"),
+        "device": args.device, "parallel": args.parallel, "steps": n, "interrupted_after": m,
+        "resumed_from": second.get("resumed_from"),
         "first_resumed_step": min(second["losses"]) if second["losses"] else None,
         "max_abs_loss_diff_after_resume": loss_diff, "max_abs_loss_diff_before": before_diff,
         "max_abs_param_diff": param_diff, "bitwise": bitwise, "tolerance": args.tol,

@@ -2,8 +2,8 @@
 
 After an apply, glue records a hash of terraform's inputs; after a VM was converged and verified, the
 parts its configuration came from (by VM id): the Ansible roles, the user's group vars, the bucket, its
-credentials, the gpukit code the trainer role installs, the image it boots, the cluster's VMs (the
-group firewall lets exactly those in) and its own inventory entry. The next `glue up` applies only when
+credentials, the gpukit code the trainer role installs, the image it boots, the cluster's VMs (where the
+group firewall is on: it lets exactly those in) and its own inventory entry. The next `glue up` applies only when
 terraform's inputs changed or a VM is gone, and converges only the VMs whose parts differ, saying which
 parts. The record is <home>/ansible/converged.json; this module is its only reader and writer.
 """
@@ -61,6 +61,21 @@ def terraform_inputs(backend: str, variables: Mapping[str, Any]) -> str:
     return _digest(backend.encode(), _json(variables), tree_hash(TERRAFORM_DIR).encode(), source_hash().encode())
 
 
+# The backends whose VMs the group firewall role leaves alone by default (its defaults/main.yml says why).
+NO_GROUP_FIREWALL = ("local", "qemu")
+
+
+def _peers_matter(home: Path, hosts: Mapping[str, Any]) -> bool:
+    """Whether the list of the cluster's VMs is part of each VM's configuration. It reaches a VM only through
+    the group firewall's rules, so a replaced VM reconverges its peers only where that role is on: not on
+    local or qemu VMs, unless the user's group vars set it."""
+    if any(h.get("gpukit_backend") not in NO_GROUP_FIREWALL for h in hosts.values()):
+        return True
+    vars_dir = user_group_vars(home)
+    return vars_dir.is_dir() and any("group_firewall" in p.read_text(errors="replace")
+                                     for p in vars_dir.rglob("*") if p.is_file())
+
+
 @dataclass(frozen=True)
 class VMParts:
     """One VM of the inventory: its id and the hashes of what its configuration comes from."""
@@ -80,8 +95,9 @@ def vm_parts(home: Path, image: str | None) -> dict[str, VMParts]:
         "credentials": _digest(cred_file.read_bytes()) if cred_file.is_file() else "",
         "code": source_hash(),
         "image": image or "",
-        "cluster VMs": _digest(_json(sorted((n, h["gpukit_vm_id"]) for n, h in inv["hosts"].items()))),
     }
+    if _peers_matter(home, inv["hosts"]):
+        shared["cluster VMs"] = _digest(_json(sorted((n, h["gpukit_vm_id"]) for n, h in inv["hosts"].items())))
     return {name: VMParts(id=str(entry["gpukit_vm_id"]), parts={**shared, "inventory entry": _digest(_json(entry))})
             for name, entry in inv["hosts"].items()}
 

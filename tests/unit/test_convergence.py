@@ -9,13 +9,14 @@ import yaml
 from glue.operations import convergence
 
 
-def _inventory(home: Path, ids: dict[str, str]) -> None:
+def _inventory(home: Path, ids: dict[str, str], backend: str = "lyceum") -> None:
     (home / "ansible").mkdir(parents=True, exist_ok=True)
     (home / "bucket").mkdir(exist_ok=True)
     creds = home / "bucket" / "credentials.json"
     if not creds.exists():
         creds.write_text('{"access_key": "a", "secret_key": "s"}')
-    hosts = {name: {"ansible_host": "127.0.0.1", "ansible_port": 2200 + i, "gpukit_vm_id": vid}
+    hosts = {name: {"ansible_host": "127.0.0.1", "ansible_port": 2200 + i, "gpukit_vm_id": vid,
+                    "gpukit_backend": backend}
              for i, (name, vid) in enumerate(sorted(ids.items()))}
     inv = {"all": {"hosts": hosts, "vars": {"gpukit_bucket_endpoint": "http://127.0.0.1:9000",
                                             "gpukit_bucket_credentials_file": str(creds)}}}
@@ -54,6 +55,22 @@ def test_a_replaced_vm_is_new_and_its_peers_see_the_group_change(tmp_path: Path)
     convergence.record_converged(tmp_path, ["g-1"], now)
     assert convergence.reasons(tmp_path, ["g-1"], now) == {}
     assert '"vm-old"' not in (tmp_path / "ansible" / "converged.json").read_text()
+
+
+def test_peers_reconverge_after_a_replacement_only_where_the_group_firewall_is_on(tmp_path: Path) -> None:
+    # Local VMs: the group firewall is off by default, so the peer's configuration does not name the VMs.
+    _inventory(tmp_path, {"g-1": "vm-old", "g-2": "vm-peer"}, backend="local")
+    convergence.record_converged(tmp_path, ["g-1", "g-2"], convergence.vm_parts(tmp_path, None))
+    _inventory(tmp_path, {"g-1": "vm-new", "g-2": "vm-peer"}, backend="local")
+    assert convergence.reasons(tmp_path, ["g-1", "g-2"], convergence.vm_parts(tmp_path, None)) == {
+        "g-1": "never configured"}
+    # A user who turns it on there: the group's VMs are part of every VM's configuration again.
+    (tmp_path / "ansible" / "group_vars").mkdir()
+    (tmp_path / "ansible" / "group_vars" / "all.yml").write_text("group_firewall_enabled: true\n")
+    convergence.record_converged(tmp_path, ["g-1", "g-2"], convergence.vm_parts(tmp_path, None))
+    _inventory(tmp_path, {"g-1": "vm-newer", "g-2": "vm-peer"}, backend="local")
+    assert convergence.reasons(tmp_path, ["g-2"], convergence.vm_parts(tmp_path, None)) == {
+        "g-2": "cluster VMs changed"}
 
 
 def test_the_record_of_an_apply_follows_its_inputs(tmp_path: Path) -> None:

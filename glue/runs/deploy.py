@@ -13,6 +13,7 @@ import os
 import shlex
 import subprocess
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,18 @@ def _deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, vm: str | None
     for host in hosts:
         if not ssh.reachable(home, host):
             raise GlueError(f"{host.name} does not answer SSH; check `glue status`")
+    # The trainer environment's report (its python imports torch: a second or more) comes in while the
+    # rest of the preflight runs and the lease settles; it goes into the manifest written under the lease.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        info = pool.submit(remote.env_info, home, hosts[0])
+        return _preflight_and_start(home, store, rc, hosts, resume, console, memory_limit_mb, group, plan,
+                                    pinned, exists, eval_pin, info)
+
+
+def _preflight_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, hosts: list[Host], resume: bool,
+                         console: Console, memory_limit_mb: int | None, group: GroupSpec, plan: wplan.Plan,
+                         pinned: Workspace | None, exists: bool, eval_pin: dict[str, Any] | None,
+                         info: Future[dict[str, Any]]) -> dict[str, Any]:
     names = ", ".join(h.name for h in hosts)
     checked = pinned or Workspace(package={"command_in_package": plan.command_in_package} if plan.package else None,
                                   requirements={"pins": plan.requirements} if plan.requirements else None)
@@ -221,12 +234,11 @@ def _deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, vm: str | None
         if missing:
             raise GlueError(f"secret {missing[0]} is not set in your environment; export it (its value is handed "
                             "to the trainer in a 0600 file, never stored)")
-        env_info = remote.env_info(home, hosts[0])
         digest = _image_digest(home, hosts[0], rc.image)
         rdzv = group_mod.rendezvous(home, hosts, [remote.python(h) for h in hosts]) if group.distributed else None
     ws = pinned if pinned is not None else workspace.ship(home, hosts[0], store, plan, console)
     with lease.held(store, "deploy", new_run=not exists):
-        return _record_and_start(home, store, rc, hosts, argvs, resume, env_info, digest, group, rdzv,
+        return _record_and_start(home, store, rc, hosts, argvs, resume, info.result(), digest, group, rdzv,
                                  memory_limit_mb, console, eval_pin, ws)
 
 
@@ -353,8 +365,11 @@ def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.
         spec_path = f"{sdir}/attempt-{attempt}.json"
         ssh.put_file(home, host, spec_path, json.dumps(spec).encode())
         py = shlex.quote(remote.python(host))
-        start = (f"mkdir -p {remote.SCRATCH} && cd {remote.SCRATCH} && setsid {py} -m glue.train.run.supervise "
-                 f"{shlex.quote(spec_path)} </dev/null >{sdir}/supervisor-{attempt}.log 2>&1 &")
+        # Only the supervisor goes to the background, its output redirected: a backgrounded `a && b && c &`
+        # would be a subshell holding the SSH session's pipes until the supervisor exits (the command
+        # then returned only at ssh.run's 2 s end-of-output deadline).
+        start = (f"mkdir -p {remote.SCRATCH} && cd {remote.SCRATCH} && {{ setsid {py} -m glue.train.run.supervise "
+                 f"{shlex.quote(spec_path)} </dev/null >{sdir}/supervisor-{attempt}.log 2>&1 & }}")
         res = ssh.run(home, host, start, timeout=30)
         if res.exit_code != 0:
             raise GlueError(f"{host.name}: could not start the trainer: {res.stderr.strip()}")

@@ -3,6 +3,9 @@ or a GPU request is one line, and the seed it hands the first-boot unit."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from glue.cloud.qemu import vm
 from glue.cloud.qemu.backend import QemuBackend
 from glue.errors import GlueError
 from glue.images.disk import BootDisk
+from glue.process import start_time
 
 
 def test_registered_and_gpu_less(tmp_path: Path) -> None:
@@ -44,3 +48,35 @@ def test_seed_gives_identity_address_and_the_bucket_on_the_guests_loopback() -> 
     lines = vm.meta_data("q-1", 9000).splitlines()
     assert lines == ["hostname=q-1", "ssh_listen=0.0.0.0:22", "address=10.0.2.15/24",
                      "bucket_listen=127.0.0.1:9000", "bucket_target=10.0.2.100:80"]
+
+
+def _fake_vm(backend: QemuBackend, vm_id: str, pid: int, start: object) -> Path:
+    """A VM directory as create_vm leaves it, its `qemu` being the given process."""
+    vm_dir = backend.vms_dir / vm_id
+    (vm_dir / "disk").mkdir(parents=True)
+    (vm_dir / "disk" / "overlay.qcow2").write_bytes(b"")
+    (vm_dir / "state.json").write_text(json.dumps({
+        "id": vm_id, "name": vm_id.rsplit("-", 1)[0], "port": 2222, "host_key": "ssh-ed25519 AAAA",
+        "unshare_pid": pid, "init_pid": pid, "init_start": start, "bucket_port": 9000, "disk": "/d.ext4"}))
+    return vm_dir
+
+
+def test_a_vm_whose_qemu_is_gone_reads_as_gone_and_its_disk_with_it(tmp_path: Path) -> None:
+    # Drift as terraform sees it: a qemu killed out of band is a VM the cloud no longer has, disk and all
+    # (`glue up` then creates a new one: tests/integration/test_machines.py shows that path on local VMs).
+    backend = QemuBackend(tmp_path)
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        vm_dir = _fake_vm(backend, "q-1-aa", proc.pid, start_time(proc.pid))
+        record = backend.read_vm("q-1-aa")
+        assert record is not None and record.status == "running" and backend.qemu_pid("q-1-aa") == proc.pid
+        proc.kill()
+        proc.wait()
+        assert backend.read_vm("q-1-aa") is None
+        assert not vm_dir.exists() and backend.owned_vm_ids() == []
+    finally:
+        proc.kill()
+        proc.wait()
+    # A live process that is not the VM's qemu (its pid reused: another start time) is not the VM either.
+    _fake_vm(backend, "q-2-bb", os.getpid(), "not this process's start")
+    assert backend.read_vm("q-2-bb") is None and backend.owned_vm_ids() == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from glue.operations.recovery.resume_check import check_resume, merged_metrics, rank_upto
+from glue.operations.recovery.resume_check import check_all_ranks, check_resume, merged_metrics, rank_upto
 
 
 def _steps(lo: int, hi: int, shift: float = 0.0) -> dict[int, dict[str, Any]]:
@@ -103,3 +103,31 @@ def test_the_recovery_says_which_check_it_applied() -> None:
     assert resume_check_text(resharded) == ("attempt 1 -> 2: verified; check resharded, world size 2 -> 1: data "
                                             "position exact, losses within 0.1 of their size")
     assert "NOT verified (boom)" in resume_check_text({**base, "verified": False, "problem": "boom"})
+
+
+class _Shipping:
+    """Rank 1's metrics of attempt 2 as the bucket lists them while its parts land: step 25's part is still
+    in flight for the first listings, after step 26's landed (rank 0 is complete from the start)."""
+
+    def __init__(self) -> None:
+        self.listings = 0
+
+    def metrics(self, rank: int = 0) -> dict[int, dict[int, dict[str, Any]]]:
+        steps = {1: _steps(1, 26), 2: _steps(21, 26)}
+        if rank == 1:
+            self.listings += 1
+            if self.listings < 3:
+                steps[2] = {s: r for s, r in steps[2].items() if s != 25}
+        return steps
+
+    def attempt(self, n: int) -> dict[str, Any]:
+        return {"attempt": n, "failure_class": "vm_lost"}
+
+
+def test_another_ranks_part_in_flight_is_waited_for_not_judged_missing() -> None:
+    # Rank 0 has passed the window; rank 1's part with step 25 lands a moment later. The check must judge
+    # the steps the rank ran, not one listing's snapshot (a loaded controller saw "step 25 missing").
+    store = _Shipping()
+    res = check_all_ranks(store, _steps(1, 26), _steps(21, 26), 1, 2, 2, 20, 26, 0.0, False)  # type: ignore[arg-type]
+    assert res.ok, res.problem
+    assert store.listings == 3

@@ -47,3 +47,16 @@ def replay(store: RunStore, attempt: int, upto: int, timeout: float, first: int 
         time.sleep(0.5)
     raise GlueError(f"the resumed attempt {attempt} of run {store.run} did not reach step {upto} within "
                     f"{timeout:.0f}s; check `glue status --run {store.run}`")
+
+
+def rank_steps(store: RunStore, attempt: int, rank: int, first: int, upto: int,
+               settle_s: float = SETTLE_S) -> dict[int, Any]:
+    """A rank other than 0 ships its metrics parts on its own, so one may still be in flight when rank 0 has
+    passed `upto`: that rank's steps of `attempt` once every step from `first` through `upto` is visible, or
+    what is visible after `settle_s` (the check then judges the gap)."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        steps = store.metrics(rank).get(attempt, {})
+        if steps_complete(steps, first, upto) or time.monotonic() >= deadline:
+            return steps
+        time.sleep(0.5)

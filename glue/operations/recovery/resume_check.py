@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from glue.operations.recovery import replay
 from glue.runs.store import RunStore
 
 # The trainer's per-step input fingerprints (tiny_gpt logs all three) and what a difference in each means:
@@ -124,8 +125,10 @@ def check_all_ranks(store: RunStore, old: dict[int, dict[str, Any]], new: dict[i
         if not check.ok:
             break
         before = merged_metrics(store, failed_attempt + 1, rank)
-        per_rank = check_resume(before, store.metrics(rank).get(new_attempt, {}), ckpt,
-                                rank_upto(before, upto, ckpt), tolerance, finished_before)
+        last = rank_upto(before, upto, ckpt)
+        # Not the listing of this instant: a part of this rank's still in flight would read as a missing step.
+        new_steps = replay.rank_steps(store, new_attempt, rank, (ckpt or 0) + 1, last)
+        per_rank = check_resume(before, new_steps, ckpt, last, tolerance, finished_before)
         if not per_rank.ok:
             check = ResumeCheck(False, per_rank.first_step, check.compared, f"rank {rank}: {per_rank.problem}")
     return check

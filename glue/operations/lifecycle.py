@@ -132,6 +132,12 @@ def capture_seed(home: Path, console: Console, converged: list[inventory.Host],
     if not converged or not get_backend(ClusterConfig.load(home).backend, home).takes_config_seed:
         return
     first = converged[0]
+    image = vm_seed.carried_elsewhere(home, first.name)
+    if image:
+        vm_seed.forget(home)
+        console.print(f"no configuration seed: {first.name}'s trainer runs in the Docker image {image}, which lives "
+                      "in Docker's storage, not in a seed; new VMs are converged by the playbook")
+        return
     if vm_seed.current_key(home) != vm_seed.key_of(parts[first.name]):
         key = vm_seed.capture(home, first, parts[first.name])
         console.print(f"configuration seed {key} captured from {first.name} (new VMs apply it at first boot)")

@@ -14,7 +14,8 @@ provide   terraform passes the file's path (never its contents) to the gpukit pr
 trust     a new VM counts as converged only when it reports the key of the configuration as it is now
           and its bucket mount lists; any change of a shared part drops the seed (`forget_stale`)
           before terraform creates a VM, so a VM never boots an outdated configuration unconverged.
-Backends whose VMs take a seed: `Backend.takes_config_seed` (local).
+Backends whose VMs take a seed: `Backend.takes_config_seed` (local: a bind-mounted folder; qemu: the
+          seed disk). Not where the trainer runs in a Docker image: Docker's storage is not in a seed.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from glue.cluster.current import config_seed_path
 from glue.errors import GlueError
 from glue.infra import ssh
+from glue.infra.ansible_verify import last_verify
 from glue.infra.inventory import Host
 from glue.operations.convergence import VMParts
 
@@ -96,6 +98,14 @@ def capture(home: Path, host: Host, parts: VMParts) -> str:
     tmp.replace(seed_path(home))
     key_path(home).write_text(key + "\n")  # last: a seed without its key is never handed out
     return key
+
+
+def carried_elsewhere(home: Path, name: str) -> str | None:
+    """The trainer image a converged VM runs in (its last verify says so), or None. A seed carries files,
+    not what Docker keeps (/var/lib/docker): a VM whose trainer runtime is an image cannot be seeded."""
+    summary = ((last_verify(home) or {}).get("hosts") or {}).get(name) or {}
+    runtime = summary.get("runtime") or {}
+    return str(runtime.get("image") or "?") if runtime.get("mode") == "image" else None
 
 
 def configured(home: Path, hosts: list[Host], parts: dict[str, VMParts]) -> list[str]:

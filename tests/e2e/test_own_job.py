@@ -68,6 +68,10 @@ def test_own_project_recovers_from_the_bucket_after_the_local_copy_is_gone(clust
         shutil.rmtree(index)  # the requirement's only index is gone: recoveries install from the bucket
         res = kit.glue("recover", "--run", "own", timeout=600)
         assert "resume verified" in res.stderr, res.stderr
+        # The new VM booted the baked image with the cluster's seed (unchanged configuration): no playbook.
+        said = " ".join(res.stderr.split())
+        assert "gpukit-2: configured itself at first boot from the cluster's seed" in said, said
+        assert "converging" not in said and "ansible site.yml" not in said, said
         rec = bucket_json(client, "runs/own/recoveries/1.json")
         assert rec["verified"] and "prepare" in rec["seconds"]
         if rec["failure_step"] > rec["checkpoint_step"]:  # the VM can die right at a checkpoint: nothing to replay
@@ -82,7 +86,7 @@ def test_own_project_recovers_from_the_bucket_after_the_local_copy_is_gone(clust
         wait_for(fast, "own", lambda s: s["state"] != "running")
         res = kit.glue("recover", "--run", "own", "--force", "--same-vm", timeout=600)
         assert "resume verified" in res.stderr, res.stderr
-        # The first recovery converged gpukit-2 and recorded it: restarting the run there needs no playbook.
+        # The first recovery recorded gpukit-2 configured: restarting the run there needs no playbook.
         said = " ".join(res.stderr.split())  # rich wraps long lines
         assert "gpukit-2 is unchanged since it was converged and its mount is live: no playbook" in said, said
         third = bucket_json(client, "runs/own/attempts/3.json")

@@ -23,6 +23,7 @@ import pytest
 from glue.cloud.qemu.backend import QemuBackend
 from glue.infra import ansible_run
 from glue.infra.ansible_run import ANSIBLE_DIR
+from glue.operations import vm_seed
 from glue.runs.store import RunStore
 from tests.kit import Kit
 
@@ -107,6 +108,11 @@ def test_qemu_vm_docker_run_reboot_resume_down(qemu_kit: Kit, tmp_path: Path) ->
     assert disk_base.startswith("sha256:"), disk_base
     first = kit.glue("up", timeout=1800).stderr  # up.yml: site.yml, then verify.yml; recorded as converged
     assert "terraform: nothing to change" in first and "converging gpukit-1: never configured" in first, first
+    # Docker's storage (the trainer image just built) is not in a configuration seed: none is taken, and a
+    # new VM is converged by the playbook (a qemu VM in the venv runtime takes one: test_qemu_seed.py).
+    assert "no configuration seed: gpukit-1's trainer runs in the Docker image gpukit-trainer:offline" \
+        in " ".join(first.split()), first
+    assert vm_seed.current_key(kit.home) is None
     t = lap("glue up: site.yml + verify.yml, fresh VM (trainer image built offline)", t)
 
     checks = ("systemctl is-active gpukit-mount.service docker.service; findmnt -n -o FSTYPE /mnt/s3; "

@@ -80,3 +80,37 @@ def test_a_vm_whose_qemu_is_gone_reads_as_gone_and_its_disk_with_it(tmp_path: Pa
     # A live process that is not the VM's qemu (its pid reused: another start time) is not the VM either.
     _fake_vm(backend, "q-2-bb", os.getpid(), "not this process's start")
     assert backend.read_vm("q-2-bb") is None and backend.owned_vm_ids() == []
+
+
+def _on_disk(img: Path, request: str) -> bytes:
+    return subprocess.run(["debugfs", "-R", request, str(img)], capture_output=True, check=True).stdout
+
+
+def _listing(img: Path) -> dict[str, str]:
+    """{name: mode} of the disk's root folder."""
+    return {line.split()[-1]: line.split()[1] for line in _on_disk(img, "ls -l /").decode().splitlines()
+            if line.strip()}
+
+
+def test_the_configuration_seed_goes_on_the_seed_disk_root_only(tmp_path: Path) -> None:
+    """User-data, as clouds pass it: the cluster's configuration seed (it holds the bucket credentials) on
+    the VM's seed disk, where the first-boot unit finds it; the disk and the files on it root-only."""
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    (seeds / "current.tar.gz").write_bytes(b"\x1f\x8b config with credentials")
+    (seeds / "current.key").write_text("0123456789abcdef\n")
+    img = tmp_path / "seed.img"
+    vm.write_seed_disk(img, "hostname=q-1\n", "ssh-ed25519 AAAA", seeds / "current.tar.gz")
+    assert img.stat().st_mode & 0o777 == 0o600
+    listing = _listing(img)
+    assert listing["config.tar.gz"] == listing["config.key"] == "100600", listing
+    assert listing["meta-data"] == "100644"
+    assert _on_disk(img, "cat /config.key") == b"0123456789abcdef\n"
+    assert _on_disk(img, "cat /config.tar.gz") == b"\x1f\x8b config with credentials"
+
+
+def test_without_a_captured_seed_the_disk_has_identity_only(tmp_path: Path) -> None:
+    img = tmp_path / "seed.img"
+    vm.write_seed_disk(img, "hostname=q-1\n", "ssh-ed25519 AAAA", tmp_path / "seeds" / "current.tar.gz")
+    names = set(_listing(img))
+    assert {"meta-data", "authorized_keys"} <= names and not {"config.tar.gz", "config.key"} & names

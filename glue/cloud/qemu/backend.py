@@ -43,7 +43,7 @@ class QemuBackend:
     bucket_on_host = True
     baked_image: str | None = "disk"
     multi_node: str | None = "qemu VMs cannot reach each other (user-mode networking, see docs/qemu.md)"
-    takes_config_seed = False
+    takes_config_seed = True  # on the seed disk, beside meta-data (glue.operations.vm_seed)
 
     def check_host(self) -> None:
         vm.check_tools()
@@ -93,7 +93,8 @@ class QemuBackend:
     def _boot(self, vm_id: str, vm_dir: Path, spec: VMSpec, boot: disk.BootDisk, bucket_port: int) -> VMRecord:
         overlay, seed, console = vm_dir / "disk" / "overlay.qcow2", vm_dir / "seed.img", vm_dir / "console.log"
         vm.make_overlay(boot.disk, overlay)
-        vm.write_seed_disk(seed, vm.meta_data(spec.name, bucket_port), spec.ssh_public_key)
+        vm.write_seed_disk(seed, vm.meta_data(spec.name, bucket_port), spec.ssh_public_key,
+                           Path(spec.config_seed) if spec.config_seed else None)
         log = vm_dir / "qemu.log"
         with _lock:  # until qemu holds the port it was given
             port = free_port()

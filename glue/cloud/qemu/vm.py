@@ -12,6 +12,7 @@ No KVM: /dev/kvm hangs a stock kernel on this kind of host; TCG with a large tra
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
@@ -65,13 +66,23 @@ def ssh_banner(port: int, timeout: float) -> bool:
         return False
 
 
-def write_seed_disk(path: Path, meta_data: str, authorized_key: str) -> None:
-    """The seed as a small ext4 volume labelled `cidata` (meta-data, authorized_keys): public data only."""
+def write_seed_disk(path: Path, meta_data: str, authorized_key: str, config: Path | None = None) -> None:
+    """The seed as a small ext4 volume labelled `cidata` (meta-data, authorized_keys) and, when `config`
+    is given, the cluster's configuration seed (<x>.tar.gz with its key in <x>.key beside it), as clouds
+    pass user-data: it holds the bucket credentials, so the volume and the files on it are root-only."""
+    files = {"meta-data": meta_data.encode(), "authorized_keys": (authorized_key.strip() + "\n").encode()}
+    key = config.with_name(config.name.removesuffix(".tar.gz") + ".key") if config else None
+    if config is not None and key is not None and config.is_file() and key.is_file():
+        files |= {"config.tar.gz": config.read_bytes(), "config.key": key.read_bytes()}
     with tempfile.TemporaryDirectory(prefix="gpukit-seed-") as tmp:
-        (Path(tmp) / "meta-data").write_text(meta_data)
-        (Path(tmp) / "authorized_keys").write_text(authorized_key.strip() + "\n")
-        with open(path, "wb") as fh:
-            fh.truncate(4 << 20)
+        for name, data in files.items():
+            fd = os.open(Path(tmp) / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                         0o600 if name.startswith("config.") else 0o644)
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.truncate((4 << 20) + 2 * sum(len(d) for d in files.values()))  # room for ext4 itself
         _run(["mke2fs", "-q", "-F", "-t", "ext4", "-O", "^has_journal", "-L", SEED_LABEL, "-d", tmp, str(path)],
              "making the seed disk")
 

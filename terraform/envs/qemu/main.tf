@@ -15,4 +15,5 @@ module "cluster" {
   gpu_count      = 0
   disk_gb        = 10
   ssh_public_key = var.ssh_public_key
+  config_seed    = var.config_seed
 }

@@ -11,6 +11,12 @@ variable "spare_count" {
   default     = 0
 }
 
+variable "config_seed" {
+  description = "The cluster's configuration seed a new VM applies at first boot, on its seed disk (glue sets it; null: none)."
+  type        = string
+  default     = null
+}
+
 variable "name_prefix" {
   description = "Prefix of VM names; VMs are named <prefix>-1 ... <prefix>-N."
   type        = string

@@ -41,7 +41,7 @@ demo: bootstrap ## The whole loop on the local backend: up, train, lose a VM, re
 test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e); two lanes; TEST_WORKERS=0 serially, =N files on N workers
 	@$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
-test-all: bootstrap ## The suite including the long `stress` tests (kill -9 storms, the lyceum demo)
+test-all: bootstrap ## The suite including the long `stress` tests (kill -9 storms, the lyceum demo, a seeded qemu VM)
 	@$(PY) -m pytest $(XDIST) -m "" $(PYTEST_ARGS)
 
 lint: bootstrap ## ruff, mypy, import layers, bucket keys (glue/train/layout.py only), terraform fmt, ansible-lint, yamllint

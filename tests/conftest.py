@@ -53,6 +53,7 @@ def local_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BucketHan
 # lane's worker is reniced and takes only the CPU the serial lane leaves.
 SIDE_LANE = frozenset({
     "tests/integration/test_qemu.py",
+    "tests/integration/test_qemu_seed.py",  # `stress`: only in `make test-all`
     "tests/integration/test_ckpt_kill.py",
     "tests/integration/test_ckpt_workers.py",
     "tests/integration/test_memprobe_run.py",

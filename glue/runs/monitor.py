@@ -128,7 +128,7 @@ def _execution_state(store: RunStore, n: int, attempt: dict[str, Any]) -> NodeSt
     """A serverless attempt: its execution is its VM. One that ended without the supervisor's exit record
     (lost by the platform, killed at its cap, aborted) is gone under the trainer."""
     ex = serverless_state.state_of(attempt)
-    exit_record = store.exit_record(n, 0)
+    exit_record = serverless_state.settled_exit(ex, lambda: store.exit_record(n, 0))
     gone = ex is None or (ex.ended and exit_record is None)
     name = f"execution {ex.id} ({ex.state})" if ex is not None else "an execution that never got an id"
     return NodeState(node=0, vm=name, gone=gone, reachable=not gone, exit=exit_record,

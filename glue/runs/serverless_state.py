@@ -3,6 +3,8 @@ its state, its platform log, and its abort. Below the monitor (which reads it), 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from glue.cloud.lyceum.api import LyceumClient
@@ -15,6 +17,27 @@ def is_serverless(attempt: dict[str, Any]) -> bool:
 
 def executions() -> Executions:
     return Executions(LyceumClient.from_env())
+
+
+# An execution that ended by itself (its process exited: completed, failed) wrote its exit record first, but
+# through the run's bucket mount, which may show it to S3 a moment later than the platform reports the end
+# (the emulator's listing: up to 1 s). Read too early, a finished attempt would look lost under its trainer.
+SELF_ENDED = frozenset({"completed", "failed"})
+EXIT_SETTLE_S = 10.0
+EXIT_POLL_S = 0.25
+
+
+def settled_exit(ex: Execution | None, read: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The attempt's exit record; for an execution that ended by itself, waited for up to EXIT_SETTLE_S (None
+    after that: it ended without one). Never waits for one still running or ended by the platform."""
+    record = read()
+    if record is not None or ex is None or ex.state not in SELF_ENDED:
+        return record
+    deadline = time.monotonic() + EXIT_SETTLE_S
+    while record is None and time.monotonic() < deadline:
+        time.sleep(EXIT_POLL_S)
+        record = read()
+    return record
 
 
 def state_of(attempt: dict[str, Any], runs: Executions | None = None) -> Execution | None:

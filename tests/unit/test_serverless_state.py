@@ -8,18 +8,27 @@ from typing import Any
 import pytest
 
 from glue.cloud.lyceum.executions import Execution, state_of
-from glue.runs import monitor
+from glue.runs import monitor, serverless_state
 from glue.runs.classify import AttemptClass, Evidence, classify
 
 ATTEMPT = {"attempt": 1, "execution": {"id": "ex-1", "type": "gpu.a100"}}
 
 
+@pytest.fixture(autouse=True)
+def _short_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An execution that ended without its exit record is judged after a settle (10 s); 0.3 s here."""
+    monkeypatch.setattr(serverless_state, "EXIT_SETTLE_S", 0.3)
+
+
 class Store:
-    def __init__(self, exit_rec: dict[str, Any] | None) -> None:
-        self.exit_rec = exit_rec
+    """The bucket's exit record of the attempt: `late` reads see none before it lands."""
+
+    def __init__(self, exit_rec: dict[str, Any] | None, late: int = 0) -> None:
+        self.exit_rec, self.late, self.reads = exit_rec, late, 0
 
     def exit_record(self, n: int, node: int = 0) -> dict[str, Any] | None:
-        return self.exit_rec
+        self.reads += 1
+        return self.exit_rec if self.reads > self.late else None
 
 
 class Runs:
@@ -66,3 +75,23 @@ def test_a_running_execution_whose_heartbeat_stopped_is_a_stall(monkeypatch: pyt
 def test_an_attempt_whose_start_got_no_id_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
     st = monitor._execution_state(Store(None), 1, {"attempt": 1, "execution": {"id": None}})  # type: ignore[arg-type]
     assert st.gone and not st.alive
+
+
+def test_an_exit_record_that_lands_after_the_end_is_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The execution is reported completed while the exit record its supervisor wrote through the bucket mount
+    is not listed yet: the attempt completed, it was not lost (it was classed vm_lost and run again)."""
+    monkeypatch.setattr(monitor.serverless_state, "executions", lambda: Runs("completed"))
+    store = Store({"exit_code": 0, "signal": None}, late=2)
+    st = monitor._execution_state(store, 1, ATTEMPT)  # type: ignore[arg-type]
+    ev = Evidence(heartbeat_age_s=1.0, stall_timeout_s=60.0, heartbeat_step=10)
+    monitor.combine(ev, [st], [], [], None)
+    assert not st.gone and classify(ev).outcome is AttemptClass.COMPLETED and store.reads == 3
+
+
+@pytest.mark.parametrize("status", ["system_failure", "aborted", "running"])
+def test_no_wait_where_no_exit_record_can_come(monkeypatch: pytest.MonkeyPatch, status: str) -> None:
+    """Ended by the platform (its process killed) or still running: the record is read once."""
+    monkeypatch.setattr(monitor.serverless_state, "executions", lambda: Runs(status))
+    store = Store(None)
+    monitor._execution_state(store, 1, ATTEMPT)  # type: ignore[arg-type]
+    assert store.reads == 1

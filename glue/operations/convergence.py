@@ -84,17 +84,21 @@ class VMParts:
     parts: dict[str, str]
 
 
+def local_parts(home: Path, image: str | None) -> dict[str, str]:
+    """The shared parts known without an inventory (after `glue down` there is none): the roles, the
+    user's group vars, the gpukit code and the image."""
+    return {"roles": tree_hash(ANSIBLE_DIR), "group vars": tree_hash(user_group_vars(home)), "code": source_hash(),
+            "image": image or ""}
+
+
 def vm_parts(home: Path, image: str | None) -> dict[str, VMParts]:
     """{VM name: VMParts} for every VM of the inventory as it is now."""
     inv = yaml.safe_load(inventory_path(home).read_text())["all"]
     cred_file = Path(inv["vars"]["gpukit_bucket_credentials_file"])
     shared = {
-        "roles": tree_hash(ANSIBLE_DIR),
-        "group vars": tree_hash(user_group_vars(home)),
+        **local_parts(home, image),
         "bucket": _digest(_json(inv["vars"])),
         "credentials": _digest(cred_file.read_bytes()) if cred_file.is_file() else "",
-        "code": source_hash(),
-        "image": image or "",
     }
     if _peers_matter(home, inv["hosts"]):
         shared["cluster VMs"] = _digest(_json(sorted((n, h["gpukit_vm_id"]) for n, h in inv["hosts"].items())))

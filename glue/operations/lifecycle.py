@@ -99,8 +99,9 @@ def converge_changed(home: Path, console: Console, vms: list[inventory.Host], im
 
 def forget_stale_seed(home: Path, image: str | None) -> None:
     """Before an apply: no VM may boot the seed of a configuration that has changed since."""
-    if vm_seed.current_key(home) is not None and inventory.inventory_path(home).is_file():
-        vm_seed.forget_stale(home, convergence.vm_parts(home, image))
+    if vm_seed.current_key(home) is not None:
+        parts = convergence.vm_parts(home, image) if inventory.inventory_path(home).is_file() else None
+        vm_seed.forget_stale(home, parts, convergence.local_parts(home, image))
 
 
 def self_configured(home: Path, console: Console, vms: list[inventory.Host], why: dict[str, str],
@@ -140,7 +141,12 @@ def capture_seed(home: Path, console: Console, converged: list[inventory.Host],
         return
     if vm_seed.current_key(home) != vm_seed.key_of(parts[first.name]):
         key = vm_seed.capture(home, first, parts[first.name])
-        console.print(f"configuration seed {key} captured from {first.name} (new VMs apply it at first boot)")
+        if key is None:
+            vm_seed.forget(home)
+            console.print(f"no configuration seed: {first.name} had applied an older seed at first boot; the next "
+                          "VM converged without one gives it")
+        else:
+            console.print(f"configuration seed {key} captured from {first.name} (new VMs apply it at first boot)")
 
 
 def stale(home: Path, vms: list[inventory.Host], parts: dict[str, convergence.VMParts]) -> dict[str, str]:

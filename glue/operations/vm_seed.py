@@ -40,6 +40,7 @@ NOT_SEEDED = ("var/lib/gpukit/seed", "var/lib/gpukit/firstboot.done", "var/lib/g
 FIRST_BOOT_MARK = "var/lib/gpukit/firstboot.done"
 CONFIGURED_FROM = "/var/lib/gpukit/configured-from"
 PER_VM_PARTS = ("cluster VMs", "inventory entry")  # not in the seed: it is the same for every VM
+_SEEDED_EXIT = 3  # capture's script: this VM applied a seed at first boot
 MOUNT_WAIT_S = 20  # a seeded VM's mount starts at boot: how long its check waits for it
 
 
@@ -49,6 +50,11 @@ def seed_path(home: Path) -> Path:
 
 def key_path(home: Path) -> Path:
     return seed_path(home).with_name("current.key")
+
+
+def parts_path(home: Path) -> Path:
+    """The parts the seed's key hashes (digests only), for `forget_stale` without an inventory."""
+    return seed_path(home).with_name("current.parts.json")
 
 
 def key_of(parts: VMParts) -> str:
@@ -64,26 +70,48 @@ def current_key(home: Path) -> str | None:
         return None
 
 
-def forget_stale(home: Path, parts: dict[str, VMParts]) -> None:
-    """Drop the seed when the configuration changed since it was captured (call before an apply)."""
+def forget_stale(home: Path, parts: dict[str, VMParts] | None, local: dict[str, str]) -> None:
+    """Drop the seed when the configuration changed since it was captured (call before an apply). Without an
+    inventory (`parts` None: after `glue down`) the parts known without one are compared (`local`: roles,
+    group vars, code, image); a changed bucket or credentials is caught at first boot (`configured`)."""
     key = current_key(home)
-    if key is not None and parts and key != key_of(next(iter(parts.values()))):
+    if key is None:
+        return
+    if parts:
+        stale = key != key_of(next(iter(parts.values())))
+    else:
+        captured = _captured_parts(home)
+        stale = {k: captured.get(k) for k in local} != local
+    if stale:
         forget(home)
+
+
+def _captured_parts(home: Path) -> dict[str, str]:
+    try:
+        data = json.loads(parts_path(home).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def forget(home: Path) -> None:
     seed_path(home).unlink(missing_ok=True)
     key_path(home).unlink(missing_ok=True)
+    parts_path(home).unlink(missing_ok=True)
 
 
-def capture(home: Path, host: Host, parts: VMParts) -> str:
+def capture(home: Path, host: Host, parts: VMParts) -> str | None:
     """Read back the files the playbook wrote on `host` (just converged and verified) as the seed of its
-    configuration. Returns the key."""
+    configuration. Returns the key; None when `host` had applied an older seed at first boot: the files that
+    came with it are older than its first-boot mark, so what the playbook left unchanged would be missing."""
     roots = " ".join(shlex.quote(r) for r in SEED_ROOTS)
     skip = " ".join(f"-not -path {shlex.quote(p)} -not -path {shlex.quote(p + '/*')}" for p in NOT_SEEDED)
-    script = (f"cd / && find {roots} -xdev -cnewer {FIRST_BOOT_MARK} \\( -type f -o -type l -o -type d \\) "
+    script = (f"test ! -e {CONFIGURED_FROM} || exit {_SEEDED_EXIT}; "
+              f"cd / && find {roots} -xdev -cnewer {FIRST_BOOT_MARK} \\( -type f -o -type l -o -type d \\) "
               f"-not -path '*/__pycache__*' {skip} -print0 | tar --null --no-recursion -T - -czf - | base64 -w0")
     res = ssh.run(home, host, f"sh -c {shlex.quote(script)}", timeout=120)
+    if res.exit_code == _SEEDED_EXIT:
+        return None
     if res.exit_code != 0:
         raise GlueError(f"{host.name}: reading its configuration back for the seed failed: "
                         f"{res.stderr.strip().splitlines()[-1:]}")
@@ -96,6 +124,8 @@ def capture(home: Path, host: Host, parts: VMParts) -> str:
         out.write(data)
     key_path(home).unlink(missing_ok=True)
     tmp.replace(seed_path(home))
+    shared = {k: v for k, v in parts.parts.items() if k not in PER_VM_PARTS}
+    parts_path(home).write_text(json.dumps(shared, sort_keys=True))
     key_path(home).write_text(key + "\n")  # last: a seed without its key is never handed out
     return key
 

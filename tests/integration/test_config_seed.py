@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import stat
+import tarfile
 from typing import Any
 
 import pytest
@@ -59,4 +60,16 @@ def test_a_recreated_vm_configures_itself_from_the_seed_as_the_playbook_would(ki
     assert "converging gpukit-1: group vars" in said, said
     assert "converging gpukit-2: never configured" in said and "configured itself" not in said
     assert "configuration seed" in said  # taken again, for the new configuration
+
+    # After `glue down` there is no inventory, yet a changed configuration still drops the seed before
+    # the VMs are made: they boot without it, the playbook converges them, and the seed taken from them
+    # holds everything it wrote (not only what differs from an older seed's copies).
+    kit.glue("down")
+    (group_vars / "all.yml").write_text("bucket_mount_vfs_write_back: 3s\n")
+    said = " ".join(kit.glue("up").stderr.split())
+    assert "converging gpukit-1: never configured" in said and "configured itself" not in said, said
+    assert "configuration seed" in said and "no configuration seed" not in said, said
+    with tarfile.open(seed) as tar:
+        names = set(tar.getnames())
+    assert {"etc/gpukit/mount.conf", "etc/gpukit/rclone.conf", "usr/local/sbin/gpukit-mount"} <= names, names
     kit.glue("down")

@@ -43,3 +43,28 @@ def test_capture_refuses_an_image_runtime_and_drops_the_earlier_seed(tmp_path: P
     lifecycle.capture_seed(tmp_path, Console(file=out, width=300), [host], {})  # no SSH: refused before
     assert "no configuration seed: q-1's trainer runs in the Docker image gpukit-trainer:offline" in out.getvalue()
     assert vm_seed.current_key(tmp_path) is None and not seed.exists()
+
+
+def _seeded(home: Path, parts: dict[str, str]) -> None:
+    vm_seed.seed_path(home).parent.mkdir(parents=True, exist_ok=True)
+    vm_seed.seed_path(home).write_bytes(b"a configuration")
+    vm_seed.parts_path(home).write_text(json.dumps(parts))
+    vm_seed.key_path(home).write_text("0123456789abcdef\n")
+
+
+def test_after_down_a_seed_is_dropped_when_a_part_known_without_an_inventory_changed(tmp_path: Path) -> None:
+    """After `glue down` there is no inventory to hash the bucket from: the roles, group vars, code and image
+    are compared, so the next VMs never boot (and are never captured from) an outdated seed."""
+    local = {"roles": "r1", "group vars": "", "code": "c1", "image": "i1"}
+    _seeded(tmp_path, {**local, "bucket": "b1", "credentials": "k1"})
+    vm_seed.forget_stale(tmp_path, None, local)
+    assert vm_seed.current_key(tmp_path) == "0123456789abcdef"  # nothing changed: kept
+    vm_seed.forget_stale(tmp_path, None, {**local, "roles": "r2"})
+    assert vm_seed.current_key(tmp_path) is None and not vm_seed.parts_path(tmp_path).exists()
+    _seeded(tmp_path, {**local, "bucket": "b1", "credentials": "k1"})
+    vm_seed.forget_stale(tmp_path, None, {**local, "group vars": "g1"})
+    assert vm_seed.current_key(tmp_path) is None
+    vm_seed.seed_path(tmp_path).write_bytes(b"a seed from before the parts were recorded")
+    vm_seed.key_path(tmp_path).write_text("0123456789abcdef\n")
+    vm_seed.forget_stale(tmp_path, None, local)
+    assert vm_seed.current_key(tmp_path) is None  # nothing to compare against: not trusted

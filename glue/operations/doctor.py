@@ -27,8 +27,8 @@ from glue.infra import preflight
 from glue.infra.ssh_keys import ssh_dir
 from glue.infra.terraform import ENVS_DIR
 from glue.storage import bucket as bucket_store
+from glue.tfprovider.identity import SOURCE, VERSION
 from glue.tfprovider.install import install
-from glue.tfprovider.provider import SOURCE, VERSION
 from glue.train import layout
 
 _REQUIRED = re.compile(r'required_version\s*=\s*">=\s*([0-9.]+)"')

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from glue.tfprovider.provider import SOURCE, VERSION
+from glue.tfprovider.identity import SOURCE, VERSION
 
 PLATFORM = "linux_amd64"
 

@@ -18,10 +18,8 @@ from glue.cloud import BACKENDS, get_backend
 from glue.cloud.base import Backend
 from glue.errors import GlueError
 from glue.tfprovider.bucket_data import BucketDataSource
+from glue.tfprovider.identity import SOURCE
 from glue.tfprovider.vm_resource import VMResource
-
-SOURCE = "local/gpukit/gpukit"
-VERSION = "0.1.0"
 
 
 class GpukitProvider(Provider):

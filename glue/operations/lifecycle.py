@@ -100,8 +100,9 @@ def converge_changed(home: Path, console: Console, vms: list[inventory.Host], im
 def forget_stale_seed(home: Path, image: str | None) -> None:
     """Before an apply: no VM may boot the seed of a configuration that has changed since."""
     if vm_seed.current_key(home) is not None:
-        parts = convergence.vm_parts(home, image) if inventory.inventory_path(home).is_file() else None
-        vm_seed.forget_stale(home, parts, convergence.local_parts(home, image))
+        parts = convergence.vm_parts(home, image) if inventory.inventory_path(home).is_file() else {}
+        now = vm_seed.shared_parts(next(iter(parts.values()))) if parts else convergence.local_parts(home, image)
+        vm_seed.forget_stale(home, now)
 
 
 def self_configured(home: Path, console: Console, vms: list[inventory.Host], why: dict[str, str],

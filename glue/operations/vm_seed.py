@@ -53,14 +53,18 @@ def key_path(home: Path) -> Path:
 
 
 def parts_path(home: Path) -> Path:
-    """The parts the seed's key hashes (digests only), for `forget_stale` without an inventory."""
+    """The parts the seed's key hashes (digests only), which `forget_stale` compares before an apply."""
     return seed_path(home).with_name("current.parts.json")
 
 
+def shared_parts(parts: VMParts) -> dict[str, str]:
+    """The parts every VM shares: what a seed carries."""
+    return {k: v for k, v in parts.parts.items() if k not in PER_VM_PARTS}
+
+
 def key_of(parts: VMParts) -> str:
-    """The configuration a seed carries: the parts every VM shares."""
-    shared = {k: v for k, v in parts.parts.items() if k not in PER_VM_PARTS}
-    return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:16]
+    """The configuration a seed carries, as one key."""
+    return hashlib.sha256(json.dumps(shared_parts(parts), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def current_key(home: Path) -> str | None:
@@ -70,19 +74,15 @@ def current_key(home: Path) -> str | None:
         return None
 
 
-def forget_stale(home: Path, parts: dict[str, VMParts] | None, local: dict[str, str]) -> None:
-    """Drop the seed when the configuration changed since it was captured (call before an apply). Without an
-    inventory (`parts` None: after `glue down`) the parts known without one are compared (`local`: roles,
-    group vars, code, image); a changed bucket or credentials is caught at first boot (`configured`)."""
-    key = current_key(home)
-    if key is None:
+def forget_stale(home: Path, now: dict[str, str]) -> None:
+    """Drop the seed when a part known now differs from those it was captured with (call before an apply).
+    With an inventory `now` is every shared part; after `glue down` only those known without one (roles,
+    group vars, code, image: `convergence.local_parts`), and a changed bucket or credentials is caught at
+    first boot (`configured`)."""
+    if current_key(home) is None:
         return
-    if parts:
-        stale = key != key_of(next(iter(parts.values())))
-    else:
-        captured = _captured_parts(home)
-        stale = {k: captured.get(k) for k in local} != local
-    if stale:
+    captured = _captured_parts(home)
+    if {k: captured.get(k) for k in now} != now:
         forget(home)
 
 
@@ -124,8 +124,7 @@ def capture(home: Path, host: Host, parts: VMParts) -> str | None:
         out.write(data)
     key_path(home).unlink(missing_ok=True)
     tmp.replace(seed_path(home))
-    shared = {k: v for k, v in parts.parts.items() if k not in PER_VM_PARTS}
-    parts_path(home).write_text(json.dumps(shared, sort_keys=True))
+    parts_path(home).write_text(json.dumps(shared_parts(parts), sort_keys=True))
     key_path(home).write_text(key + "\n")  # last: a seed without its key is never handed out
     return key
 

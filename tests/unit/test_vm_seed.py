@@ -57,14 +57,14 @@ def test_after_down_a_seed_is_dropped_when_a_part_known_without_an_inventory_cha
     are compared, so the next VMs never boot (and are never captured from) an outdated seed."""
     local = {"roles": "r1", "group vars": "", "code": "c1", "image": "i1"}
     _seeded(tmp_path, {**local, "bucket": "b1", "credentials": "k1"})
-    vm_seed.forget_stale(tmp_path, None, local)
+    vm_seed.forget_stale(tmp_path, local)
     assert vm_seed.current_key(tmp_path) == "0123456789abcdef"  # nothing changed: kept
-    vm_seed.forget_stale(tmp_path, None, {**local, "roles": "r2"})
+    vm_seed.forget_stale(tmp_path, {**local, "roles": "r2"})
     assert vm_seed.current_key(tmp_path) is None and not vm_seed.parts_path(tmp_path).exists()
     _seeded(tmp_path, {**local, "bucket": "b1", "credentials": "k1"})
-    vm_seed.forget_stale(tmp_path, None, {**local, "group vars": "g1"})
+    vm_seed.forget_stale(tmp_path, {**local, "group vars": "g1"})
     assert vm_seed.current_key(tmp_path) is None
     vm_seed.seed_path(tmp_path).write_bytes(b"a seed from before the parts were recorded")
     vm_seed.key_path(tmp_path).write_text("0123456789abcdef\n")
-    vm_seed.forget_stale(tmp_path, None, local)
+    vm_seed.forget_stale(tmp_path, local)
     assert vm_seed.current_key(tmp_path) is None  # nothing to compare against: not trusted

@@ -20,7 +20,10 @@ from tests.integration.test_runs import ROOT, here, s3, status, wait_for
 
 from .conftest import Kit
 
-pytestmark = pytest.mark.e2e
+# `stress` (make test-all): ~2.5 min. make test proves the parts apart: each framework's resume, bitwise, without
+# a VM (tests/integration/test_hf_trainer.py, test_lightning_trainer.py), and a job with its own requirements
+# from the bucket's wheelhouse recovered onto another VM (tests/e2e/test_own_job.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.stress]
 # run -> (example, VM, the file a sealed checkpoint of step 20 must hold)
 JOBS = {"hf": ("hf_trainer", "gpukit-2", "files/trainer_state.json"),
         "pl": ("lightning", "gpukit-1", "files/epoch=0-step=20.ckpt")}

@@ -189,6 +189,9 @@ def test_a_sharded_two_node_run_loses_a_vm_and_continues_on_one(cluster_kit: Kit
         kit.glue("up", "--vms", "2", timeout=600)  # the shared cluster gets its second VM back
 
 
+# `stress` (make test-all): make test has the survivor's resharded resume (the test above) and a watcher's
+# wait for capacity (tests/integration/test_runs.py); this joins them.
+@pytest.mark.stress
 @pytest.mark.timeout(600)
 def test_watch_continues_a_group_on_its_survivor_when_no_vm_is_free(cluster_kit: Kit, tmp_path: Path) -> None:
     """recovery.min_nodes: node 1's VM is lost and the backend has no capacity for another

@@ -88,6 +88,9 @@ def test_recover_bad_input(cluster_kit: Kit, tmp_path: Path) -> None:
     assert vm_id(fast, "gpukit-2") == before
 
 
+# `stress` (make test-all): make test catches the same wrong resume (skip_rng) in a watcher's recovery
+# (tests/integration/test_runs.py::test_a_watcher_whose_recovery_resumes_wrongly_stops_the_run_as_a_bad_restart).
+@pytest.mark.stress
 def test_drill_fails_a_resume_that_skips_rng(cluster_kit: Kit, tmp_path: Path) -> None:
     kit = cluster_kit
     cfg = run_config(tmp_path, config={"steps": 60, "step_sleep": 0.1, "broken_resume": "skip_rng",
@@ -164,6 +167,9 @@ def _two_recovers(kit: Kit, run: str, stagger_s: float) -> list[subprocess.Compl
     return out
 
 
+# `stress` (make test-all): make test has two watchers of one loss making exactly one recovery
+# (tests/e2e/test_watch.py); here it is two `glue recover` commands.
+@pytest.mark.stress
 def test_two_recovers_of_one_run_start_exactly_one_attempt(cluster_kit: Kit, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 2000, "step_sleep": 0.05, "checkpoint_interval": 10},

@@ -160,6 +160,7 @@ def test_a_run_longer_than_the_cap_is_chained_and_equals_the_unchained_run(
     assert _losses(chained) == reference
 
 
+@pytest.mark.stress  # make test-all: `glue stop` of a VM run is in make test (tests/integration/test_runs.py)
 @pytest.mark.timeout(600)
 def test_stop_aborts_the_execution_and_the_watcher_leaves_it_until_a_resume(
         kit: Kit, emu: Emulator, env: dict[str, str], tmp_path: Path) -> None:

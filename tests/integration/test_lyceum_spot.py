@@ -19,7 +19,9 @@ from .conftest import Kit
 from .test_lyceum_e2e import lyceum_env, without_group_firewall
 from .test_runs import run_config
 
-pytestmark = pytest.mark.integration
+# `stress` (make test-all): ~70 s. make test has a preempted VM recovered by `glue watch` (tests/e2e/test_watch.py)
+# and the spot market's classification and pricing (tests/unit/test_classify.py, test_lyceum_backend.py).
+pytestmark = [pytest.mark.integration, pytest.mark.stress]
 
 
 @pytest.fixture

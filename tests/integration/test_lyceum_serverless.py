@@ -70,6 +70,10 @@ def _losses(store: RunStore) -> dict[int, float]:
     return out
 
 
+# `stress` (make test-all): make test resubmits a serverless run from its newest checkpoint in the chained run
+# below (resume equal to the unchained run), and classes every end of an execution
+# (tests/unit/test_serverless_state.py).
+@pytest.mark.stress
 @pytest.mark.timeout(900)
 def test_a_lost_execution_is_resubmitted_by_watch_and_the_resume_verified(
         kit: Kit, emu: Emulator, env: dict[str, str], tmp_path: Path) -> None:

@@ -364,6 +364,10 @@ def test_a_stopped_bucket_server_starts_again_on_demand_while_vms_run(cluster_ki
     assert "final.json" in vm_exec(fast, "gpukit-1", "ls", "/mnt/s3/runs/ondemand/outputs")
 
 
+# `stress` (make test-all): make test finds a frozen VM by lost_after and a stopped trainer as a stall under a
+# running watcher
+# (tests/e2e/test_watch.py::test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall).
+@pytest.mark.stress
 def test_watch_once_finds_a_stopped_trainer_once_its_heartbeat_is_past_lost_after(cluster_kit: Kit,
                                                                                  tmp_path: Path) -> None:
     """docs/watch.md: once the heartbeat is older than lost_after_seconds, a trainer stopped on a VM that

@@ -24,6 +24,7 @@ from glue.infra import ansible_run
 from glue.infra.ansible_run import ANSIBLE_DIR
 from glue.operations import vm_seed
 from glue.runs.store import RunStore
+from tests.integration.test_runs import run_config, status
 from tests.kit import Kit
 
 pytestmark = pytest.mark.integration
@@ -65,15 +66,7 @@ RUN = "qemu-docker"
 TRAINER_VARS = "trainer_image: gpukit-trainer:offline\ntrainer_image_source: build\n"
 
 
-def status_of(kit: Kit) -> dict[str, object]:
-    import json
-
-    return dict(json.loads(kit.glue("status", "--run", RUN, "--json", timeout=180).stdout))
-
-
 def _docker_run_config(tmp_path: Path) -> Path:
-    from tests.integration.test_runs import run_config
-
     return run_config(tmp_path, image="gpukit-trainer:offline", runtime="docker",
                       # A step of the reference config took ~1 min under emulation: the smallest model.
                       config={"steps": 8, "checkpoint_interval": 4, "step_sleep": 0.2, "batch_size": 2,
@@ -83,7 +76,7 @@ def _docker_run_config(tmp_path: Path) -> Path:
                       monitor={"heartbeat_seconds": 1, "stall_timeout_seconds": 900})
 
 
-@pytest.mark.timeout(3600)  # ~8 min idle; every step in the guest is many times slower on a busy host
+@pytest.mark.timeout(3600)  # ~5 min idle; every step in the guest is many times slower on a busy host
 def test_qemu_vm_docker_run_reboot_complete_down(qemu_kit: Kit, tmp_path: Path) -> None:
     from glue.runs import monitor
 
@@ -148,7 +141,7 @@ def test_qemu_vm_docker_run_reboot_complete_down(qemu_kit: Kit, tmp_path: Path) 
     assert (store.exit_record(1) or {}).get("exit_code") == 0, store.exit_record(1)
     # Both checkpoints were committed through the mount (the target is /mnt/s3/runs/{run}) and read back valid.
     assert monitor.last_valid_checkpoint(store, manifest) == 8
-    assert status_of(kit)["state"] == "completed"
+    assert status(kit, RUN)["state"] == "completed"
     t = lap("deploy to completion (checkpoints 4 and 8 through /mnt/s3)", t_deployed)
 
     # A qemu killed out of band reads as gone, disk and all (tests/unit/test_qemu_backend.py), and `glue up`

@@ -190,7 +190,7 @@ def test_a_sharded_two_node_run_loses_a_vm_and_continues_on_one(cluster_kit: Kit
 
 
 # `stress` (make test-all): make test has the survivor's resharded resume (the test above) and a watcher's
-# wait for capacity (tests/integration/test_runs.py); this joins them.
+# wait for capacity that spends no budget (tests/unit/test_watch_policy.py); this joins them.
 @pytest.mark.stress
 @pytest.mark.timeout(600)
 def test_watch_continues_a_group_on_its_survivor_when_no_vm_is_free(cluster_kit: Kit, tmp_path: Path) -> None:

@@ -105,6 +105,11 @@ def assert_no_secrets(tb: LocalTestbed) -> None:
             assert creds["secret_key"] not in text, f"secret key in {path}"
 
 
+# `stress` (make test-all): make test converges fresh VMs and leaves an unchanged one alone
+# (tests/integration/test_up_converge.py), round-trips through the mount of a VM that `glue up` verified and
+# replaces a killed VM with an empty disk (tests/integration/test_machines.py), and re-runs site.yml with
+# changed=0 (tests/integration/test_qemu.py).
+@pytest.mark.stress
 def test_fresh_vms_converge_roundtrip_idempotent_and_replaced_vm_has_no_mount(bed: LocalTestbed) -> None:
     bed.create(2)
     first = ansible.converge(bed.home, progress=False)

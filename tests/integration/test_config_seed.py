@@ -17,7 +17,10 @@ from glue.infra import ansible_run
 from glue.operations import convergence, vm_seed
 from tests.kit import Kit
 
-pytestmark = pytest.mark.integration
+# `stress` (make test-all): make test recovers a run onto a new VM that configured itself from the seed and
+# checks its resume (tests/e2e/test_own_job.py::test_own_project_recovers_from_the_bucket_after_the_local_copy_is_gone);
+# this test compares the seeded VM with the playbook's and drops a stale seed.
+pytestmark = [pytest.mark.integration, pytest.mark.stress]
 
 
 def _vm(kit: Kit, name: str) -> dict[str, Any]:

@@ -86,6 +86,10 @@ def test_the_live_lyceum_user_is_found_first_and_root_is_refused(kit: Kit, tmp_p
         assert emu.live_vms() == []
 
 
+# `stress` (make test-all): make test refuses a root login whose commands are refused, in the same words
+# (test_ubuntu_image_user_is_detected_and_commands_run_as_root), and finds the live user first
+# (test_the_live_lyceum_user_is_found_first_and_root_is_refused); this adds `glue up` deleting the VM again.
+@pytest.mark.stress
 def test_a_user_without_root_is_one_line_and_the_vm_is_deleted(kit: Kit, emu: Emulator) -> None:
     env = lyceum_env(kit, emu, LYCEUM_SSH_USER="root", LYCEUM_CREATE_TIMEOUT="20")
     res = kit.glue("up", "--backend", "lyceum", "--vms", "1", "--no-configure", env=env, check=False)

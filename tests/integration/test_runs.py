@@ -539,6 +539,10 @@ def test_a_watcher_killed_after_recording_the_new_attempt_is_retried_on_its_budg
         followed.stderr
 
 
+# `stress` (make test-all): make test decides a wait for capacity without budget or tries
+# (tests/unit/test_watch_policy.py::test_waiting_for_capacity_spends_no_budget_and_no_try_but_the_deadline_holds)
+# and recovers a lost VM unattended (tests/e2e/test_watch.py::test_watch_recovers_unattended_within_budgets).
+@pytest.mark.stress
 def test_a_recovery_without_capacity_is_waited_out_not_counted(cluster_kit: Kit, tmp_path: Path) -> None:
     """A lost VM the cloud cannot replace yet (no capacity; GPUKIT_LOCAL_CAPACITY here, Lyceum's HTTP 500
     live): `glue watch` waits with backoff and asks again, more often than it would retry a failed recovery,

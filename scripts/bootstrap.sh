@@ -56,10 +56,10 @@ log="$VENV/bootstrap-pip.log"
 "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip >>"$log" 2>&1 || true
 # torch first and pinned (an unpinned one could be another multi-GB build). Which build pip takes is
 # the host's pip configuration's choice: set PIP_INDEX_URL=https://download.pytorch.org/whl/cpu for CPU only.
-# --no-compile: pip would byte-compile every module of torch and transformers (~30 s of the first run);
-# Python compiles the few it imports, once, on first use.
-"$VENV/bin/pip" install -q --disable-pip-version-check --no-compile torch==2.13.0 >>"$log" 2>&1 || true
-"$VENV/bin/pip" install -q --disable-pip-version-check --no-compile -e '.[controller,train,dev]' >>"$log" 2>&1 || true
+# pip byte-compiles what it installs (~30 s of the first run): needed where PYTHONDONTWRITEBYTECODE is set (as
+# on CI here), which would otherwise make every process compile torch's modules again.
+"$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 >>"$log" 2>&1 || true
+"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[controller,train,dev]' >>"$log" 2>&1 || true
 if ! { "$VENV/bin/python" -c "import torch, boto3, tf, ansible_runner" && [ -x "$VENV/bin/rclone" ]; }; then
   grep -v "^WARNING: Location" "$log" >&2 || true
   echo "bootstrap: the Python packages did not install; see pip's output above (also in $log)" >&2

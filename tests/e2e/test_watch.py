@@ -102,7 +102,7 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
     kit = cluster_kit
     backend = LocalBackend(kit.home)
     notify = {"webhook": webhook}
-    main_cfg = run_config(tmp_path, "main.yaml", config={"steps": 300, "step_sleep": 0.1, "checkpoint_interval": 20},
+    main_cfg = run_config(tmp_path, "main.yaml", config={"steps": 200, "step_sleep": 0.1, "checkpoint_interval": 20},
                           recovery={"max_preemptions": 3, "backoff_seconds": 1, "backoff_max_seconds": 2},
                           notify=notify)
     oom_cfg = run_config(tmp_path, "oom.yaml", config={"steps": 5, "d_model": 512, "n_layer": 4, "batch_size": 64},
@@ -153,7 +153,7 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
         assert main.attempts() == [1, 2, 3, 4]  # one recovery per loss although two watchers saw the first
         state = main.get_json("watch/state.json")
         assert state["used"] == {"preemptions": 3, "failures": 0}  # counted on across the watcher restart
-        assert main.get_json("outputs/final.json")["step"] == 300
+        assert main.get_json("outputs/final.json")["step"] == 200
 
         # w-keep: recovered once (failure budget 1), its old VM kept; the second kill exhausts the budget.
         assert krec["failure_class"] == "killed" and krec["verified"] and krec["kept_vm"]["id"] == rec["vm_id"]

@@ -56,6 +56,10 @@ def local_state(emu: Emulator, vm_id: str) -> dict[str, object]:
     return dict(json.loads((emu.local.vms_dir / str(local_id) / "state.json").read_text()))
 
 
+# `stress` (make test-all): make test runs up, ssh, a replaced VM and down on local VMs
+# (tests/integration/test_cluster.py::test_up_ssh_isolation_replace_down), and `glue up`/`down` on this emulator
+# (tests/integration/test_lyceum_users.py, test_lyceum_refresh.py); this joins them on the Lyceum backend.
+@pytest.mark.stress
 def test_up_ssh_lost_vm_replaced_down(kit: Kit, emu: Emulator) -> None:
     env = lyceum_env(kit, emu)
     kit.glue("up", "--backend", "lyceum", "--vms", "2", "--no-configure", env=env)

@@ -19,9 +19,10 @@ WHEEL_DIRS_KEPT = 5  # a converge still running on an older tree keeps its wheel
 
 
 def source_hash(root: Path = PROJECT_ROOT) -> str:
-    """16 hex digits over every file under glue/ (bytecode excluded) and pyproject.toml."""
+    """16 hex digits over every file under glue/ (bytecode excluded), pyproject.toml and README.md (the
+    wheel's long description: a wheel reused by this hash holds the same bytes as one built now)."""
     digest = hashlib.sha256()
-    files = [root / "pyproject.toml", *(root / "glue").rglob("*")]
+    files = [root / "pyproject.toml", root / "README.md", *(root / "glue").rglob("*")]
     for path in sorted(p for p in files if p.is_file() and "__pycache__" not in p.parts):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())

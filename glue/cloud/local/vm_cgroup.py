@@ -10,6 +10,7 @@ cgroup v1 (hybrid, as here) and v2 are both handled; where neither is writable t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -87,11 +88,11 @@ def delegate(init_pid: int) -> None:
 
 def remove(paths: list[str]) -> None:
     """Remove the VM's cgroups once its processes are gone: children first (the trainer's, systemd's)."""
-    for top in map(Path, paths):
-        if not top.is_dir():
-            continue
-        dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
-        for d in [*dirs, top]:
+    for top in paths:
+        # Bottom-up: children first, the VM's own cgroup last. Two teardowns of one VM may race (a watcher's
+        # read_vm finding it gone while `glue down` or a recovery deletes it): os.walk skips a directory the
+        # other one removed meanwhile, where rglob raised and the watcher died.
+        for d in [Path(root) for root, _, _ in os.walk(top, topdown=False)]:
             for _ in range(50):  # a killed process leaves its cgroup a moment after the kill
                 try:
                     d.rmdir()

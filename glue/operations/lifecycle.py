@@ -89,12 +89,13 @@ def converge_changed(home: Path, console: Console, vms: list[inventory.Host], im
     if not why:
         console.print(f"configuration: nothing changed on {len(vms)} VM(s){seeded}; `glue up --converge` runs the "
                       "playbook anyway")
+        capture_seed(home, console, [], parts, earlier=vms)  # a seed dropped meanwhile is taken again
         return
     for name, reason in sorted(why.items()):
         console.print(f"converging {name}: {reason}")
     configure_hosts(home, console, limit=None if len(why) == len(vms) else sorted(why), verify=True)
     convergence.record_converged(home, sorted(why), parts)
-    capture_seed(home, console, [h for h in vms if h.name in why], parts)
+    capture_seed(home, console, [h for h in vms if h.name in why], parts, earlier=[h for h in vms if h.name not in why])
 
 
 def forget_stale_seed(home: Path, image: str | None) -> None:
@@ -129,25 +130,29 @@ def self_configured(home: Path, console: Console, vms: list[inventory.Host], why
 
 
 def capture_seed(home: Path, console: Console, converged: list[inventory.Host],
-                 parts: dict[str, convergence.VMParts]) -> None:
-    """After a converge and verify: the seed of this configuration, for the VMs created next (once)."""
-    if not converged or not get_backend(ClusterConfig.load(home).backend, home).takes_config_seed:
+                 parts: dict[str, convergence.VMParts], earlier: list[inventory.Host] | None = None) -> None:
+    """After a converge and verify, or with nothing to converge: the seed of this configuration for the VMs
+    created next, when there is none of it (once). From the first VM the playbook configured, of `converged`,
+    then of `earlier` (converged before at these parts): a seed dropped while nothing changed is taken again."""
+    hosts = [*converged, *(earlier or [])]
+    if not hosts or not get_backend(ClusterConfig.load(home).backend, home).takes_config_seed:
         return
-    first = converged[0]
+    first = hosts[0]
     image = vm_seed.carried_elsewhere(home, first.name)
     if image:
-        vm_seed.forget(home)
-        console.print(f"no configuration seed: {first.name}'s trainer runs in the Docker image {image}, which lives "
-                      "in Docker's storage, not in a seed; new VMs are converged by the playbook")
+        if converged or vm_seed.current_key(home):  # said once, not at every `glue up` with nothing to do
+            vm_seed.forget(home)
+            console.print(f"no configuration seed: {first.name}'s trainer runs in the Docker image {image}, which "
+                          "lives in Docker's storage, not in a seed; new VMs are converged by the playbook")
         return
     if vm_seed.current_key(home) != vm_seed.key_of(parts[first.name]):
-        key = vm_seed.capture(home, first, parts[first.name])
-        if key is None:
+        taken = vm_seed.capture_first(home, hosts, parts)
+        if taken is None:
             vm_seed.forget(home)
-            console.print(f"no configuration seed: {first.name} had applied an older seed at first boot; the next "
-                          "VM converged without one gives it")
+            console.print(f"no configuration seed: {', '.join(h.name for h in hosts)} had applied a seed at first "
+                          "boot; the next VM converged without one gives it")
         else:
-            console.print(f"configuration seed {key} captured from {first.name} (new VMs apply it at first boot)")
+            console.print(f"configuration seed {taken[0]} captured from {taken[1]} (new VMs apply it at first boot)")
 
 
 def stale(home: Path, vms: list[inventory.Host], parts: dict[str, convergence.VMParts]) -> dict[str, str]:

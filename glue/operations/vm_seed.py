@@ -7,7 +7,9 @@ capture   after the playbook converged and verified a VM, the files it wrote the
           SEED_ROOTS changed since the VM's first boot, by ctime, as copies keep their mtime) are read
           back over SSH into <home>/seeds/current.tar.gz (0600), with the key of the configuration they
           came from in current.key: a hash of the parts every VM shares (roles, group vars, bucket,
-          credentials, code, image; glue.operations.convergence).
+          credentials, code, image; glue.operations.convergence). Also at a `glue up` with nothing to
+          converge when there is no seed of the configuration as it is (dropped, or a recovery's playbook
+          run, which takes none): from a converged VM the playbook configured, never one that was seeded.
 provide   terraform passes the file's path (never its contents) to the gpukit provider, which hands
           the file to each VM it creates, as clouds pass user-data; the image's first-boot unit
           unpacks it and starts the mount (images/gpukit/files/usr/local/sbin/gpukit-firstboot).
@@ -127,6 +129,17 @@ def capture(home: Path, host: Host, parts: VMParts) -> str | None:
     parts_path(home).write_text(json.dumps(shared_parts(parts), sort_keys=True))
     key_path(home).write_text(key + "\n")  # last: a seed without its key is never handed out
     return key
+
+
+def capture_first(home: Path, hosts: list[Host], parts: dict[str, VMParts]) -> tuple[str, str] | None:
+    """The seed of the configuration, from the first of `hosts` (converged at `parts`) that the playbook
+    configured: (key, that host's name). A host that applied a seed at first boot is passed over (`capture`
+    returns None for it); None when every host had."""
+    for host in hosts:
+        key = capture(home, host, parts[host.name])
+        if key is not None:
+            return key, host.name
+    return None
 
 
 def carried_elsewhere(home: Path, name: str) -> str | None:

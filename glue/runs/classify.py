@@ -1,5 +1,6 @@
 """Failure classification: evidence in, one class and the reason out. Pure, so it is testable on
-recorded fixtures. The classes and their policies: docs/design.md, section 6 "Failure classes and policies".
+recorded fixtures. The classes and what each allows: glue/runs/class_policy.py (AttemptClass is defined
+there and re-exported here); docs/design.md, section 6 "Failure classes and policies".
 """
 
 from __future__ import annotations
@@ -7,52 +8,10 @@ from __future__ import annotations
 import re
 import signal as _signal
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
+from glue.runs.class_policy import AttemptClass, policy_of
 from glue.train.run.notice import PREEMPTED_EXIT
-
-
-class AttemptClass(StrEnum):
-    """What an attempt is: still running, completed, or one failure class. An attempt record keeps the
-    failure members under `failure_class` (and `outcome: completed` at the end); never RUNNING."""
-
-    RUNNING = "running"
-    COMPLETED = "completed"
-    OOM_GPU = "oom_gpu"
-    OOM_HOST = "oom_host"
-    STALL = "stall"
-    COMM = "comm"
-    VM_LOST = "vm_lost"
-    PREEMPTED = "preempted"  # announced for termination (saved at the notice), or a spot VM reclaimed unannounced
-    CAPPED = "capped"  # a serverless execution saved and stopped before its run-time cap: the next one continues
-    BAD_RESTART = "bad_restart"
-    EXPORT_MISSING = "export_missing"
-    STORAGE_LOST = "storage_lost"  # the bucket mount died, or the bucket stopped answering past retries
-    KILLED = "killed"  # killed by a signal from outside with no OOM record (preemption, operator)
-    USER_ERROR = "user_error"
-
-    @property
-    def is_failure(self) -> bool:
-        return self not in (AttemptClass.RUNNING, AttemptClass.COMPLETED)
-
-
-POLICY = {
-    AttemptClass.OOM_GPU: "no blind restart: it repeats at this input; investigate with `glue memprobe`",
-    AttemptClass.OOM_HOST: "no blind restart: it repeats at this input; investigate with `glue memprobe`",
-    AttemptClass.STALL: "kill the stuck process and recover (`glue recover`)",
-    AttemptClass.COMM: "restart the whole group and recover (`glue recover`)",
-    AttemptClass.VM_LOST: "recover onto a new VM (`glue recover`)",
-    AttemptClass.PREEMPTED: "recover onto a new VM (`glue recover`); the checkpoint at the notice makes it cheap",
-    AttemptClass.CAPPED: "continue in a new execution from the checkpoint saved before the cap (`glue recover`; "
-                         "`glue watch` does it from no budget)",
-    AttemptClass.BAD_RESTART: "stop; the resume is wrong; keep the evidence and fix the trainer",
-    AttemptClass.EXPORT_MISSING: "not done: write the required outputs; the VM is kept",
-    AttemptClass.STORAGE_LOST: "infrastructure, not the trainer: `glue recover` resumes it on a VM with a live "
-                               "bucket mount",
-    AttemptClass.KILLED: "recover (`glue recover`); find out who sent the signal",
-    AttemptClass.USER_ERROR: "no automatic retry: fix the error in the traceback",
-}
 
 GPU_OOM = re.compile(r"torch\.(cuda\.)?OutOfMemoryError|CUDA out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
                      r"cudaErrorMemoryAllocation")
@@ -111,7 +70,7 @@ class Diagnosis:
 
     @property
     def policy(self) -> str:
-        return POLICY.get(self.outcome, "")
+        return policy_of(self.outcome).text
 
 
 def _excerpt(text: str, pattern: re.Pattern[str] | None = None, lines: int = 12) -> str:

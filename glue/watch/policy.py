@@ -1,6 +1,7 @@
 """What `glue watch` does about a classified attempt: the decision table, the budgets, the backoff.
 
-Pure (no I/O), so every row of the table is unit-tested.
+Pure (no I/O), so every row of the table is unit-tested. Which class takes which row is each class's
+`watch` in glue/runs/class_policy.py; the table below restates it.
 
 | class                                   | action                                           |
 |-----------------------------------------|--------------------------------------------------|
@@ -25,20 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from glue.runs.classify import AttemptClass
+from glue.runs.class_policy import AttemptClass, Budget, policy_of
 from glue.runs.config import RecoverySpec
-
-PREEMPTION = frozenset({AttemptClass.VM_LOST, AttemptClass.PREEMPTED})
-FAILURE = frozenset({AttemptClass.STALL, AttemptClass.COMM, AttemptClass.STORAGE_LOST, AttemptClass.KILLED})
-NO_RETRY_EVENT = {
-    AttemptClass.OOM_GPU: "oom", AttemptClass.OOM_HOST: "oom", AttemptClass.BAD_RESTART: "bad_restart",
-    AttemptClass.USER_ERROR: "failed", AttemptClass.EXPORT_MISSING: "failed",
-}
 
 MAX_TRIES = 5  # failed recoveries of one failure before the watcher gives up on it
 
 Action = Literal["none", "done", "recover", "wait", "stop"]
-Budget = Literal["preemptions", "failures"]
 
 
 @dataclass(frozen=True)
@@ -47,14 +40,6 @@ class Decision:
     reason: str
     budget: Budget | None = None
     event: str | None = None  # the notification a stop sends
-
-
-def budget_of(outcome: AttemptClass) -> Budget | None:
-    if outcome in PREEMPTION:
-        return "preemptions"
-    if outcome in FAILURE:
-        return "failures"
-    return None
 
 
 def limit(spec: RecoverySpec, budget: Budget) -> int:
@@ -76,21 +61,22 @@ def decide(outcome: AttemptClass, spec: RecoverySpec, used: dict[str, int], now:
     started_at: epoch seconds of the run's first start (for deadline_hours); retry: failed recoveries
     of THIS failure so far (0 = a new failure, which takes one from its budget); capacity_waits: times
     THIS failure's recovery found no capacity (its budget is taken already, and waiting is no failure)."""
-    if outcome is AttemptClass.RUNNING:
+    policy = policy_of(outcome)
+    if policy.watch == "none":
         return Decision("none", "running")
-    if outcome is AttemptClass.COMPLETED:
+    if policy.watch == "done":
         return Decision("done", "completed")
-    if outcome in NO_RETRY_EVENT:
-        return Decision("stop", f"{outcome}: no automatic retry", event=NO_RETRY_EVENT[outcome])
-    if outcome is AttemptClass.CAPPED:  # chaining executions is the plan, not a failure: no budget, no deadline
+    if policy.stop_event is not None:
+        return Decision("stop", f"{outcome}: no automatic retry", event=policy.stop_event)
+    if policy.watch == "continue":  # chaining executions is the plan, not a failure: no budget, no deadline
         if retry >= MAX_TRIES:
             return Decision("stop", f"capped: {retry} starts of the next execution failed; giving up",
                             event="recovery_failed")
         if retry > 0 and now < next_try_at:
             return Decision("wait", f"capped: backing off {next_try_at - now:.0f}s")
         return Decision("recover", "capped: the execution reached its cap; the next one continues (no budget)")
-    budget = budget_of(outcome)
-    if budget is None:  # a class this table does not know: leave it to a human
+    budget = policy.budget
+    if budget is None:  # the other watch kinds are budgets (test_class_policy); a new kind: leave it to a human
         return Decision("stop", f"{outcome}: not recovered automatically", event="failed")
     if spec.deadline_hours is not None and started_at is not None \
             and now > started_at + spec.deadline_hours * 3600:

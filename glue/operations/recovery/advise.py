@@ -18,9 +18,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from glue.errors import GlueError
+from glue.runs.class_policy import POLICIES
 from glue.runs.store import RunStore, parse_iso
 
-RECOVERABLE = {"vm_lost", "preempted", "stall", "comm", "killed", "storage_lost"}
+# The failures a restart repairs (a string set: attempt records keep the class as its value).
+RECOVERABLE = frozenset(str(cls) for cls, policy in POLICIES.items() if policy.recoverable)
 
 
 def young(c: float, m: float) -> float:

@@ -32,21 +32,11 @@ from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, 
 from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import guard, monitor, remote, serverless_state, workspace
+from glue.runs.class_policy import policy_of
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.runs.vm_group import GroupSpec
 from glue.workdir.pin import Workspace
-
-REFUSE_WITHOUT_FORCE = {
-    AttemptClass.OOM_GPU: "restarting does not repair a repeatable memory failure; investigate with "
-                     "`glue memprobe --run {run}` and change the input, or pass --force",
-    AttemptClass.OOM_HOST: "restarting does not repair a repeatable memory failure; investigate with "
-                      "`glue memprobe --run {run}` and change the input, or pass --force",
-    AttemptClass.BAD_RESTART: "the last resume was wrong; fix the trainer (see `glue incidents --run {run}`), "
-                         "or pass --force",
-    AttemptClass.USER_ERROR: "the trainer failed with an error of its own (see `glue incidents --run {run}`); "
-                        "fix it, or pass --force",
-}
 
 
 def secs_between(a: str | None, b: str | None) -> float | None:
@@ -96,16 +86,12 @@ def detect(home: Path, store: RunStore, force: bool) -> Failure:
     """Classify the last attempt; refuse what a restart does not repair (unless forced)."""
     run_id = store.run
     report = monitor.check(home, store)
-    outcome = report.diagnosis.outcome
-    if outcome is AttemptClass.RUNNING:
-        raise GlueError(f"run {run_id} is healthy ({report.diagnosis.reason}); nothing to recover")
-    if outcome is AttemptClass.COMPLETED:
-        raise GlueError(f"run {run_id} completed; nothing to recover")
-    if outcome is AttemptClass.EXPORT_MISSING:
-        raise GlueError(f"run {run_id} finished, but required outputs are missing from the bucket "
-                        f"({report.diagnosis.reason.split(': ', 1)[-1]}); a restart does not fix that: export them")
-    if outcome in REFUSE_WITHOUT_FORCE and not force:
-        raise GlueError(f"run {run_id} failed with {outcome}: " + REFUSE_WITHOUT_FORCE[outcome].format(run=run_id))
+    outcome, reason = report.diagnosis.outcome, report.diagnosis.reason
+    policy = policy_of(outcome)
+    if policy.refuse_always is not None:
+        raise GlueError(policy.refuse_always.format(run=run_id, reason=reason, missing=reason.split(": ", 1)[-1]))
+    if policy.refuse_without_force is not None and not force:
+        raise GlueError(f"run {run_id} failed with {outcome}: " + policy.refuse_without_force.format(run=run_id))
     n = int(report.attempt["attempt"])
     attempt = store.attempt(n)  # re-read: the monitor just recorded the incident into it
     beat = report.heartbeat or {}
@@ -135,9 +121,6 @@ def validate(store: RunStore, manifest: dict[str, Any], failure: Failure, from_s
 
 
 # -- provision ----------------------------------------------------------------------------------------
-KEEPABLE = frozenset({AttemptClass.STALL, AttemptClass.COMM, AttemptClass.USER_ERROR, AttemptClass.KILLED,
-                      AttemptClass.STORAGE_LOST})
-
 # SIGSTOP the attempt's processes and their children: frozen, a kept trainer keeps its stacks and memory
 # for py-spy or gdb, and writes nothing more (no heartbeat over the new attempt's).
 _FREEZE = ("all='{pids}'; for p in $all; do for c in $(pgrep -P $p); do "
@@ -148,7 +131,7 @@ def keepable(home: Path, failure: Failure, keep_failed: bool) -> list[lifecycle.
     """The failed VMs to keep for debugging: asked for, a class where the VMs themselves still work, and
     every VM of the attempt that is still there (a group keeps all its live nodes, frozen together: its
     ranks' stacks and state belong together). [] = replace them as usual."""
-    if not keep_failed or failure.outcome not in KEEPABLE:
+    if not keep_failed or not policy_of(failure.outcome).keepable:
         return []
     backend = get_backend(current.ClusterConfig.load(home).backend, home)
     kept: list[lifecycle.KeptVM] = []

@@ -33,12 +33,12 @@ from rich.table import Table
 from glue.errors import GlueError
 from glue.operations import spares
 from glue.operations.recovery import phases, replay
-from glue.operations.recovery.phases import REFUSE_WITHOUT_FORCE, Timings, secs_between
+from glue.operations.recovery.phases import Timings, secs_between
 from glue.operations.recovery.resume_check import check_resume, merged_metrics, step_ranges
 from glue.runs import lease, monitor, serverless, serverless_state
 from glue.runs.store import RunStore, utc_iso
 
-__all__ = ["REFUSE_WITHOUT_FORCE", "check_resume", "merged_metrics", "print_table", "recover"]
+__all__ = ["check_resume", "merged_metrics", "print_table", "recover"]
 
 
 class BadRestart(GlueError):

@@ -13,6 +13,12 @@ class BucketInfo:
     name: str
     region: str
 
+    @property
+    def signing_region(self) -> str:
+        """The region requests are signed for: the bucket's own, else us-east-1 (rclone and MinIO accept any
+        SigV4 region; AWS needs the real one)."""
+        return self.region if self.region not in ("", "local") else "us-east-1"
+
 
 @dataclass(frozen=True)
 class BucketCredentials:

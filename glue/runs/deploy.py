@@ -8,12 +8,11 @@ bucket (the boundary guard), the command or image exists on the VM, every secret
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shlex
 import subprocess
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +22,20 @@ from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.paths import PROJECT_ROOT
+from glue.runs import attempt as attempt_mod
 from glue.runs import config as runconfig
-from glue.runs import docker_run, gate, guard, lease, monitor, remote, serverless, workspace
+from glue.runs import gate, guard, lease, monitor, remote, serverless, workspace
 from glue.runs import vm_group as group_mod
 from glue.runs.classify import AttemptClass
-from glue.runs.store import RunStore, utc_iso
+from glue.runs.records import Manifest
+from glue.runs.store import RunStore
 from glue.runs.vm_group import GroupSpec, Rendezvous
 from glue.storage import bucket as bucket_store
 from glue.workdir import plan as wplan
 from glue.workdir.pin import Workspace
 
 
-def code_version() -> dict[str, Any]:
+def git_version() -> dict[str, Any]:
     """git sha + dirty flag of the project deploying the run."""
     def git(*args: str) -> str | None:
         try:
@@ -60,37 +61,6 @@ def refuse_live_or_done(home: Path, store: RunStore) -> None:
                         "classifies and replaces it")
     if verdict.outcome is AttemptClass.COMPLETED:
         raise GlueError(f"run {store.run} completed; its outputs are final. Deploy a new run id to train again")
-
-
-def check_command(home: Path, host: Host, rc: runconfig.RunConfig, ws: Workspace | None = None) -> list[str]:
-    """The argv to run on the VM; refuse when its program or module is not there. A program in the run's
-    workdir package was checked against the package at deploy; a module may also come from the run's
-    requirements (installed only when the attempt is prepared)."""
-    if rc.runtime == "docker":
-        assert rc.image is not None
-        res = ssh.run(home, host, f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(rc.image)}", timeout=60)
-        if res.exit_code != 0:
-            raise GlueError(f"image {rc.image} is not on {host.name} (docker image inspect failed); set the trainer "
-                            f"role's trainer_image: {rc.image} (trainer_image_source: pull, or build: offline from the "
-                            "VM's own root filesystem, images/trainer/Dockerfile.offline) and run `glue up`")
-        return list(rc.command)
-    argv = list(rc.command)
-    if argv[0] in ("python", "python3"):
-        argv[0] = remote.python(host)
-    if ws is not None and ws.command_in_package:
-        return argv
-    if len(argv) >= 3 and argv[0].endswith("python") and argv[1] == "-m":
-        if ws is not None and ws.requirements and ws.requirements.get("pins"):
-            return argv
-        module = argv[2]
-        code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
-        probe = f"{shlex.quote(argv[0])} -c {shlex.quote(code)}"
-        if ssh.run(home, host, probe, timeout=60).exit_code != 0:
-            raise GlueError(f"command module {module!r} is not importable on {host.name} with {argv[0]}")
-        return argv
-    if ssh.run(home, host, f"command -v {shlex.quote(argv[0])}", timeout=20).exit_code != 0:
-        raise GlueError(f"command {argv[0]!r} not found on {host.name}")
-    return argv
 
 
 def check_eval_set(store: RunStore, rc: runconfig.RunConfig) -> dict[str, Any] | None:
@@ -130,7 +100,7 @@ def scale_gate(store: RunStore, nodes: int, require_validated: bool, console: Co
     --require-validated."""
     if nodes <= 1:
         return
-    sha = code_version().get("git_sha")
+    sha = git_version().get("git_sha")
     found = gate.validation(store.info, store.creds, sha, nodes, workdir_sha256)
     code = f"workdir {workdir_sha256[:12]}" if workdir_sha256 else f"commit {str(sha)[:12]}"
     if found.ok:
@@ -150,7 +120,7 @@ def _image_digest(home: Path, host: Host, image: str | None) -> str | None:
     return res.stdout.strip() or None
 
 
-def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: bool, console: Console,
+def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: bool, console: Console, *,
            memory_limit_mb: int | None = None, config_overrides: dict[str, Any] | None = None,
            group: GroupSpec | None = None, env_overrides: dict[str, str] | None = None,
            require_validated: bool = False, workdir: Path | None = None,
@@ -183,216 +153,115 @@ def deploy(home: Path, run_id: str, config_path: Path, vm: str | None, resume: b
     # (and a drill of one) brings back what its manifest pins.
     plan = wplan.make(rc, config_path, workdir) if not resume and pinned is None else wplan.Plan()
     try:
-        return _deploy(home, store, rc, vm, resume, console, memory_limit_mb, group, require_validated, plan, pinned)
+        return Deployment(home, store, rc, console, resume, group, plan, memory_limit_mb, require_validated,
+                          pinned).run(vm)
     finally:
         plan.close()
 
 
-def _deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, vm: str | None, resume: bool, console: Console,
-            memory_limit_mb: int | None, group: GroupSpec, require_validated: bool, plan: wplan.Plan,
-            pinned: Workspace | None) -> dict[str, Any]:
-    run_id = store.run
-    hosts = group_mod.pick_hosts(home, vm, group.nodes)
-    exists = store.exists()  # also: the bucket answers
-    if exists and not resume:
-        raise GlueError(f"run {run_id!r} already exists in the bucket; pick a new run id, or add --resume to start "
-                        "a new attempt that resumes it")
-    if resume and not exists:
-        raise GlueError(f"cannot resume run {run_id!r}: it does not exist in the bucket; deploy it without --resume")
-    if resume:
-        refuse_live_or_done(home, store)
-        pinned = Workspace.from_manifest(store.manifest())
-    if not resume:
-        shipped = plan.package.sha256 if plan.package else (pinned.package or {}).get("sha256") if pinned else None
-        scale_gate(store, group.nodes, require_validated, console, shipped)
-    eval_pin = check_eval_set(store, rc) if not exists else None
-    for host in hosts:
-        if not ssh.reachable(home, host):
-            raise GlueError(f"{host.name} does not answer SSH; check `glue status`")
-    # The trainer environment's report (its python imports torch: a second or more) comes in while the
-    # rest of the preflight runs and the lease settles; it goes into the manifest written under the lease.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        info = pool.submit(remote.env_info, home, hosts[0])
-        return _preflight_and_start(home, store, rc, hosts, resume, console, memory_limit_mb, group, plan,
-                                    pinned, exists, eval_pin, info)
+@dataclass
+class Deployment:
+    """`glue deploy` of a run onto VMs of the cluster, as named steps: pick the hosts, check the run, the
+    preflight on each host, ship the workspace, then under the run's lease record the manifest and start
+    attempt 1 (or the next, with --resume) through glue.runs.attempt."""
 
+    home: Path
+    store: RunStore
+    rc: runconfig.RunConfig
+    console: Console
+    resume: bool
+    group: GroupSpec
+    plan: wplan.Plan
+    memory_limit_mb: int | None = None
+    require_validated: bool = False
+    pinned: Workspace | None = None  # what the manifest pins: a drill's code, or the run's own on --resume
+    hosts: list[Host] = field(default_factory=list)
+    exists: bool = False
+    eval_pin: dict[str, Any] | None = None
 
-def _preflight_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, hosts: list[Host], resume: bool,
-                         console: Console, memory_limit_mb: int | None, group: GroupSpec, plan: wplan.Plan,
-                         pinned: Workspace | None, exists: bool, eval_pin: dict[str, Any] | None,
-                         info: Future[dict[str, Any]]) -> dict[str, Any]:
-    names = ", ".join(h.name for h in hosts)
-    checked = pinned or Workspace(package={"command_in_package": plan.command_in_package} if plan.package else None,
-                                  requirements={"pins": plan.requirements} if plan.requirements else None)
-    with console.status(f"preflight on {names}: boundary guard, command, environment"):
-        argvs = []
-        for host in hosts:
-            for what, location in rc.locations().items():
-                guard.check_location(home, host, store, what, location)
-            argvs.append(check_command(home, host, rc, checked))
-        missing = [s for s in rc.secrets if s not in os.environ]
-        if missing:
-            raise GlueError(f"secret {missing[0]} is not set in your environment; export it (its value is handed "
-                            "to the trainer in a 0600 file, never stored)")
-        digest = _image_digest(home, hosts[0], rc.image)
-        rdzv = group_mod.rendezvous(home, hosts, [remote.python(h) for h in hosts]) if group.distributed else None
-    ws = pinned if pinned is not None else workspace.ship(home, hosts[0], store, plan, console)
-    with lease.held(store, "deploy", new_run=not exists):
-        return _record_and_start(home, store, rc, hosts, argvs, resume, info.result(), digest, group, rdzv,
-                                 memory_limit_mb, console, eval_pin, ws)
+    def run(self, vm: str | None) -> dict[str, Any]:
+        self.hosts = group_mod.pick_hosts(self.home, vm, self.group.nodes)
+        self._check_run()
+        for host in self.hosts:
+            if not ssh.reachable(self.home, host):
+                raise GlueError(f"{host.name} does not answer SSH; check `glue status`")
+        # The trainer environment's report (its python imports torch: a second or more) comes in while the
+        # rest of the preflight runs and the lease settles; it goes into the manifest written under the lease.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            info = pool.submit(remote.env_info, self.home, self.hosts[0])
+            argvs, digest, rdzv = self._preflight()
+            ws = self.pinned if self.pinned is not None else \
+                workspace.ship(self.home, self.hosts[0], self.store, self.plan, self.console)
+            with lease.held(self.store, "deploy", new_run=not self.exists):
+                return self._record_and_start(argvs, ws, rdzv, info, digest)
 
+    def _check_run(self) -> None:
+        """The run id is new (or exists, with --resume, and is neither running nor done); the scale gate;
+        the evaluation set's pin."""
+        run_id, store = self.store.run, self.store
+        self.exists = store.exists()  # also: the bucket answers
+        if self.exists and not self.resume:
+            raise GlueError(f"run {run_id!r} already exists in the bucket; pick a new run id, or add --resume to "
+                            "start a new attempt that resumes it")
+        if self.resume and not self.exists:
+            raise GlueError(f"cannot resume run {run_id!r}: it does not exist in the bucket; deploy it without "
+                            "--resume")
+        if self.resume:
+            refuse_live_or_done(self.home, store)
+            self.pinned = Workspace.from_manifest(store.manifest())
+        else:
+            pinned = self.pinned
+            shipped = self.plan.package.sha256 if self.plan.package else \
+                (pinned.package or {}).get("sha256") if pinned else None
+            scale_gate(store, self.group.nodes, self.require_validated, self.console, shipped)
+        self.eval_pin = check_eval_set(store, self.rc) if not self.exists else None
 
-def _record_and_start(home: Path, store: RunStore, rc: runconfig.RunConfig, hosts: list[Host],
-                      argvs: list[list[str]], resume: bool, env_info: dict[str, Any], digest: str | None,
-                      group: GroupSpec, rdzv: Rendezvous | None, memory_limit_mb: int | None,
-                      console: Console, eval_pin: dict[str, Any] | None = None,
-                      ws: Workspace | None = None) -> dict[str, Any]:
-    """Under the run's lease: check again that the run is (or is not) there, write the manifest, start."""
-    run_id = store.run
-    exists = store.exists()
-    if exists and not resume:
-        raise GlueError(f"run {run_id!r} already exists in the bucket (another deploy just created it)")
-    attempts = store.attempts()
-    attempt = (max(attempts) + 1) if attempts else 1
-    names = ", ".join(h.name for h in hosts)
-    if not exists:
-        store.put_manifest({
-            "run": run_id, "created_at": utc_iso(), "image": rc.image, "image_digest": digest,
-            "command": list(rc.command), "runtime": rc.runtime, "config": rc.as_dict(),
-            "input": rc.input.model_dump() if rc.input else None, "code": code_version(),
-            "environment": {**env_info, "gpu_type": hosts[0].gpu_type, "gpu_count": hosts[0].gpu_count,
-                            "backend": hosts[0].backend, "market": hosts[0].market},
-            "distributed": group.as_dict() if group.distributed else None,
-            "secrets": list(rc.secrets), "outputs": {"destination": rc.outputs.destination,
-                                                     "required": list(rc.outputs.required)},
-            "checkpoint": rc.checkpoint.model_dump(), "bucket": {"endpoint": store.info.endpoint,
-                                                            "name": store.info.name},
-            # The evaluation set as verified at deploy (its sha256 pinned): runs judged on different sets
-            # are refused by `glue compare`.
-            "evaluation": {"dataset": eval_pin,
-                           "metrics": rc.evaluation.model_dump()["metrics"] if rc.evaluation else {}},
-            # The user's code and resolved requirements by content hash: every later attempt (recovery,
-            # glue watch, another node) brings back exactly these, from the bucket.
-            "workdir": ws.package if ws else None, "requirements": ws.requirements if ws else None,
-        })
-    record = start_attempt(home, hosts, store, rc, argvs, attempt, resume=resume or attempt > 1,
-                           memory_limit_mb=memory_limit_mb, group=group, rdzv=rdzv, ws=ws)
-    where = f"{group.nodes} nodes ({names}) x {group.procs_per_node} processes, rendezvous " \
-            f"{record['rendezvous']}" if group.distributed else hosts[0].name
-    console.print(f"[green]run {run_id}[/] attempt {attempt} started on {where} "
-                  f"(trainer pid {record.get('trainer_pid')})")
-    return record
+    def _preflight(self) -> tuple[list[list[str]], str | None, Rendezvous | None]:
+        """On each host: the boundary guard, the command; every secret set; the image's digest; the
+        rendezvous of a distributed group."""
+        plan, rc = self.plan, self.rc
+        checked = self.pinned or Workspace(
+            package={"command_in_package": plan.command_in_package} if plan.package else None,
+            requirements={"pins": plan.requirements} if plan.requirements else None)
+        names = ", ".join(h.name for h in self.hosts)
+        with self.console.status(f"preflight on {names}: boundary guard, command, environment"):
+            argvs = []
+            for host in self.hosts:
+                for what, location in rc.locations().items():
+                    guard.check_location(self.home, host, self.store, what, location)
+                argvs.append(attempt_mod.check_command(self.home, host, rc, checked))
+            missing = [s for s in rc.secrets if s not in os.environ]
+            if missing:
+                raise GlueError(f"secret {missing[0]} is not set in your environment; export it (its value is "
+                                "handed to the trainer in a 0600 file, never stored)")
+            digest = _image_digest(self.home, self.hosts[0], rc.image)
+            rdzv = group_mod.rendezvous(self.home, self.hosts, [remote.python(h) for h in self.hosts]) \
+                if self.group.distributed else None
+        return argvs, digest, rdzv
 
-
-def prepare_nodes(home: Path, hosts: list[Host], store: RunStore, ws: Workspace,
-                  attempt: int) -> list[dict[str, Any] | None]:
-    """Each node gets the bucket credentials and, for a run with a workdir or requirements, its code and
-    virtualenv for `attempt`, from the bucket by the manifest's hashes. Starts nothing: a node that
-    cannot (a package that does not match its hash) refuses before any attempt is recorded."""
-    ready: list[dict[str, Any] | None] = []
-    for host in hosts:
-        workspace.push_credentials(home, host, store)
-        ready.append(workspace.prepare(home, host, store, ws, attempt) if ws.needs_prepare else None)
-    return ready
-
-
-def start_attempt(home: Path, hosts: list[Host], store: RunStore, rc: runconfig.RunConfig, argvs: list[list[str]],
-                  attempt: int, resume: bool, memory_limit_mb: int | None = None,
-                  group: GroupSpec | None = None, rdzv: Rendezvous | None = None,
-                  ws: Workspace | None = None, ready: list[dict[str, Any] | None] | None = None) -> dict[str, Any]:
-    """Hand credentials and the launch spec to each VM (0600, tmpfs) and start its supervisor detached.
-
-    One supervisor per node; with a distributed group each runs the command under torchrun (at `rdzv`,
-    probed here when not given). A run with a workdir or requirements (`ws`) has them prepared on each
-    node first (`prepare_nodes`, unless the caller did: `ready`).
-    """
-    group = group or GroupSpec()
-    ws = ws or Workspace()
-    if ready is None:
-        ready = prepare_nodes(home, hosts, store, ws, attempt)
-    sdir = remote.state_dir(store.run)
-    env = {
-        **rc.env,
-        **{name: os.environ[name] for name in rc.secrets},
-        "GPUKIT_RUN": store.run, "GPUKIT_ATTEMPT": str(attempt), "GPUKIT_RESUME": "1" if resume else "0",
-        "GPUKIT_CONFIG": json.dumps(rc.config), "GPUKIT_CHECKPOINT": rc.checkpoint.target,
-        "GPUKIT_CHECKPOINT_INTERVAL": str(rc.checkpoint.interval_steps),
-        "GPUKIT_KEEP_LAST": str(rc.checkpoint.keep_last), "GPUKIT_OUTPUTS": rc.outputs.destination,
-        "GPUKIT_HEARTBEAT_SECONDS": str(rc.monitor.heartbeat_seconds), "GPUKIT_SCRATCH": remote.SCRATCH,
-        "GPUKIT_BUCKET_ENDPOINT": store.info.endpoint, "GPUKIT_BUCKET_NAME": store.info.name,
-        "GPUKIT_BUCKET_REGION": store.info.region if store.info.region != "local" else "us-east-1",
-        "GPUKIT_CREDENTIALS_FILE": remote.CREDENTIALS_PATH, "PYTHONUNBUFFERED": "1",
-    }
-    ds = rc.evaluation.dataset if rc.evaluation else None
-    if ds is not None:  # glue.train.run.evaluation.load_eval_set reads it, through the S3 API, and checks the pin
-        key = monitor.as_s3_prefix(ds.uri, store.info.name)
-        env.update(GPUKIT_EVAL_URI=f"s3://{store.info.name}/{key}", GPUKIT_EVAL_SHA256=ds.sha256)
-    if group.distributed and rdzv is None:
-        rdzv = group_mod.rendezvous(home, hosts, [remote.python(h) for h in hosts])
-    record: dict[str, Any] = {
-        "run": store.run, "attempt": attempt, "vm": hosts[0].name, "vm_id": hosts[0].id,
-        "backend": hosts[0].backend, "started_at": utc_iso(), "resume": resume, "memory_limit_mb": memory_limit_mb,
-        "ended_at": None, "exit": None, "failure_class": None, "last_step": None,
-        "nodes": [{"node": k, "vm": h.name, "vm_id": h.id} for k, h in enumerate(hosts)],
-        "rendezvous": rdzv.endpoint if rdzv else None,
-    }
-    store.put_attempt(record)
-    docker = rc.runtime == "docker"
-    for k, host in enumerate(hosts):
-        node_ready = ready[k]
-        if node_ready:
-            record["nodes"][k].update(code_sha256=node_ready["package_sha256"],
-                                      requirements_set=node_ready["requirements_set"])
-        argv, node_env, cwd = workspace.launch(argvs[k], remote.python(host), env, node_ready, docker)
-        if rdzv is not None:
-            argv = group_mod.torchrun_argv(argv[0] if node_ready else remote.python(host), argv, group, rdzv, k,
-                                           store.run, attempt)
-        # The interface gloo/nccl bind to comes first: a user's own setting in run.yaml `env` wins.
-        node_env = {**(group_mod.node_env(rdzv, k) if rdzv is not None else {}), **node_env,
-                    "GPUKIT_NODE": str(k), "GPUKIT_VM": host.name}
-        if docker:
-            gpus = docker_run.docker_gpus(home, host)
-            record["nodes"][k]["docker_gpus"] = gpus
-            argv = docker_run.docker_argv(store.run, attempt, str(rc.image), argv, f"{sdir}/attempt-{attempt}.env",
-                                          gpus=gpus, code_dir=cwd)
-            ssh.put_file(home, host, f"{sdir}/attempt-{attempt}.env",
-                         "".join(f"{k}={v}\n" for k, v in node_env.items()).encode())
-        spec = {"run": store.run, "attempt": attempt, "node": k, "command": argv, "env": node_env,
-                "memory_limit_mb": memory_limit_mb, "credentials_file": remote.CREDENTIALS_PATH,
-                "cwd": (cwd if cwd and not docker else remote.SCRATCH),
-                "bucket": {"endpoint": store.info.endpoint, "name": store.info.name,
-                           "region": env["GPUKIT_BUCKET_REGION"]}}
-        spec_path = f"{sdir}/attempt-{attempt}.json"
-        ssh.put_file(home, host, spec_path, json.dumps(spec).encode())
-        py = shlex.quote(remote.python(host))
-        # Only the supervisor goes to the background, its output redirected: a backgrounded `a && b && c &`
-        # would be a subshell holding the SSH session's pipes until the supervisor exits (the command
-        # then returned only at ssh.run's 2 s end-of-output deadline).
-        start = (f"mkdir -p {remote.SCRATCH} && cd {remote.SCRATCH} && {{ setsid {py} -m glue.train.run.supervise "
-                 f"{shlex.quote(spec_path)} </dev/null >{sdir}/supervisor-{attempt}.log 2>&1 & }}")
-        res = ssh.run(home, host, start, timeout=30)
-        if res.exit_code != 0:
-            raise GlueError(f"{host.name}: could not start the trainer: {res.stderr.strip()}")
-    for k, host in enumerate(hosts):
-        record["nodes"][k].update(_wait_started(home, host, store.run, attempt))
-    record.update({key: record["nodes"][0][key] for key in ("supervisor_pid", "trainer_pid", "started_at",
-                                                            "code_sha256", "requirements_set")
-                   if key in record["nodes"][0]})
-    store.put_attempt(record)
-    return record
-
-
-# The supervisor's Python start: a second on a real VM; on an emulated one (qemu without KVM) under load
-# its imports alone took 40 s.
-SUPERVISOR_START_S = 180
-
-
-def _wait_started(home: Path, host: Host, run: str, attempt: int) -> dict[str, Any]:
-    deadline = time.monotonic() + SUPERVISOR_START_S
-    while time.monotonic() < deadline:
-        state = remote.process_state(home, host, run, attempt)
-        if state["pids"]:
-            return dict(state["pids"])
-        time.sleep(0.2)
-    raise GlueError(f"{host.name}: the trainer's supervisor did not start within {SUPERVISOR_START_S}s "
-                    f"(see {remote.state_dir(run)}/supervisor-{attempt}.log on the VM)")
+    def _record_and_start(self, argvs: list[list[str]], ws: Workspace, rdzv: Rendezvous | None,
+                          info: Future[dict[str, Any]], digest: str | None) -> dict[str, Any]:
+        """Under the run's lease: check again that the run is (or is not) there, write the manifest, start."""
+        store, hosts = self.store, self.hosts
+        exists = store.exists()
+        if exists and not self.resume:
+            raise GlueError(f"run {store.run!r} already exists in the bucket (another deploy just created it)")
+        attempts = store.attempts()
+        number = (max(attempts) + 1) if attempts else 1
+        if not exists:
+            head = hosts[0]
+            environment = {**info.result(), "gpu_type": head.gpu_type, "gpu_count": head.gpu_count,
+                           "backend": head.backend, "market": head.market}
+            store.put_manifest(Manifest.of_run(
+                store, self.rc, environment, self.eval_pin, image_digest=digest, code=git_version(),
+                distributed=self.group.as_dict() if self.group.distributed else None,
+                workdir=ws.package, requirements=ws.requirements).to_dict())
+        record = attempt_mod.Attempt(self.home, store, self.rc, hosts, number, resume=self.resume or number > 1,
+                                     memory_limit_mb=self.memory_limit_mb, group=self.group, ws=ws,
+                                     rdzv=rdzv).start(argvs)
+        names = ", ".join(h.name for h in hosts)
+        where = f"{self.group.nodes} nodes ({names}) x {self.group.procs_per_node} processes, rendezvous " \
+                f"{record['rendezvous']}" if self.group.distributed else hosts[0].name
+        self.console.print(f"[green]run {store.run}[/] attempt {number} started on {where} "
+                           f"(trainer pid {record.get('trainer_pid')})")
+        return record

@@ -10,9 +10,9 @@ from typing import Any
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
+from glue.train.state_paths import StatePaths
 from glue.train.storage.credentials import TRAINER_FILE
 
-RUN_STATE_ROOT = "/run/gpukit/runs"        # tmpfs on the VM: launch specs (0600), pids, local log
 CREDENTIALS_PATH = TRAINER_FILE
 SCRATCH = "/var/lib/gpukit/scratch"
 REAL_VM_VENV = "/opt/gpukit/venv"
@@ -25,10 +25,6 @@ LOG_TAIL_LINES = 12
 def venv(host: Host) -> str:
     """The trainer runtime's venv: baked into the gpukit image, installed by the trainer role elsewhere."""
     return REAL_VM_VENV
-
-
-def state_dir(run: str) -> str:
-    return f"{RUN_STATE_ROOT}/{run}"
 
 
 def python(host: Host) -> str:
@@ -46,12 +42,13 @@ def env_info(home: Path, host: Host) -> dict[str, Any]:
 def process_state(home: Path, host: Host, run: str, attempt: int) -> dict[str, Any]:
     """pids of the attempt and each one's state letter (R, S, T, Z...) or None when gone; and the last lines
     of its log on the VM (`log_tail`: what it said while the bucket, where its log is shipped, was away)."""
-    pids_file = f"{state_dir(run)}/attempt-{attempt}.pids.json"
+    paths = StatePaths.of(run, attempt)
+    pids_file = paths.pids
     script = (
         f"cat {pids_file} 2>/dev/null || echo '{{}}'; echo; "
         f"for p in $(grep -o '[0-9]\\+' {pids_file} 2>/dev/null); do "
         "  s=$(cut -d')' -f2 /proc/$p/stat 2>/dev/null | cut -d' ' -f2); echo \"$p ${s:-gone}\"; done; "
-        f"echo {LOG_MARK}; tail -n {LOG_TAIL_LINES} {state_dir(run)}/attempt-{attempt}.log 2>/dev/null || true"
+        f"echo {LOG_MARK}; tail -n {LOG_TAIL_LINES} {paths.log} 2>/dev/null || true"
     )
     res = ssh.run(home, host, script, timeout=20)
     head, _, log_tail = res.stdout.partition(f"{LOG_MARK}\n")

@@ -25,11 +25,12 @@ from glue.cloud.lyceum.executions import Executions, Submission
 from glue.cluster import current
 from glue.errors import GlueError
 from glue.runs import config as runconfig
-from glue.runs import lease, monitor
+from glue.runs import lease, monitor, trainer_env
+from glue.runs.records import AttemptRecord, Manifest
 from glue.runs.serverless_state import executions
-from glue.runs.store import RunStore, utc_iso
-from glue.train.run.notice import STOP_AT_ENV
-from glue.train.storage.mount import MOUNT, VIA_ENV, mount_path
+from glue.runs.store import RunStore
+from glue.train.run.launch import LaunchSpec, SpecBucket
+from glue.train.storage.mount import MOUNT
 
 RUNTIME = "lyceum-run"
 ENTRY = ["python3", "-m", "glue.train.run.execution"]
@@ -65,20 +66,12 @@ def _submission(store: RunStore, rc: runconfig.RunConfig, attempt: int) -> Submi
                       execution_type=ex.type, timeout=ex.timeout)
 
 
-def launch_spec(store: RunStore, rc: runconfig.RunConfig, attempt: int, resume: bool, stop_at: float) -> dict[str, Any]:
+def launch_spec(store: RunStore, rc: runconfig.RunConfig, attempt: int, resume: bool, stop_at: float) -> LaunchSpec:
     """What the execution's supervisor runs, as on a VM; the bucket through the platform's mount."""
-    env = {**rc.env, "GPUKIT_RUN": store.run, "GPUKIT_ATTEMPT": str(attempt), "GPUKIT_RESUME": "1" if resume else "0",
-           "GPUKIT_CONFIG": json.dumps(rc.config), "GPUKIT_CHECKPOINT": rc.checkpoint.target,
-           "GPUKIT_CHECKPOINT_INTERVAL": str(rc.checkpoint.interval_steps),
-           "GPUKIT_KEEP_LAST": str(rc.checkpoint.keep_last), "GPUKIT_OUTPUTS": rc.outputs.destination,
-           "GPUKIT_HEARTBEAT_SECONDS": str(rc.monitor.heartbeat_seconds), "GPUKIT_SCRATCH": SCRATCH,
-           "GPUKIT_BUCKET_NAME": store.info.name, VIA_ENV: "mount", "GPUKIT_VM": f"{RUNTIME}-{attempt}",
-           STOP_AT_ENV: f"{stop_at:.3f}", "PYTHONUNBUFFERED": "1"}
-    ds = rc.evaluation.dataset if rc.evaluation else None
-    if ds is not None:  # glue.train.run.evaluation.load_eval_set reads it through the mount, checked by its pin
-        env.update(GPUKIT_EVAL_URI=mount_path(ds.uri, store.info.name), GPUKIT_EVAL_SHA256=ds.sha256)
-    return {"run": store.run, "attempt": attempt, "node": 0, "command": list(rc.command), "env": env,
-            "memory_limit_mb": None, "cwd": None, "bucket": {"name": store.info.name, "via": "mount", "mount": MOUNT}}
+    tenv = trainer_env.for_execution(store, rc, attempt, resume, SCRATCH, f"{RUNTIME}-{attempt}", stop_at)
+    return LaunchSpec(run=store.run, attempt=attempt, command=list(rc.command),
+                      env={**rc.env, **tenv.to_env(), "PYTHONUNBUFFERED": "1"},
+                      bucket=SpecBucket(name=store.info.name, via="mount", mount=MOUNT))
 
 
 def start_attempt(store: RunStore, rc: runconfig.RunConfig, attempt: int, resume: bool,
@@ -88,20 +81,17 @@ def start_attempt(store: RunStore, rc: runconfig.RunConfig, attempt: int, resume
     ex = rc.execution or runconfig.ExecutionSpec()
     stop_at = time.time() + ex.cap_seconds - ex.save_margin_seconds
     sub = _submission(store, rc, attempt)
-    store.put_launch(attempt, launch_spec(store, rc, attempt, resume, stop_at))
-    record: dict[str, Any] = {
-        "run": store.run, "attempt": attempt, "vm": f"{RUNTIME}-{attempt}", "vm_id": None, "backend": "lyceum",
-        "started_at": utc_iso(), "resume": resume, "memory_limit_mb": None, "ended_at": None, "exit": None,
-        "failure_class": None, "last_step": None,
-        "execution": {"id": None, "type": ex.type, "timeout": ex.timeout, "cap_seconds": ex.cap_seconds,
-                      "stop_at": stop_at, "image": rc.image},
-    }
-    store.put_attempt(record)  # recorded before it starts: a start whose answer is lost is still findable
+    store.put_launch(attempt, json.loads(launch_spec(store, rc, attempt, resume, stop_at).to_json()))
+    execution = {"id": None, "type": ex.type, "timeout": ex.timeout, "cap_seconds": ex.cap_seconds,
+                 "stop_at": stop_at, "image": rc.image}
+    record = AttemptRecord(run=store.run, attempt=attempt, vm=f"{RUNTIME}-{attempt}", vm_id=None, backend="lyceum",
+                           resume=resume, nodes=[], extra={"execution": execution})
+    store.put_attempt(record.to_dict())  # recorded before it starts: a start whose answer is lost is still findable
     started = (runs or executions()).start(sub)
-    record["execution"]["id"] = record["vm_id"] = started.id
-    record["nodes"] = [{"node": 0, "vm": record["vm"], "vm_id": started.id}]
-    store.put_attempt(record)
-    return record
+    execution["id"] = record.vm_id = started.id
+    record.nodes = [{"node": 0, "vm": record.vm, "vm_id": started.id}]
+    store.put_attempt(record.to_dict())
+    return record.to_dict()
 
 
 def deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, resume: bool, console: Console,
@@ -119,21 +109,10 @@ def deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, resume: bool, c
         attempt = (max(attempts) + 1) if attempts else 1
         if not exists:
             ex = rc.execution or runconfig.ExecutionSpec()
-            store.put_manifest({
-                "run": store.run, "created_at": utc_iso(), "image": rc.image, "image_digest": None,
-                "command": list(rc.command), "runtime": RUNTIME, "config": rc.as_dict(),
-                "input": rc.input.model_dump() if rc.input else None, "code": None,
-                # The execution type's GPU (gpu.a100 -> a100) prices it: the VM price of that GPU, on-demand.
-                "environment": {"backend": "lyceum", "runtime": RUNTIME, "execution_type": ex.type,
-                                "gpu_type": ex.type.removeprefix("gpu."), "gpu_count": 1, "market": "on-demand"},
-                "distributed": None, "secrets": list(rc.secrets),
-                "outputs": {"destination": rc.outputs.destination, "required": list(rc.outputs.required)},
-                "checkpoint": rc.checkpoint.model_dump(), "bucket": {"endpoint": store.info.endpoint,
-                                                                    "name": store.info.name},
-                "evaluation": {"dataset": eval_pin,
-                               "metrics": rc.evaluation.model_dump()["metrics"] if rc.evaluation else {}},
-                "workdir": None, "requirements": None,
-            })
+            # The execution type's GPU (gpu.a100 -> a100) prices it: the VM price of that GPU, on-demand.
+            environment = {"backend": "lyceum", "runtime": RUNTIME, "execution_type": ex.type,
+                           "gpu_type": ex.type.removeprefix("gpu."), "gpu_count": 1, "market": "on-demand"}
+            store.put_manifest(Manifest.of_run(store, rc, environment, eval_pin).to_dict())
         record = start_attempt(store, rc, attempt, resume=resume or attempt > 1)
     console.print(f"[green]run {store.run}[/] attempt {attempt} submitted as Lyceum execution "
                   f"{record['execution']['id']} ({record['execution']['type']}); follow it with "

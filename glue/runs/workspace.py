@@ -21,6 +21,7 @@ from glue.infra.inventory import Host
 from glue.runs import remote
 from glue.runs.store import RunStore
 from glue.storage import bucket as bucket_store
+from glue.train.state_paths import StatePaths
 from glue.train.storage.credentials import credentials_doc
 from glue.train.workspace.paths import CONTAINER_WORKDIR
 from glue.workdir import plan as wplan
@@ -39,13 +40,12 @@ def push_credentials(home: Path, host: Host, store: RunStore) -> None:
 
 def _bucket(store: RunStore) -> dict[str, Any]:
     return {"bucket": {"endpoint": store.info.endpoint, "name": store.info.name,
-                       "region": store.info.region if store.info.region != "local" else "us-east-1"},
+                       "region": store.info.signing_region},
             "credentials_file": remote.CREDENTIALS_PATH}
 
 
-def _call(home: Path, host: Host, store: RunStore, verb: str, spec: dict[str, Any], name: str,
+def _call(home: Path, host: Host, store: RunStore, verb: str, spec: dict[str, Any], path: str,
           timeout: float) -> dict[str, Any]:
-    path = f"{remote.state_dir(store.run)}/{name}"
     ssh.put_file(home, host, path, json.dumps({**spec, **_bucket(store)}).encode())
     res = ssh.run(home, host, f"{shlex.quote(remote.python(host))} -m glue.train.workspace {verb} "
                   f"{shlex.quote(path)}", timeout=timeout)
@@ -66,7 +66,8 @@ def target(home: Path, host: Host) -> dict[str, Any]:
 
 def prepare(home: Path, host: Host, store: RunStore, ws: Workspace, attempt: int) -> dict[str, Any]:
     """Code unpacked and venv ready on `host` for `attempt`: {python, code_dir, package_sha256, requirements_set}."""
-    return _call(home, host, store, "prepare", ws.prepare_spec(store.run, attempt), f"workspace-{attempt}.json",
+    return _call(home, host, store, "prepare", ws.prepare_spec(store.run, attempt),
+                 StatePaths.of(store.run, attempt).workspace_spec,
                  PREPARE_TIMEOUT_S)
 
 

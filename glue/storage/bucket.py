@@ -32,8 +32,7 @@ def client(info: BucketInfo, creds: BucketCredentials, timeout: float = 10.0, ch
         aws_access_key_id=creds.access_key,
         aws_secret_access_key=creds.secret_key,
         aws_session_token=creds.session_token,
-        # rclone and MinIO accept any SigV4 region; AWS needs the real one.
-        region_name=info.region if info.region not in ("", "local") else "us-east-1",
+        region_name=info.signing_region,
         config=Config(
             s3={"addressing_style": "path"},
             connect_timeout=timeout,

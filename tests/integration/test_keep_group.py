@@ -15,9 +15,9 @@ from glue.cloud.local.backend import LocalBackend
 from glue.cluster import current
 from glue.operations import lifecycle
 from glue.operations.recovery import phases
-from glue.runs import remote
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore
+from glue.train.state_paths import StatePaths
 
 from .conftest import Kit
 
@@ -45,12 +45,12 @@ def test_every_live_vm_of_a_failed_group_is_kept_frozen_and_removed_only_by_down
     # What is left of the failed attempt on each VM: a supervisor and a trainer, their pids where deploy keeps them.
     pids: dict[str, list[int]] = {}
     for h in old:
-        start = (f"mkdir -p {remote.state_dir(RUN)} && "
+        start = (f"mkdir -p {StatePaths.of(RUN, N).folder} && "
                  "for i in 1 2; do nohup sleep 600 >/dev/null 2>&1 </dev/null & echo $!; done")
         pids[h.name] = [int(p) for p in kit.glue("ssh", h.name, "--", "sh", "-c", start).stdout.split()]
         record = json.dumps({"supervisor_pid": pids[h.name][0], "trainer_pid": pids[h.name][1]})
         kit.glue("ssh", h.name, "--", "sh", "-c",
-                 f"echo '{record}' > {remote.state_dir(RUN)}/attempt-{N}.pids.json")
+                 f"echo '{record}' > {StatePaths.of(RUN, N).pids}")
 
     assert phases.keepable(kit.home, _failure(AttemptClass.COMM, nodes), keep_failed=False) == []
     keep = phases.keepable(kit.home, _failure(AttemptClass.COMM, nodes), keep_failed=True)

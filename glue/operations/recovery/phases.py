@@ -29,8 +29,8 @@ from glue.infra.inventory import Host
 from glue.infra.terraform import Terraform, vm_address
 from glue.operations import convergence, lifecycle, spare_state
 from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, check_resharded, merged_metrics
+from glue.runs import attempt as attempt_mod
 from glue.runs import config as runconfig
-from glue.runs import deploy as deploy_mod
 from glue.runs import guard, monitor, remote, serverless_state, workspace
 from glue.runs.class_policy import policy_of
 from glue.runs.classify import AttemptClass
@@ -281,7 +281,7 @@ def verify(home: Path, store: RunStore, lost: Lost, hosts: list[Host], fresh: li
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="gpukit-verify") as pool:
         guards = [pool.submit(guarded, h) for h in hosts]
         reads = [pool.submit(read_back, h) for h in hosts if h.name in fresh]
-        commands = [pool.submit(deploy_mod.check_command, home, h, lost.rc, lost.ws) for h in hosts]
+        commands = [pool.submit(attempt_mod.check_command, home, h, lost.rc, lost.ws) for h in hosts]
         for fut in (*guards, *reads):
             fut.result()
         return [fut.result() for fut in commands]
@@ -292,7 +292,7 @@ def prepare(home: Path, store: RunStore, lost: Lost, failure: Failure,
             hosts: list[Host]) -> list[dict[str, Any] | None]:
     """The run's code and requirements on every node, from the bucket by the manifest's hashes (never
     from the controller's folder): a package or wheel that does not match refuses here."""
-    return deploy_mod.prepare_nodes(home, hosts, store, lost.ws, failure.number + 1)
+    return next_attempt(home, store, lost, failure, hosts).prepare()
 
 
 # -- start --------------------------------------------------------------------------------------------
@@ -300,9 +300,15 @@ def start(home: Path, store: RunStore, lost: Lost, failure: Failure, hosts: list
           argvs: list[list[str]], ready: list[dict[str, Any] | None] | None = None,
           group: GroupSpec | None = None) -> dict[str, Any]:
     """The next attempt, resuming, on the group's hosts (`group`: a smaller one). Returns its attempt record."""
-    return deploy_mod.start_attempt(home, hosts, store, lost.rc, argvs, failure.number + 1, resume=True,
-                                    memory_limit_mb=failure.attempt.get("memory_limit_mb"), group=group or lost.group,
-                                    ws=lost.ws, ready=ready)
+    return next_attempt(home, store, lost, failure, hosts, group).start(argvs, ready)
+
+
+def next_attempt(home: Path, store: RunStore, lost: Lost, failure: Failure, hosts: list[Host],
+                 group: GroupSpec | None = None) -> attempt_mod.Attempt:
+    """The attempt after the failed one: resuming, with its memory limit, the run's pinned workspace."""
+    return attempt_mod.Attempt(home, store, lost.rc, hosts, failure.number + 1, resume=True,
+                               memory_limit_mb=failure.attempt.get("memory_limit_mb"), group=group or lost.group,
+                               ws=lost.ws)
 
 
 def record_group(store: RunStore, manifest: dict[str, Any], group: GroupSpec, attempt: int) -> None:

@@ -36,9 +36,10 @@ from glue.train.checkpoint.sealed import FolderCheckpoints
 from glue.train.errors import StorageError
 from glue.train.layout import carried_metrics_key, error_key, heartbeat_key, metrics_key, notice_key, run_uri
 from glue.train.run import process_group as group
+from glue.train.run.launch import TrainerEnv
 from glue.train.run.notice import PREEMPTED_EXIT, TerminationNotice
 from glue.train.storage.credentials import credentials_from_file
-from glue.train.storage.mount import MOUNT, VIA_ENV, bucket_url, mount_path
+from glue.train.storage.mount import bucket_url, mount_path
 from glue.train.storage.target import Storage, open_target
 from glue.train.utc import iso, utc_now
 
@@ -79,27 +80,28 @@ class _MetricsFirstCheckpointer(Checkpointer):
 
 class RunContext:
     def __init__(self, env: dict[str, str]) -> None:
-        self.run = env["GPUKIT_RUN"]
-        self.attempt = int(env.get("GPUKIT_ATTEMPT", "1"))
+        spec = TrainerEnv.from_env(env)
+        self.run = spec.run
+        self.attempt = spec.attempt
         self.rank = int(env.get("RANK", "0"))
         self.world_size = int(env.get("WORLD_SIZE", "1"))
-        self.node = int(env.get("GPUKIT_NODE", "0"))
-        self.vm = env.get("GPUKIT_VM", socket.gethostname())
+        self.node = spec.node or 0
+        self.vm = spec.vm or socket.gethostname()
         self.restart = 0
-        self.config: dict[str, Any] = json.loads(env.get("GPUKIT_CONFIG", "{}"))
-        self.checkpoint_target = env["GPUKIT_CHECKPOINT"]
-        self.checkpoint_interval = int(env.get("GPUKIT_CHECKPOINT_INTERVAL", "50"))
-        self.keep_last = int(env.get("GPUKIT_KEEP_LAST", "2"))
-        self.outputs_target = env["GPUKIT_OUTPUTS"]
-        self.heartbeat_seconds = float(env.get("GPUKIT_HEARTBEAT_SECONDS", "2"))
-        self.scratch = Path(env.get("GPUKIT_SCRATCH", "/tmp"))
-        self.endpoint = env.get("GPUKIT_BUCKET_ENDPOINT") or None
-        self.region = env.get("GPUKIT_BUCKET_REGION") or None
-        cred_file = env.get("GPUKIT_CREDENTIALS_FILE")
+        self.config: dict[str, Any] = spec.config
+        self.checkpoint_target = spec.checkpoint
+        self.checkpoint_interval = spec.checkpoint_interval
+        self.keep_last = spec.keep_last
+        self.outputs_target = spec.outputs
+        self.heartbeat_seconds = spec.heartbeat_seconds
+        self.scratch = Path(spec.scratch)
+        self.endpoint = spec.bucket_endpoint
+        self.region = spec.bucket_region
+        cred_file = spec.credentials_file
         self._creds = (lambda: credentials_from_file(cred_file)) if cred_file else None
-        bucket = env["GPUKIT_BUCKET_NAME"]
-        self.bucket, self.mount = bucket, env.get("GPUKIT_BUCKET_MOUNT", MOUNT)
-        self.via_mount = env.get(VIA_ENV) == "mount"  # a serverless run: the bucket only at the mount
+        bucket = spec.bucket_name
+        self.bucket, self.mount = bucket, spec.mount
+        self.via_mount = spec.via_mount  # a serverless run: the bucket only at the mount
         self.store: Storage = self._open(run_uri(bucket, self.run))
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
@@ -113,10 +115,10 @@ class RunContext:
             except (RuntimeError, ValueError) as exc:  # rendezvous / connect failures (DistError is one)
                 self._record_error(type(exc), exc, exc.__traceback__)
                 raise
-        self.resume = env.get("GPUKIT_RESUME", "0") == "1" or self.restart > 0
+        self.resume = spec.resume or self.restart > 0
         # `glue drill` asks the attempt it will destroy to stop dead after one exact step ("<attempt>:<step>"),
         # so the VM dies at that step and not wherever the next heartbeat happened to land.
-        hold_attempt, _, hold_step = env.get("GPUKIT_HOLD_AT", "").partition(":")
+        hold_attempt, _, hold_step = (spec.hold_at or "").partition(":")
         self._hold_at = int(hold_step) if hold_attempt == str(self.attempt) and hold_step.isdigit() \
             and self.restart == 0 else None
         self._held = False

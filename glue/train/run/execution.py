@@ -20,6 +20,7 @@ from pathlib import Path
 
 from glue.train.layout import launch_key, run_prefix
 from glue.train.run import supervise
+from glue.train.state_paths import StatePaths
 from glue.train.storage.mount import MOUNT
 
 USAGE = "usage: python -m glue.train.run.execution <run> <attempt>"
@@ -57,14 +58,14 @@ def main(argv: list[str]) -> int:
         print(f"gpukit: cannot read the launch spec {source} ({exc}); is the bucket mounted at {mount}?",
               file=sys.stderr)
         return 2
-    state = Path(tempfile.gettempdir()) / "gpukit" / "runs" / run
-    state.mkdir(parents=True, exist_ok=True)
-    path = state / f"attempt-{attempt}.json"
+    paths = StatePaths.of(run, attempt, root=str(Path(tempfile.gettempdir()) / "gpukit" / "runs"))
+    Path(paths.folder).mkdir(parents=True, exist_ok=True)
+    path = Path(paths.spec)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         json.dump(spec, fh)
     done = threading.Event()
-    echo = threading.Thread(target=_echo, args=(state / f"attempt-{attempt}.log", done), daemon=True)
+    echo = threading.Thread(target=_echo, args=(Path(paths.log), done), daemon=True)
     echo.start()
     try:
         return supervise.main(str(path))

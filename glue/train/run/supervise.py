@@ -18,10 +18,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from glue.train.errors import StorageError
 from glue.train.layout import exit_key, log_key, run_uri
+from glue.train.run.launch import LaunchSpec
+from glue.train.state_paths import StatePaths
 from glue.train.storage.credentials import credentials_from_file
 from glue.train.storage.mount import MOUNT, mount_path
 from glue.train.storage.target import Storage, open_target
@@ -109,28 +110,26 @@ class LogShipper(threading.Thread):
 
 
 def main(spec_path: str) -> int:
-    spec: dict[str, Any] = json.loads(Path(spec_path).read_text())
-    run, attempt = spec["run"], int(spec["attempt"])
-    state_dir = Path(spec_path).parent
-    log_path = state_dir / f"attempt-{attempt}.log"
-    cred_file = spec.get("credentials_file")
-    bucket = spec["bucket"]
-    records = run_uri(bucket["name"], run)
-    if bucket.get("via") == "mount":  # a serverless run: the bucket only at the platform's mount
-        records = mount_path(records, bucket["name"], bucket.get("mount") or MOUNT)
+    spec = LaunchSpec.from_json(Path(spec_path).read_bytes())
+    run, attempt = spec.run, spec.attempt
+    paths = StatePaths.of_spec(spec_path, attempt)
+    log_path = Path(paths.log)
+    cred_file = spec.credentials_file
+    records = run_uri(spec.bucket.name, run)
+    if spec.bucket.via == "mount":  # a serverless run: the bucket only at the platform's mount
+        records = mount_path(records, spec.bucket.name, spec.bucket.mount or MOUNT)
     store = open_target(
-        records, endpoint_url=bucket.get("endpoint"), region=bucket.get("region"),
+        records, endpoint_url=spec.bucket.endpoint, region=spec.bucket.region,
         credentials=(lambda: credentials_from_file(cred_file)) if cred_file else None, check=False,
     )
-    limit = MemoryLimit(f"gpukit-{run}-{attempt}", int(spec["memory_limit_mb"])) if spec.get("memory_limit_mb") \
-        else None
-    env = {**os.environ, **spec["env"]}
+    limit = MemoryLimit(f"gpukit-{run}-{attempt}", spec.memory_limit_mb) if spec.memory_limit_mb else None
+    env = {**os.environ, **spec.env}
     with open(log_path, "ab") as log:
         child = subprocess.Popen(
-            spec["command"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            cwd=spec.get("cwd") or "/", preexec_fn=limit.preexec if limit else None,
+            spec.command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            cwd=spec.cwd or "/", preexec_fn=limit.preexec if limit else None,
         )
-    (state_dir / f"attempt-{attempt}.pids.json").write_text(
+    Path(paths.pids).write_text(
         json.dumps({"supervisor_pid": os.getpid(), "trainer_pid": child.pid, "started_at": iso(utc_now())})
     )
 
@@ -140,8 +139,8 @@ def main(spec_path: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
     # Node k of a multi-node attempt ships to its own keys (node 0 keeps the single-node names).
-    node = int(spec.get("node", 0))
-    shipper = LogShipper(log_path, store, attempt, node, float(spec.get("log_every_s", 3.0)))
+    node = spec.node
+    shipper = LogShipper(log_path, store, attempt, node, spec.log_every_s)
     shipper.start()
     code = child.wait()
     shipper.done.set()
@@ -152,7 +151,7 @@ def main(spec_path: str) -> int:
         "run": run, "attempt": attempt, "node": node, "ended_at": iso(utc_now()),
         "exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None,
         "oom_kills": limit.oom_kills() if limit else 0,
-        "memory_limit_mb": spec.get("memory_limit_mb"), "max_rss_mb": usage.ru_maxrss / 1024,
+        "memory_limit_mb": spec.memory_limit_mb, "max_rss_mb": usage.ru_maxrss / 1024,
     }
     for delay in (0.5, 1, 2, 4, 8):
         try:

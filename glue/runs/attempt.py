@@ -1,0 +1,185 @@
+"""Starting an attempt of a run on its VMs: the one path `glue deploy` and `glue recover` (and so `glue
+watch`, which recovers) take. Its steps, in order, each a method of `Attempt`:
+
+  check     each VM has the command (or the image)                       check()
+  prepare   each node gets the bucket credentials and, for a run with a   prepare()
+            workdir or requirements, its code and venv from the bucket
+  start     the attempt recorded, the launch spec handed to each node     start()
+            (0600, on its tmpfs) and its supervisor started detached
+  wait      each supervisor reported its pids                            (start's last step)
+
+A serverless attempt (runtime lyceum-run) is one execution instead: glue.runs.serverless.start_attempt,
+with the same trainer environment (glue.runs.trainer_env) and attempt record (glue.runs.records).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glue.errors import GlueError
+from glue.infra import ssh
+from glue.infra.inventory import Host
+from glue.runs import config as runconfig
+from glue.runs import docker_run, remote, trainer_env, workspace
+from glue.runs import vm_group as group_mod
+from glue.runs.records import AttemptRecord
+from glue.runs.store import RunStore
+from glue.runs.vm_group import GroupSpec, Rendezvous
+from glue.train.run.launch import LaunchSpec, SpecBucket, node_vars
+from glue.train.state_paths import StatePaths
+from glue.workdir.pin import Workspace
+
+# The supervisor's Python start: a second on a real VM; on an emulated one (qemu without KVM) under load
+# its imports alone took 40 s.
+SUPERVISOR_START_S = 180
+
+Ready = dict[str, Any] | None  # a node's prepared workspace (python, code_dir, hashes); None: nothing prepared
+
+
+def check_command(home: Path, host: Host, rc: runconfig.RunConfig, ws: Workspace | None = None) -> list[str]:
+    """The argv to run on the VM; refuse when its program or module is not there. A program in the run's
+    workdir package was checked against the package at deploy; a module may also come from the run's
+    requirements (installed only when the attempt is prepared)."""
+    if rc.runtime == "docker":
+        assert rc.image is not None
+        res = ssh.run(home, host, f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(rc.image)}", timeout=60)
+        if res.exit_code != 0:
+            raise GlueError(f"image {rc.image} is not on {host.name} (docker image inspect failed); set the trainer "
+                            f"role's trainer_image: {rc.image} (trainer_image_source: pull, or build: offline from the "
+                            "VM's own root filesystem, images/trainer/Dockerfile.offline) and run `glue up`")
+        return list(rc.command)
+    argv = list(rc.command)
+    if argv[0] in ("python", "python3"):
+        argv[0] = remote.python(host)
+    if ws is not None and ws.command_in_package:
+        return argv
+    if len(argv) >= 3 and argv[0].endswith("python") and argv[1] == "-m":
+        if ws is not None and ws.requirements and ws.requirements.get("pins"):
+            return argv
+        module = argv[2]
+        code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+        probe = f"{shlex.quote(argv[0])} -c {shlex.quote(code)}"
+        if ssh.run(home, host, probe, timeout=60).exit_code != 0:
+            raise GlueError(f"command module {module!r} is not importable on {host.name} with {argv[0]}")
+        return argv
+    if ssh.run(home, host, f"command -v {shlex.quote(argv[0])}", timeout=20).exit_code != 0:
+        raise GlueError(f"command {argv[0]!r} not found on {host.name}")
+    return argv
+
+
+@dataclass
+class Attempt:
+    """Attempt `number` of a run on `hosts` (node k on hosts[k]): what starting it needs, held once."""
+
+    home: Path
+    store: RunStore
+    rc: runconfig.RunConfig
+    hosts: list[Host]
+    number: int
+    resume: bool
+    memory_limit_mb: int | None = None
+    group: GroupSpec = field(default_factory=GroupSpec)
+    ws: Workspace = field(default_factory=Workspace)
+    rdzv: Rendezvous | None = None  # a distributed group's; probed at start when not given
+
+    @property
+    def paths(self) -> StatePaths:
+        return StatePaths.of(self.store.run, self.number)
+
+    def check(self) -> list[list[str]]:
+        """The argv per node; refuses when a VM lacks the command or image."""
+        return [check_command(self.home, host, self.rc, self.ws) for host in self.hosts]
+
+    def prepare(self) -> list[Ready]:
+        """Each node gets the bucket credentials and, for a run with a workdir or requirements, its code and
+        virtualenv for this attempt, from the bucket by the manifest's hashes. Starts nothing: a node that
+        cannot (a package that does not match its hash) refuses before the attempt is recorded."""
+        ready: list[Ready] = []
+        for host in self.hosts:
+            workspace.push_credentials(self.home, host, self.store)
+            ready.append(workspace.prepare(self.home, host, self.store, self.ws, self.number)
+                         if self.ws.needs_prepare else None)
+        return ready
+
+    def start(self, argvs: list[list[str]], ready: list[Ready] | None = None) -> dict[str, Any]:
+        """Record the attempt, then start one supervisor per node (with a distributed group each runs the
+        command under torchrun at the rendezvous) and wait until each has started the trainer. `ready`:
+        the nodes as the caller prepared them (else prepared here). Returns the attempt record."""
+        if ready is None:
+            ready = self.prepare()
+        if self.group.distributed and self.rdzv is None:
+            self.rdzv = group_mod.rendezvous(self.home, self.hosts, [remote.python(h) for h in self.hosts])
+        record = self._record()
+        self.store.put_attempt(record.to_dict())
+        env = {**self.rc.env, **{name: os.environ[name] for name in self.rc.secrets},
+               **trainer_env.for_vm(self.store, self.rc, self.number, self.resume).to_env(), "PYTHONUNBUFFERED": "1"}
+        for k, host in enumerate(self.hosts):
+            self._launch_node(k, host, argvs[k], ready[k], env, record.nodes[k])
+        for k, host in enumerate(self.hosts):
+            record.nodes[k].update(self._wait_started(host))
+        record.extra.update({key: record.nodes[0][key] for key in ("supervisor_pid", "trainer_pid",
+                                                                   "code_sha256", "requirements_set")
+                             if key in record.nodes[0]})
+        if "started_at" in record.nodes[0]:
+            record.started_at = record.nodes[0]["started_at"]
+        self.store.put_attempt(record.to_dict())
+        return record.to_dict()
+
+    def _record(self) -> AttemptRecord:
+        head = self.hosts[0]
+        return AttemptRecord(
+            run=self.store.run, attempt=self.number, vm=head.name, vm_id=head.id, backend=head.backend,
+            resume=self.resume, memory_limit_mb=self.memory_limit_mb,
+            nodes=[{"node": k, "vm": h.name, "vm_id": h.id} for k, h in enumerate(self.hosts)],
+            extra={"rendezvous": self.rdzv.endpoint if self.rdzv else None})
+
+    def _launch_node(self, k: int, host: Host, argv: list[str], ready: Ready, env: dict[str, str],
+                     node: dict[str, Any]) -> None:
+        """Node k's launch spec onto its VM, and its supervisor started in the background."""
+        docker = self.rc.runtime == "docker"
+        if ready:
+            node.update(code_sha256=ready["package_sha256"], requirements_set=ready["requirements_set"])
+        argv, node_env, cwd = workspace.launch(argv, remote.python(host), env, ready, docker)
+        if self.rdzv is not None:
+            argv = group_mod.torchrun_argv(argv[0] if ready else remote.python(host), argv, self.group, self.rdzv, k,
+                                           self.store.run, self.number)
+        # The interface gloo/nccl bind to comes first: a user's own setting in run.yaml `env` wins.
+        node_env = {**(group_mod.node_env(self.rdzv, k) if self.rdzv is not None else {}), **node_env,
+                    **node_vars(k, host.name)}
+        paths = self.paths
+        if docker:
+            gpus = docker_run.docker_gpus(self.home, host)
+            node["docker_gpus"] = gpus
+            argv = docker_run.docker_argv(self.store.run, self.number, str(self.rc.image), argv, paths.env_file,
+                                          gpus=gpus, code_dir=cwd)
+            ssh.put_file(self.home, host, paths.env_file, "".join(f"{n}={v}\n" for n, v in node_env.items()).encode())
+        info = self.store.info
+        spec = LaunchSpec(run=self.store.run, attempt=self.number, node=k, command=argv, env=node_env,
+                          memory_limit_mb=self.memory_limit_mb, credentials_file=remote.CREDENTIALS_PATH,
+                          cwd=cwd if cwd and not docker else remote.SCRATCH,
+                          bucket=SpecBucket(name=info.name, endpoint=info.endpoint, region=info.signing_region))
+        ssh.put_file(self.home, host, paths.spec, spec.to_json())
+        py = shlex.quote(remote.python(host))
+        # Only the supervisor goes to the background, its output redirected: a backgrounded `a && b && c &`
+        # would be a subshell holding the SSH session's pipes until the supervisor exits (the command
+        # then returned only at ssh.run's 2 s end-of-output deadline).
+        start = (f"mkdir -p {remote.SCRATCH} && cd {remote.SCRATCH} && {{ setsid {py} -m glue.train.run.supervise "
+                 f"{shlex.quote(paths.spec)} </dev/null >{paths.supervisor_log} 2>&1 & }}")
+        res = ssh.run(self.home, host, start, timeout=30)
+        if res.exit_code != 0:
+            raise GlueError(f"{host.name}: could not start the trainer: {res.stderr.strip()}")
+
+    def _wait_started(self, host: Host) -> dict[str, Any]:
+        deadline = time.monotonic() + SUPERVISOR_START_S
+        while time.monotonic() < deadline:
+            state = remote.process_state(self.home, host, self.store.run, self.number)
+            if state["pids"]:
+                return dict(state["pids"])
+            time.sleep(0.2)
+        raise GlueError(f"{host.name}: the trainer's supervisor did not start within {SUPERVISOR_START_S}s "
+                        f"(see {self.paths.supervisor_log} on the VM)")

@@ -1,0 +1,164 @@
+"""What crosses from the controller to the VM when an attempt starts, as types built once.
+
+TrainerEnv   the GPUKIT_* variables the trainer reads (RunContext): `to_env()` on the controller,
+             `from_env()` on the VM, with the defaults in one place.
+LaunchSpec   what the supervisor runs: attempt-<n>.json on the VM's tmpfs (glue.train.state_paths), or
+             attempts/<n>.launch.json in the bucket for a serverless attempt (no secret there).
+
+Their wire forms (variable names, JSON keys) are spelled here only. Light on purpose (no torch): the
+supervisor and the controller import it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from glue.train.run.notice import STOP_AT_ENV
+from glue.train.storage.mount import MOUNT, VIA_ENV
+
+# Variable <- field; every one optional on the wire except the four a trainer cannot run without.
+_ENV_NAMES = {
+    "run": "GPUKIT_RUN", "attempt": "GPUKIT_ATTEMPT", "resume": "GPUKIT_RESUME", "config": "GPUKIT_CONFIG",
+    "checkpoint": "GPUKIT_CHECKPOINT", "checkpoint_interval": "GPUKIT_CHECKPOINT_INTERVAL",
+    "keep_last": "GPUKIT_KEEP_LAST", "outputs": "GPUKIT_OUTPUTS", "heartbeat_seconds": "GPUKIT_HEARTBEAT_SECONDS",
+    "scratch": "GPUKIT_SCRATCH", "bucket_name": "GPUKIT_BUCKET_NAME", "bucket_endpoint": "GPUKIT_BUCKET_ENDPOINT",
+    "bucket_region": "GPUKIT_BUCKET_REGION", "credentials_file": "GPUKIT_CREDENTIALS_FILE",
+    "via_mount": VIA_ENV, "bucket_mount": "GPUKIT_BUCKET_MOUNT", "vm": "GPUKIT_VM", "node": "GPUKIT_NODE",
+    "stop_at": STOP_AT_ENV, "eval_uri": "GPUKIT_EVAL_URI", "eval_sha256": "GPUKIT_EVAL_SHA256",
+    "hold_at": "GPUKIT_HOLD_AT",
+}
+REQUIRED = ("run", "checkpoint", "outputs", "bucket_name")
+
+
+@dataclass(frozen=True)
+class TrainerEnv:
+    """The run as the trainer sees it. None: not set (the trainer's default applies)."""
+
+    run: str
+    checkpoint: str
+    outputs: str
+    bucket_name: str
+    attempt: int = 1
+    resume: bool = False
+    config: dict[str, Any] = field(default_factory=dict)
+    checkpoint_interval: int = 50
+    keep_last: int = 2
+    heartbeat_seconds: float = 2.0
+    scratch: str = "/tmp"
+    bucket_endpoint: str | None = None
+    bucket_region: str | None = None
+    credentials_file: str | None = None
+    via_mount: bool = False  # a serverless run: the bucket only through its platform's mount
+    bucket_mount: str | None = None  # where that mount is (MOUNT when not set)
+    vm: str | None = None
+    node: int | None = None
+    stop_at: float | None = None  # epoch seconds to save and stop by (a serverless execution's cap)
+    eval_uri: str | None = None
+    eval_sha256: str | None = None
+    hold_at: str | None = None  # `glue drill`: "<attempt>:<step>", the step the attempt holds after
+
+    @property
+    def mount(self) -> str:
+        return self.bucket_mount or MOUNT
+
+    def to_env(self) -> dict[str, str]:
+        """The variables, unset ones left out."""
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or (f.name == "via_mount" and not value):
+                continue
+            if f.name == "config":
+                text = json.dumps(value)
+            elif f.name == "resume":
+                text = "1" if value else "0"
+            elif f.name == "via_mount":
+                text = "mount"
+            elif f.name == "stop_at":
+                text = f"{value:.3f}"
+            else:
+                text = str(value)
+            out[_ENV_NAMES[f.name]] = text
+        return out
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> TrainerEnv:
+        """Raises KeyError naming the first required variable that is missing."""
+        for name in REQUIRED:
+            if _ENV_NAMES[name] not in env:
+                raise KeyError(_ENV_NAMES[name])
+
+        def get(name: str) -> str | None:
+            return env.get(_ENV_NAMES[name]) or None
+
+        stop_at = get("stop_at")
+        return cls(
+            run=env["GPUKIT_RUN"], checkpoint=env["GPUKIT_CHECKPOINT"], outputs=env["GPUKIT_OUTPUTS"],
+            bucket_name=env["GPUKIT_BUCKET_NAME"], attempt=int(get("attempt") or 1), resume=get("resume") == "1",
+            config=json.loads(get("config") or "{}"), checkpoint_interval=int(get("checkpoint_interval") or 50),
+            keep_last=int(get("keep_last") or 2), heartbeat_seconds=float(get("heartbeat_seconds") or 2),
+            scratch=get("scratch") or "/tmp", bucket_endpoint=get("bucket_endpoint"),
+            bucket_region=get("bucket_region"), credentials_file=get("credentials_file"),
+            via_mount=get("via_mount") == "mount", bucket_mount=get("bucket_mount"), vm=get("vm"),
+            node=int(get("node") or 0), stop_at=float(stop_at) if stop_at else None, eval_uri=get("eval_uri"),
+            eval_sha256=get("eval_sha256"), hold_at=get("hold_at"),
+        )
+
+
+def node_vars(node: int, vm: str) -> dict[str, str]:
+    """Which node of the attempt this is, on which VM: set per node over the attempt's TrainerEnv."""
+    return {_ENV_NAMES["node"]: str(node), _ENV_NAMES["vm"]: vm}
+
+
+@dataclass(frozen=True)
+class SpecBucket:
+    """How the supervisor reaches the run's records: the S3 API (endpoint, region; keys in the credentials
+    file), or only the platform's mount (via "mount")."""
+
+    name: str
+    endpoint: str | None = None
+    region: str | None = None
+    via: str | None = None
+    mount: str | None = None
+
+    def as_dict(self) -> dict[str, str]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    run: str
+    attempt: int
+    command: list[str]
+    env: dict[str, str]
+    bucket: SpecBucket
+    node: int = 0
+    memory_limit_mb: int | None = None
+    cwd: str | None = None
+    credentials_file: str | None = None
+    log_every_s: float = 3.0  # how often the supervisor ships new log bytes to the bucket
+
+    def to_json(self) -> bytes:
+        doc: dict[str, Any] = {"run": self.run, "attempt": self.attempt, "node": self.node,
+                               "command": list(self.command), "env": dict(self.env),
+                               "memory_limit_mb": self.memory_limit_mb, "cwd": self.cwd,
+                               "bucket": self.bucket.as_dict()}
+        if self.credentials_file is not None:
+            doc["credentials_file"] = self.credentials_file
+        if self.log_every_s != 3.0:
+            doc["log_every_s"] = self.log_every_s
+        return json.dumps(doc).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> LaunchSpec:
+        doc = json.loads(data)
+        bucket = doc["bucket"]
+        limit = doc.get("memory_limit_mb")
+        return cls(run=str(doc["run"]), attempt=int(doc["attempt"]), command=[str(a) for a in doc["command"]],
+                   env={str(k): str(v) for k, v in (doc.get("env") or {}).items()},
+                   bucket=SpecBucket(name=bucket["name"], endpoint=bucket.get("endpoint"),
+                                     region=bucket.get("region"), via=bucket.get("via"), mount=bucket.get("mount")),
+                   node=int(doc.get("node", 0)), memory_limit_mb=int(limit) if limit else None, cwd=doc.get("cwd"),
+                   credentials_file=doc.get("credentials_file"), log_every_s=float(doc.get("log_every_s", 3.0)))

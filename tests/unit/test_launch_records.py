@@ -1,0 +1,90 @@
+"""The records that cross to the VM (TrainerEnv, LaunchSpec), where an attempt's files are on it
+(StatePaths), and the controller's records (Manifest, AttemptRecord): built once, their wire form as before."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from glue.runs.records import AttemptRecord, Manifest
+from glue.train.run.launch import LaunchSpec, SpecBucket, TrainerEnv, node_vars
+from glue.train.state_paths import StatePaths
+
+# A launch spec as glue deploy wrote it before the types (an attempt started by an older controller).
+OLD_VM_SPEC = {"run": "r1", "attempt": 3, "node": 1, "command": ["/opt/gpukit/venv/bin/python", "-m", "x"],
+               "env": {"GPUKIT_RUN": "r1"}, "memory_limit_mb": 512, "credentials_file": "/run/gpukit/creds.json",
+               "cwd": "/var/lib/gpukit/scratch",
+               "bucket": {"endpoint": "http://127.0.0.1:9000", "name": "gpukit", "region": "us-east-1"}}
+OLD_SERVERLESS_SPEC = {"run": "r2", "attempt": 1, "node": 0, "command": ["python3", "train.py"], "env": {},
+                       "memory_limit_mb": None, "cwd": None,
+                       "bucket": {"name": "gpukit", "via": "mount", "mount": "/mnt/s3"}}
+
+
+def test_trainer_env_round_trips_and_leaves_unset_variables_out() -> None:
+    env = TrainerEnv(run="r1", checkpoint="s3://b/runs/r1", outputs="s3://b/runs/r1/outputs", bucket_name="b",
+                     attempt=2, resume=True, config={"lr": 0.1}, via_mount=True, stop_at=12.5, vm="lyceum-run-2")
+    wire = env.to_env()
+    assert wire["GPUKIT_RESUME"] == "1" and wire["GPUKIT_BUCKET_VIA"] == "mount"
+    assert json.loads(wire["GPUKIT_CONFIG"]) == {"lr": 0.1} and wire["GPUKIT_STOP_AT"] == "12.500"
+    assert "GPUKIT_BUCKET_ENDPOINT" not in wire and "GPUKIT_CREDENTIALS_FILE" not in wire
+    back = TrainerEnv.from_env(wire)
+    assert back == TrainerEnv(**{**env.__dict__, "node": 0})
+
+
+def test_trainer_env_defaults_are_the_trainers() -> None:
+    env = TrainerEnv.from_env({"GPUKIT_RUN": "r", "GPUKIT_CHECKPOINT": "c", "GPUKIT_OUTPUTS": "o",
+                               "GPUKIT_BUCKET_NAME": "b"})
+    assert (env.attempt, env.resume, env.checkpoint_interval, env.keep_last, env.heartbeat_seconds) == (1, False, 50,
+                                                                                                          2, 2.0)
+    assert env.mount == "/mnt/s3" and env.scratch == "/tmp" and env.config == {}
+
+
+def test_trainer_env_names_the_missing_variable() -> None:
+    with pytest.raises(KeyError, match="GPUKIT_OUTPUTS"):
+        TrainerEnv.from_env({"GPUKIT_RUN": "r", "GPUKIT_CHECKPOINT": "c", "GPUKIT_BUCKET_NAME": "b"})
+
+
+def test_node_vars_are_what_the_trainer_reads() -> None:
+    base = {"GPUKIT_RUN": "r", "GPUKIT_CHECKPOINT": "c", "GPUKIT_OUTPUTS": "o", "GPUKIT_BUCKET_NAME": "b"}
+    env = TrainerEnv.from_env({**base, **node_vars(3, "gpukit-4")})
+    assert (env.node, env.vm) == (3, "gpukit-4")
+
+
+@pytest.mark.parametrize("old", [OLD_VM_SPEC, OLD_SERVERLESS_SPEC])
+def test_an_old_launch_spec_reads_and_writes_back_the_same_json(old: dict) -> None:
+    spec = LaunchSpec.from_json(json.dumps(old))
+    assert json.loads(spec.to_json()) == old
+
+
+def test_launch_spec_fields() -> None:
+    spec = LaunchSpec.from_json(json.dumps(OLD_VM_SPEC))
+    assert spec.bucket == SpecBucket(name="gpukit", endpoint="http://127.0.0.1:9000", region="us-east-1")
+    assert (spec.node, spec.memory_limit_mb, spec.log_every_s) == (1, 512, 3.0)
+
+
+def test_state_paths_are_the_files_the_supervisor_and_monitor_share() -> None:
+    paths = StatePaths.of("r1", 3)
+    assert paths.folder == "/run/gpukit/runs/r1"
+    assert [paths.spec, paths.env_file, paths.log, paths.pids, paths.supervisor_log, paths.workspace_spec] == [
+        f"/run/gpukit/runs/r1/{n}" for n in ("attempt-3.json", "attempt-3.env", "attempt-3.log",
+                                             "attempt-3.pids.json", "supervisor-3.log", "workspace-3.json")]
+    beside = StatePaths.of_spec("/tmp/gpukit/runs/r1/attempt-3.json", 3)
+    assert beside.log == "/tmp/gpukit/runs/r1/attempt-3.log"
+
+
+def test_attempt_record_keeps_keys_it_does_not_know() -> None:
+    doc = {"run": "r", "attempt": 2, "vm": "gpukit-1", "vm_id": "v1", "backend": "local", "resume": True,
+           "nodes": [{"node": 0, "vm": "gpukit-1", "vm_id": "v1"}], "started_at": "2026-01-01T00:00:00Z",
+           "memory_limit_mb": None, "ended_at": None, "exit": None, "failure_class": "stall", "last_step": 7,
+           "rendezvous": None, "incident": "20260101T000000Z-stall"}
+    rec = AttemptRecord.from_dict(doc)
+    assert rec.failure_class == "stall" and rec.extra == {"rendezvous": None, "incident": "20260101T000000Z-stall"}
+    assert rec.to_dict() == doc
+
+
+def test_manifest_writes_every_key_a_reader_expects() -> None:
+    m = Manifest(run="r", runtime="process", command=["python", "t.py"], config={}, environment={})
+    assert set(m.to_dict()) == {
+        "run", "created_at", "image", "image_digest", "command", "runtime", "config", "input", "code", "environment",
+        "distributed", "secrets", "outputs", "checkpoint", "bucket", "evaluation", "workdir", "requirements"}

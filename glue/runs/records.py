@@ -91,3 +91,44 @@ class AttemptRecord:
         known = {f.name for f in fields(cls)} - {"extra"}
         return cls(**{k: v for k, v in doc.items() if k in known},
                    extra={k: v for k, v in doc.items() if k not in known})
+
+
+@dataclass
+class RecoveryRecord:
+    """recoveries/<k>.json: one `glue recover` — what failed, where the run went, what each phase took,
+    the work lost and the resume check's verdict."""
+
+    run: str
+    failed_attempt: int
+    new_attempt: int
+    failure_class: str
+    old_vm: dict[str, Any]
+    new_vm: dict[str, Any]
+    nodes: list[dict[str, Any]]
+    dropped_vms: list[str]
+    world_size: int
+    resume_check: dict[str, Any]
+    rendezvous: str | None
+    checkpoint_step: int | None
+    failure_step: int
+    seconds: dict[str, float | None]
+    work_lost: dict[str, Any]
+    verified: bool
+    first_resumed_step: int | None
+    compared_steps: list[int]
+    problem: str | None
+    tolerance: float
+    spares: list[dict[str, Any]] = field(default_factory=list)
+    kept_vm: dict[str, Any] | None = None
+    kept_vms: list[dict[str, Any]] = field(default_factory=list)
+    recorded_at: str = field(default_factory=utc_iso)
+    extra: dict[str, Any] = field(default_factory=dict)  # rejected_checkpoints, reject_problem after a bad restart
+
+    def to_dict(self) -> dict[str, Any]:
+        return _as_dict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> RecoveryRecord:
+        known = {f.name for f in fields(cls)} - {"extra"}
+        return cls(**{k: v for k, v in doc.items() if k in known},
+                   extra={k: v for k, v in doc.items() if k not in known})

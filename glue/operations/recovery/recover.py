@@ -23,7 +23,7 @@ ones kept, what is left of the attempt is killed on every node, and the group re
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,11 @@ from glue.errors import GlueError
 from glue.operations import spares
 from glue.operations.recovery import phases, replay
 from glue.operations.recovery.phases import Timings, secs_between
-from glue.operations.recovery.resume_check import check_resume, merged_metrics, step_ranges
+from glue.operations.recovery.resume_check import ResumeCheck, check_resume, merged_metrics, step_ranges
 from glue.runs import lease, monitor, serverless, serverless_state
-from glue.runs.store import RunStore, utc_iso
+from glue.runs.records import RecoveryRecord
+from glue.runs.store import RunStore
+from glue.runs.vm_group import GroupSpec
 
 __all__ = ["check_resume", "merged_metrics", "print_table", "recover"]
 
@@ -49,7 +51,22 @@ class BadRestart(GlueError):
         self.result = result
 
 
-def recover(home: Path, run_id: str, console: Console, force: bool = False, from_scratch: bool = False,
+@dataclass(frozen=True)
+class RecoverOptions:
+    """How `glue recover` goes about it (its options; docs in `recover`)."""
+
+    force: bool = False
+    from_scratch: bool = False
+    same_vm: bool = False
+    verify_steps: int = 5
+    tolerance: float = 0.0
+    wait_timeout: float = 600.0
+    keep_failed: bool = False
+    shrink_to: int | None = None
+    reshard_tolerance: float = 0.1
+
+
+def recover(home: Path, run_id: str, console: Console, *, force: bool = False, from_scratch: bool = False,
             same_vm: bool = False, verify_steps: int = 5, tolerance: float = 0.0,
             wait_timeout: float = 600.0, keep_failed: bool = False,
             on_started: Callable[[dict[str, Any]], None] | None = None, nodes: int | None = None,
@@ -60,11 +77,12 @@ def recover(home: Path, run_id: str, console: Console, force: bool = False, from
     caller that dies before the check (glue watch) can have it made later.
     nodes: continue a group on that many of its surviving VMs (fewer than it had), no VM provisioned; the
     checkpoint is restored at the smaller world size and the resume checked with check_resharded."""
+    opts = RecoverOptions(force, from_scratch, same_vm, verify_steps, tolerance, wait_timeout, keep_failed, nodes,
+                          reshard_tolerance)
     store = RunStore.open(home, run_id)
     manifest = store.manifest()  # unknown run -> one line
     with lease.held(store, "recover"):  # one writer: a second recover refuses, naming this one
-        return _recover(home, store, manifest, console, force, from_scratch, same_vm, verify_steps, tolerance,
-                        wait_timeout, keep_failed, on_started, nodes, reshard_tolerance)
+        return Recovery(home, store, manifest, console, opts, on_started).run()
 
 
 def recover_within(home: Path, run_id: str, console: Console, min_nodes: int | None, **kwargs: Any) -> dict[str, Any]:
@@ -96,102 +114,144 @@ def recover_within(home: Path, run_id: str, console: Console, min_nodes: int | N
         return recover(home, run_id, console, on_started=on_started, nodes=live, **kwargs)
 
 
-def _recover(home: Path, store: RunStore, manifest: dict[str, Any], console: Console, force: bool,
-             from_scratch: bool, same_vm: bool, verify_steps: int, tolerance: float,
-             wait_timeout: float, keep_failed: bool,
-             on_started: Callable[[dict[str, Any]], None] | None = None, shrink_to: int | None = None,
-             reshard_tolerance: float = 0.1) -> dict[str, Any]:
-    run_id = store.run
-    timed = Timings()
-    with console.status("[bold]detect[/]: classifying the last attempt …"):
-        failure = phases.detect(home, store, force)
-    with timed.phase(console, "validate", "checking the checkpoints in the bucket (sizes and sha256)"):
-        lost = phases.validate(store, manifest, failure, from_scratch)
-    nodes = monitor.nodes_of(failure.attempt)
-    if serverless_state.is_serverless(failure.attempt):
-        with timed.phase(console, "provision", "none: the run continues in a new Lyceum execution"):
-            phases.kill_attempt(home, store, failure.attempt)
-            started = serverless.start_attempt(store, lost.rc, failure.number + 1, resume=True)
-        hosts: list[Any] = []
-        replaced: list[str] = []
-        keep: list[Any] = []
-        group = lost.group
-    else:
-        hosts, replaced, keep, group, started = _onto_vms(home, store, console, failure, lost, nodes, same_vm,
-                                                          keep_failed, shrink_to, timed)
-    if group != lost.group:
-        phases.record_group(store, manifest, group, failure.number + 1)
-    new_n = failure.number + 1
-    upto = max((lost.ckpt or 0) + verify_steps, lost.failure_step)
-    check = {"kind": "resharded" if group.world_size != lost.group.world_size else "exact" if not tolerance
-             else "tolerance", "world_size_before": lost.group.world_size, "world_size": group.world_size,
-             "tolerance": reshard_tolerance if group.world_size != lost.group.world_size else tolerance}
-    if on_started is not None:
-        on_started({**plan(failure, lost, started, upto, tolerance, timed), "resume_check": check})
-    try:
-        with console.status(f"[bold]restore + replay[/]: waiting for attempt {new_n} to pass step {upto} …"):
-            new_metrics = replay.replay(store, new_n, upto, wait_timeout, first=(lost.ckpt or 0) + 1)
-    finally:
-        # After the restore, which the refill's apply and playbook would slow. Also after a recovery that
-        # took no spare: one found dead was re-created by its apply, and is configured by the refill.
-        if started.get("spares") or (started.get("provisioned") and spares.wanted(home)):
-            spares.start_refill(home)
-            console.print(f"spare pool: refilling in the background (`glue status`; log: {spares.log_path(home)})")
-    verdict = phases.check(store, lost, failure, new_metrics, upto, tolerance, group, reshard_tolerance)
+@dataclass
+class Moved:
+    """Where the next attempt runs, and how it got there (provision .. start)."""
 
-    old, ckpt, failure_step = lost.old_metrics, lost.ckpt, lost.failure_step
-    first_t = new_metrics[min(new_metrics)]["t"] if new_metrics else None
-    reach_t = new_metrics.get(failure_step, {}).get("t")
-    lost_s = secs_between(old.get(ckpt or 0, {}).get("t"), old.get(failure_step, {}).get("t")) \
-        if ckpt else secs_between(failure.attempt.get("started_at"), old.get(failure_step, {}).get("t"))
-    seconds = {
-        "detect": secs_between(failure.last_alive, failure.detected_at),
-        **timed,
-        "restore": secs_between(started["started_at"], first_t),
-        # Nothing to replay when the VM died right at its checkpoint; None = still replaying at the deadline.
-        "replay": secs_between(first_t, reach_t) if reach_t else (0.0 if failure_step <= (ckpt or 0) else None),
-    }
-    kept_names = {h.name for h in hosts}
-    lost_node = next((nd for nd in nodes if nd["vm"] in replaced or nd["vm"] not in kept_names), nodes[0])
-    new_host = next((h for h in hosts if h.name == lost_node["vm"]), hosts[0] if hosts else None)
-    new_vm = {"name": new_host.name, "id": new_host.id} if new_host else {"name": started["vm"], "id": started["vm_id"]}
-    spares_used = started.get("spares") or {}
-    if new_host and new_host.name in spares_used:
-        new_vm["spare"] = spares_used[new_host.name]["spare"]  # it was this warm spare
-    result = {
-        "run": run_id, "failed_attempt": failure.number, "new_attempt": new_n, "failure_class": str(failure.outcome),
-        "old_vm": {"name": lost_node["vm"], "id": lost_node["vm_id"]},
-        "new_vm": new_vm,
-        "nodes": [{"node": k, "vm": h.name, "old_id": nd["vm_id"], "new_id": h.id, "replaced": h.name in replaced,
-                   "spare": (spares_used.get(h.name) or {}).get("spare")}
-                  for k, (nd, h) in enumerate(zip(nodes, hosts, strict=False))],
-        "dropped_vms": [str(nd["vm"]) for nd in nodes if hosts and nd["vm"] not in kept_names],
-        "world_size": group.world_size, "resume_check": check, "rendezvous": started.get("rendezvous"),
-        "checkpoint_step": ckpt, "failure_step": failure_step, "seconds": seconds,
-        "work_lost": {"steps": failure_step - (ckpt or 0), "seconds": lost_s},
-        "verified": verdict.ok, "first_resumed_step": verdict.first_step, "compared_steps": verdict.compared,
-        "problem": verdict.problem, "tolerance": tolerance, "recorded_at": utc_iso(),
-        "spares": [{"vm": name, **used} for name, used in sorted(spares_used.items())],
-        "kept_vm": keep[0].as_dict() if keep else None, "kept_vms": [k.as_dict() for k in keep],
-    }
-    number = phases.record(store, result)
-    print_table(console, result)
-    if not verdict.ok:
-        rejected, trouble = phases.flag_bad_restart(home, store, manifest, new_n, verdict)
+    hosts: list[Any]
+    replaced: list[str]
+    keep: list[Any]
+    group: GroupSpec
+    started: dict[str, Any]
+
+
+@dataclass
+class Recovery:
+    """One `glue recover` of a run, under its lease: the phases as named steps over the state they share."""
+
+    home: Path
+    store: RunStore
+    manifest: dict[str, Any]
+    console: Console
+    opts: RecoverOptions
+    on_started: Callable[[dict[str, Any]], None] | None = None
+    timed: Timings = field(default_factory=Timings)
+
+    def run(self) -> dict[str, Any]:
+        with self.console.status("[bold]detect[/]: classifying the last attempt …"):
+            failure = phases.detect(self.home, self.store, self.opts.force)
+        with self.timed.phase(self.console, "validate", "checking the checkpoints in the bucket (sizes and sha256)"):
+            lost = phases.validate(self.store, self.manifest, failure, self.opts.from_scratch)
+        moved = self._move(failure, lost)
+        if moved.group != lost.group:
+            phases.record_group(self.store, self.manifest, moved.group, failure.number + 1)
+        upto = max((lost.ckpt or 0) + self.opts.verify_steps, lost.failure_step)
+        check = self._check_kind(lost, moved.group)
+        if self.on_started is not None:
+            self.on_started({**plan(failure, lost, moved.started, upto, self.opts.tolerance, self.timed),
+                             "resume_check": check})
+        new_metrics = self._replay(failure, lost, moved, upto)
+        verdict = phases.check(self.store, lost, failure, new_metrics, upto, self.opts.tolerance, moved.group,
+                               self.opts.reshard_tolerance)
+        result = self._result(failure, lost, moved, new_metrics, verdict, check)
+        return self._record(failure, result, verdict)
+
+    def _move(self, failure: phases.Failure, lost: phases.Lost) -> Moved:
+        """provision .. start: a serverless run continues in a new execution, any other on VMs."""
+        if not serverless_state.is_serverless(failure.attempt):
+            return _onto_vms(self.home, self.store, self.console, failure, lost, self.opts, self.timed)
+        with self.timed.phase(self.console, "provision", "none: the run continues in a new Lyceum execution"):
+            phases.kill_attempt(self.home, self.store, failure.attempt)
+            started = serverless.start_attempt(self.store, lost.rc, failure.number + 1, resume=True)
+        return Moved([], [], [], lost.group, started)
+
+    def _check_kind(self, lost: phases.Lost, group: GroupSpec) -> dict[str, Any]:
+        resharded = group.world_size != lost.group.world_size
+        tolerance = self.opts.tolerance
+        return {"kind": "resharded" if resharded else "exact" if not tolerance else "tolerance",
+                "world_size_before": lost.group.world_size, "world_size": group.world_size,
+                "tolerance": self.opts.reshard_tolerance if resharded else tolerance}
+
+    def _replay(self, failure: phases.Failure, lost: phases.Lost, moved: Moved, upto: int) -> dict[int, Any]:
+        new_n = failure.number + 1
+        try:
+            with self.console.status(f"[bold]restore + replay[/]: waiting for attempt {new_n} to pass step {upto} …"):
+                return replay.replay(self.store, new_n, upto, self.opts.wait_timeout, first=(lost.ckpt or 0) + 1)
+        finally:
+            # After the restore, which the refill's apply and playbook would slow. Also after a recovery that
+            # took no spare: one found dead was re-created by its apply, and is configured by the refill.
+            if moved.started.get("spares") or (moved.started.get("provisioned") and spares.wanted(self.home)):
+                spares.start_refill(self.home)
+                self.console.print("spare pool: refilling in the background (`glue status`; log: "
+                                   f"{spares.log_path(self.home)})")
+
+    def _seconds(self, failure: phases.Failure, lost: phases.Lost, started: dict[str, Any],
+                 new_metrics: dict[int, Any]) -> dict[str, float | None]:
+        ckpt, failure_step = lost.ckpt, lost.failure_step
+        first_t = new_metrics[min(new_metrics)]["t"] if new_metrics else None
+        reach_t = new_metrics.get(failure_step, {}).get("t")
+        return {
+            "detect": secs_between(failure.last_alive, failure.detected_at),
+            **self.timed,
+            "restore": secs_between(started["started_at"], first_t),
+            # Nothing to replay when the VM died right at its checkpoint; None = still replaying at the deadline.
+            "replay": secs_between(first_t, reach_t) if reach_t else (0.0 if failure_step <= (ckpt or 0) else None),
+        }
+
+    def _result(self, failure: phases.Failure, lost: phases.Lost, moved: Moved, new_metrics: dict[int, Any],
+                verdict: ResumeCheck, check: dict[str, Any]) -> RecoveryRecord:
+        nodes, hosts, started = monitor.nodes_of(failure.attempt), moved.hosts, moved.started
+        old, ckpt, failure_step = lost.old_metrics, lost.ckpt, lost.failure_step
+        lost_s = secs_between(old.get(ckpt or 0, {}).get("t"), old.get(failure_step, {}).get("t")) \
+            if ckpt else secs_between(failure.attempt.get("started_at"), old.get(failure_step, {}).get("t"))
+        kept_names = {h.name for h in hosts}
+        lost_node = next((nd for nd in nodes if nd["vm"] in moved.replaced or nd["vm"] not in kept_names), nodes[0])
+        new_host = next((h for h in hosts if h.name == lost_node["vm"]), hosts[0] if hosts else None)
+        new_vm = {"name": new_host.name, "id": new_host.id} if new_host else \
+            {"name": started["vm"], "id": started["vm_id"]}
+        spares_used = started.get("spares") or {}
+        if new_host and new_host.name in spares_used:
+            new_vm["spare"] = spares_used[new_host.name]["spare"]  # it was this warm spare
+        return RecoveryRecord(
+            run=self.store.run, failed_attempt=failure.number, new_attempt=failure.number + 1,
+            failure_class=str(failure.outcome), old_vm={"name": lost_node["vm"], "id": lost_node["vm_id"]},
+            new_vm=new_vm,
+            nodes=[{"node": k, "vm": h.name, "old_id": nd["vm_id"], "new_id": h.id,
+                    "replaced": h.name in moved.replaced, "spare": (spares_used.get(h.name) or {}).get("spare")}
+                   for k, (nd, h) in enumerate(zip(nodes, hosts, strict=False))],
+            dropped_vms=[str(nd["vm"]) for nd in nodes if hosts and nd["vm"] not in kept_names],
+            world_size=moved.group.world_size, resume_check=check, rendezvous=started.get("rendezvous"),
+            checkpoint_step=ckpt, failure_step=failure_step,
+            seconds=self._seconds(failure, lost, started, new_metrics),
+            work_lost={"steps": failure_step - (ckpt or 0), "seconds": lost_s},
+            verified=verdict.ok, first_resumed_step=verdict.first_step, compared_steps=verdict.compared,
+            problem=verdict.problem, tolerance=self.opts.tolerance,
+            spares=[{"vm": name, **used} for name, used in sorted(spares_used.items())],
+            kept_vm=moved.keep[0].as_dict() if moved.keep else None, kept_vms=[k.as_dict() for k in moved.keep])
+
+    def _record(self, failure: phases.Failure, record: RecoveryRecord, verdict: ResumeCheck) -> dict[str, Any]:
+        """Into the bucket and onto the console; a failed check stops the new attempt as a bad restart."""
+        result = record.to_dict()
+        number = phases.record(self.store, result)
+        print_table(self.console, result)
+        if verdict.ok:
+            return result
+        run_id = self.store.run
+        rejected, trouble = phases.flag_bad_restart(self.home, self.store, self.manifest, failure.number + 1, verdict)
         result.update(rejected_checkpoints=rejected, reject_problem=trouble)
-        store.put_recovery(number, result)  # the record says which checkpoints the wrong resume had committed
+        self.store.put_recovery(number, result)  # the record says which checkpoints the wrong resume had committed
         marked = f"; the checkpoint(s) it committed (step {', '.join(map(str, rejected))}) marked rejected" \
             if rejected else ""
         raise BadRestart(f"bad restart of run {run_id}: {verdict.problem}; the trainer was stopped{marked}"
                          f"{'; ' + trouble if trouble else ''} and the evidence kept (glue incidents --run {run_id})",
                          result)
-    return result
 
 
 def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Failure, lost: phases.Lost,
-              nodes: list[dict[str, Any]], same_vm: bool, keep_failed: bool, shrink_to: int | None,
-              timed: Timings) -> tuple[list[Any], list[str], list[Any], Any, dict[str, Any]]:
+              opts: RecoverOptions, timed: Timings) -> Moved:
     """provision, configure, verify, prepare, start: the next attempt on VMs (new ones for the lost)."""
+    nodes, same_vm, keep_failed, shrink_to = monitor.nodes_of(failure.attempt), opts.same_vm, opts.keep_failed, \
+        opts.shrink_to
     group = lost.group
     keep: list[Any] = []
     spares_used: spares.SparesUsed = {}  # none on the survivors, nor with --same-vm
@@ -224,9 +284,9 @@ def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Fai
         with timed.phase(console, "prepare", f"code and requirements from the bucket on {names}"):
             ready = phases.prepare(home, store, lost, failure, hosts)
     started = phases.start(home, store, lost, failure, hosts, argvs, ready, group)
-    started["spares"] = spares_used  # refilled once the run resumed (_recover)
+    started["spares"] = spares_used  # refilled once the run resumed (Recovery._replay)
     started["provisioned"] = bool(replaced)
-    return hosts, replaced, keep, group, started
+    return Moved(hosts, replaced, keep, group, started)
 
 
 def plan(failure: phases.Failure, lost: phases.Lost, started: dict[str, Any], upto: int, tolerance: float,

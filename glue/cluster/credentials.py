@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from glue.bucket_access import BucketCredentials
-from glue.cloud import get_backend
 from glue.cloud.base import Backend
 from glue.cluster import current
 from glue.errors import GlueError
@@ -114,6 +113,6 @@ def push_if_refreshed(home: Path, hosts: list[Host], backend: Backend) -> dict[s
 def refresh(home: Path) -> None:
     """Expiring bucket credentials (lyceum's are STS-style): refresh them near expiry and push the new
     ones to every VM's trainer file and /mnt/s3 mount. A no-op for backends whose keys do not expire."""
-    backend = get_backend(current.ClusterConfig.load(home).backend, home)
+    backend = current.backend(home)
     if backend.credentials_expire:
         push_if_refreshed(home, current.all_hosts(home), backend)

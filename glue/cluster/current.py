@@ -11,6 +11,7 @@ from typing import Any
 
 from glue.bucket_access import BucketInfo
 from glue.cloud import BACKENDS, get_backend
+from glue.cloud.base import Backend
 from glue.cluster import spare_roles
 from glue.errors import GlueError
 from glue.infra import inventory
@@ -63,6 +64,11 @@ class ClusterConfig:
         tmp = home / "cluster.json.tmp"  # renamed into place: a reader never sees half a file
         tmp.write_text(json.dumps(self.__dict__))
         tmp.replace(home / "cluster.json")
+
+
+def backend(home: Path) -> Backend:
+    """The backend this kit's cluster runs on (`glue up --backend`, kept in the cluster config)."""
+    return get_backend(ClusterConfig.load(home).backend, home)
 
 
 def config_seed_path(home: Path) -> Path:

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from glue.cloud import get_backend
-from glue.cluster import spare_roles
+from glue.cluster import current, spare_roles
 from glue.cluster.current import ClusterConfig, all_hosts, bucket_info, hosts, tf_vars
 from glue.errors import GlueError
 from glue.images import build, disk, recipe
@@ -135,7 +135,7 @@ def capture_seed(home: Path, console: Console, converged: list[inventory.Host],
     created next, when there is none of it (once). From the first VM the playbook configured, of `converged`,
     then of `earlier` (converged before at these parts): a seed dropped while nothing changed is taken again."""
     hosts = [*converged, *(earlier or [])]
-    if not hosts or not get_backend(ClusterConfig.load(home).backend, home).takes_config_seed:
+    if not hosts or not current.backend(home).takes_config_seed:
         return
     first = hosts[0]
     image = vm_seed.carried_elsewhere(home, first.name)
@@ -342,7 +342,7 @@ def kept(home: Path) -> list[KeptVM]:
     path = _kept_dir(home)
     if not path.is_dir():
         return []
-    backend = get_backend(ClusterConfig.load(home).backend, home)
+    backend = current.backend(home)
     out = []
     for rec in sorted(path.glob("*.json")):
         try:

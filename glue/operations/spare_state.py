@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glue.cloud import get_backend
 from glue.cluster import current, spare_roles
 from glue.infra.terraform import Terraform, vm_address
 
@@ -17,7 +16,7 @@ def reconcile(home: Path, tf: Terraform) -> set[str]:
     entries = spare_roles.taken(home)
     if not entries:
         return set()
-    backend = get_backend(current.ClusterConfig.load(home).backend, home)
+    backend = current.backend(home)
     ids = tf.state_ids()
     for t in entries:
         node, spare = vm_address(t.name), vm_address(t.spare)

@@ -41,7 +41,7 @@ def take(home: Path, console: Console, lost: list[tuple[str, str | None]], run: 
         pool = current.spares(home)
         if not pool:
             return None
-        backend = get_backend(current.ClusterConfig.load(home).backend, home)
+        backend = current.backend(home)
         gone = {s.name for s in pool if backend.read_vm(s.id) is None}
         problems = {**dict.fromkeys(gone, "gone"),
                     **lifecycle.live_problems(home, [s for s in pool if s.name not in gone])}

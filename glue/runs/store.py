@@ -15,7 +15,6 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from glue.bucket_access import BucketCredentials, BucketInfo
-from glue.cloud import get_backend
 from glue.cluster import current
 from glue.errors import GlueError
 from glue.runs.config import check_run_id
@@ -53,7 +52,7 @@ class RunStore:
     def open(cls, home: Path, run_id: str) -> RunStore:
         """A run's records in the cluster's bucket, signed with the backend's (refreshing) credentials."""
         check_run_id(run_id)  # before any bucket call: a bad id is a usage error, not an S3 one
-        backend = get_backend(current.ClusterConfig.load(home).backend, home)
+        backend = current.backend(home)
         return cls(current.bucket_info(home), backend.bucket_credentials(), run_id, refresh=backend.bucket_credentials)
 
     @property
@@ -360,5 +359,5 @@ _KNOWN_RUNS: set[tuple[str, str, str]] = set()  # (endpoint, bucket, "runs/<id>/
 
 def all_run_ids(home: Path) -> list[str]:
     """Every run in the cluster's bucket."""
-    backend = get_backend(current.ClusterConfig.load(home).backend, home)
+    backend = current.backend(home)
     return run_ids(current.bucket_info(home), backend.bucket_credentials())

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from glue.cloud import get_backend
 from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
@@ -84,7 +83,7 @@ class Rendezvous:
 
 def pick_hosts(home: Path, vm: str | None, nodes: int) -> list[Host]:
     """One VM (--vm or the first) for a single-node run; the first N VMs (name order) for N nodes."""
-    why_not = get_backend(current.ClusterConfig.load(home).backend, home).multi_node if nodes > 1 else None
+    why_not = current.backend(home).multi_node if nodes > 1 else None
     if why_not:
         raise GlueError(f"--nodes {nodes}: {why_not}; run on one VM (--nodes 1, with --procs-per-node G for its "
                         "GPUs), or on a backend whose VMs reach each other (local)")

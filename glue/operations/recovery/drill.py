@@ -19,7 +19,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from glue.cloud import get_backend
 from glue.cluster import current
 from glue.errors import GlueError
 from glue.operations.recovery import recover as recover_mod
@@ -192,7 +191,7 @@ def _destroy_and_recover(home: Path, dr: RunStore, victim_name: str, result: Dri
         held = _wait(home, dr, lambda r: bool((r.heartbeat or {}).get("held")), f"the hold at step {result.kill_at}",
                      timeout)
     with lease.held(dr, "drill"):  # nobody else recovers the drill run while it loses its VM
-        backend = get_backend(current.ClusterConfig.load(home).backend, home)
+        backend = current.backend(home)
         victim_id = dr.attempt(1)["vm_id"]
         backend.delete_vm(victim_id)
         result.destroyed_at = (held.heartbeat or {}).get("step")

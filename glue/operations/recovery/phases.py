@@ -133,7 +133,7 @@ def keepable(home: Path, failure: Failure, keep_failed: bool) -> list[lifecycle.
     ranks' stacks and state belong together). [] = replace them as usual."""
     if not keep_failed or not policy_of(failure.outcome).keepable:
         return []
-    backend = get_backend(current.ClusterConfig.load(home).backend, home)
+    backend = current.backend(home)
     kept: list[lifecycle.KeptVM] = []
     for nd in monitor.nodes_of(failure.attempt):
         host = monitor.host_for(home, nd)
@@ -154,7 +154,7 @@ def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any],
     if serverless_state.is_serverless(attempt):
         serverless_state.abort(attempt)
         return
-    backend = get_backend(current.ClusterConfig.load(home).backend, home)
+    backend = current.backend(home)
     frozen = {k.id for k in freeze or []}
     for nd in monitor.nodes_of(attempt):
         host = monitor.host_for(home, nd)
@@ -208,7 +208,7 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
 
 def alive(home: Path, attempt: dict[str, Any]) -> list[Host]:
     """The attempt's VMs that are still there and answer, in node order."""
-    backend = get_backend(current.ClusterConfig.load(home).backend, home)
+    backend = current.backend(home)
     return [h for h in (monitor.host_for(home, nd) for nd in monitor.nodes_of(attempt))
             if h is not None and backend.read_vm(h.id) is not None and ssh.reachable(home, h)]
 

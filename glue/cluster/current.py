@@ -123,3 +123,11 @@ def bucket_info(home: Path) -> BucketInfo:
         out = Terraform(home, cfg.backend).outputs().get("bucket")
     # After `down` the outputs are gone but the bucket is not: ask the backend.
     return BucketInfo(**out) if out else backend.bucket()
+
+
+def host_of_node(home: Path, node: dict[str, Any]) -> inventory.Host | None:
+    """The inventory host of an attempt's (or node's) VM, if that very VM is still in the cluster."""
+    for h in hosts(home):
+        if h.name == node.get("vm") and h.id == node.get("vm_id"):
+            return h
+    return None

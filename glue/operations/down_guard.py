@@ -13,7 +13,7 @@ from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
-from glue.runs import monitor
+from glue.runs import monitor, records
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, run_ids
 
@@ -34,7 +34,7 @@ def blockers(home: Path, only: set[str] | None = None) -> list[str]:
     for run in run_ids(info, creds):
         store = RunStore(info, creds, run)
         attempts = store.attempts()
-        on = {str(nd.get("vm_id")) for nd in monitor.nodes_of(store.attempt(attempts[-1]))} if attempts else set()
+        on = {str(nd.get("vm_id")) for nd in records.nodes_of(store.attempt(attempts[-1]))} if attempts else set()
         if not on & hosts.keys():
             continue  # not on these VMs (anymore)
         rep = monitor.check(home, store)

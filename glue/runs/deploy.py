@@ -69,7 +69,7 @@ def check_eval_set(store: RunStore, rc: runconfig.RunConfig) -> dict[str, Any] |
     ds = rc.evaluation.dataset if rc.evaluation else None
     if ds is None:
         return None
-    key = monitor.as_s3_prefix(ds.uri, store.info.name)
+    key = bucket_store.as_s3_prefix(ds.uri, store.info.name)
     if not key:
         raise GlueError(f"evaluation.dataset.uri {ds.uri} is not an object in the run's bucket: use "
                         f"s3://{store.info.name}/<key> (or a path under /mnt/s3)")

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from glue.cloud import get_backend
 from glue.cluster import credentials as cluster_credentials
@@ -20,10 +19,11 @@ from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
-from glue.runs import guard, lease, remote, serverless_state, timeline
+from glue.runs import guard, lease, records, remote, serverless_state, timeline
 from glue.runs.classify import STORAGE, AttemptClass, Diagnosis, Evidence, classify
 from glue.runs.guard import MOUNT
 from glue.runs.store import RunStore, parse_iso, utc_iso
+from glue.storage import bucket as bucket_store
 
 if TYPE_CHECKING:
     from glue.train.storage.target import Storage
@@ -38,37 +38,15 @@ class Report:
     incident_key: str | None = None
 
 
-def as_s3_prefix(location: str, bucket: str) -> str | None:
-    """A durable location as `prefix` within the bucket (s3://bucket/p or a path under /mnt/s3)."""
-    parsed = urlparse(location)
-    if parsed.scheme == "s3":
-        return parsed.path.strip("/") if parsed.netloc == bucket else None
-    path = Path(parsed.path if parsed.scheme == "file" else location)
-    return str(path.relative_to(MOUNT)).strip(".") if path.is_relative_to(MOUNT) else None
-
-
 def missing_outputs(store: RunStore, manifest: dict[str, Any]) -> list[str]:
     outputs = manifest.get("outputs", {})
-    prefix = as_s3_prefix(outputs.get("destination", ""), store.info.name)
+    prefix = bucket_store.as_s3_prefix(outputs.get("destination", ""), store.info.name)
     if prefix is None:
         return list(outputs.get("required", []))
     have = set()
     for page in store.s3.get_paginator("list_objects_v2").paginate(Bucket=store.info.name, Prefix=prefix + "/"):
         have |= {o["Key"][len(prefix) + 1:] for o in page.get("Contents", [])}
     return [r for r in outputs.get("required", []) if r not in have]
-
-
-def nodes_of(attempt: dict[str, Any]) -> list[dict[str, Any]]:
-    """The VMs of an attempt: its `nodes` (a group), or the one VM of a single-node attempt."""
-    return list(attempt.get("nodes") or [{"node": 0, "vm": attempt.get("vm"), "vm_id": attempt.get("vm_id")}])
-
-
-def host_for(home: Path, node: dict[str, Any]) -> Host | None:
-    """The inventory host of an attempt's (or node's) VM, if that very VM is still in the cluster."""
-    for h in current.hosts(home):
-        if h.name == node.get("vm") and h.id == node.get("vm_id"):
-            return h
-    return None
 
 
 @dataclass
@@ -94,7 +72,7 @@ def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str,
     k = int(nd.get("node", 0))
     st = NodeState(node=k, vm=str(nd.get("vm")), gone=backend.read_vm(str(nd.get("vm_id"))) is None,
                    exit=store.exit_record(n, k))
-    host = host_for(home, nd)
+    host = current.host_of_node(home, nd)
     if st.gone or host is None or str(nd.get("vm_id")) in unreachable:
         st.reachable = False
         return st
@@ -195,7 +173,7 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     # for every run; it only decides the class when the trainer is stuck or its error is about /mnt/s3.
     states = [_execution_state(store, n, attempt)] if serverless_state.is_serverless(attempt) else \
         [_node_state(home, store, n, backend, nd, uses_mount=True, unreachable=unreachable,
-                     started_at=attempt.get("started_at")) for nd in nodes_of(attempt)]
+                     started_at=attempt.get("started_at")) for nd in records.nodes_of(attempt)]
     errors = store.errors(n)
     beats = store.heartbeats(n)
     notices = store.notices(n)
@@ -219,7 +197,7 @@ def checkpoint_storage(store: RunStore, manifest: dict[str, Any]) -> Storage | N
     target is not in the bucket)."""
     from glue.train.storage.target import open_target
 
-    prefix = as_s3_prefix(manifest["checkpoint"]["target"], store.info.name)
+    prefix = bucket_store.as_s3_prefix(manifest["checkpoint"]["target"], store.info.name)
     if prefix is None:
         return None
     creds = store.creds
@@ -316,8 +294,8 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
     stacks = None
     if verdict.outcome is AttemptClass.STALL:
         dumps = []
-        for nd in nodes_of(attempt):
-            host = host_for(home, nd)
+        for nd in records.nodes_of(attempt):
+            host = current.host_of_node(home, nd)
             pid = nd.get("trainer_pid") or (attempt.get("trainer_pid") if nd.get("node", 0) == 0 else None)
             if host is not None and pid:
                 dumps.append(f"=== node {nd.get('node', 0)} ({host.name})\n" + capture_stacks(home, host, int(pid)))
@@ -346,7 +324,7 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
         "cause": ev.failure_events[0] if ev.failure_events else None,
         "consequences": ev.failure_events[1:],
         "nodes": [{"node": nd.get("node", 0), "vm": nd.get("vm"), "vm_id": nd.get("vm_id")}
-                  for nd in nodes_of(attempt)],
+                  for nd in records.nodes_of(attempt)],
     }
     if verdict.outcome in (AttemptClass.OOM_GPU, AttemptClass.OOM_HOST):
         incident["next_step"] = f"glue memprobe --run {store.run}"

@@ -132,3 +132,8 @@ class RecoveryRecord:
         known = {f.name for f in fields(cls)} - {"extra"}
         return cls(**{k: v for k, v in doc.items() if k in known},
                    extra={k: v for k, v in doc.items() if k not in known})
+
+
+def nodes_of(attempt: dict[str, Any]) -> list[dict[str, Any]]:
+    """The VMs of an attempt: its `nodes` (a group), or the one VM of a single-node attempt."""
+    return list(attempt.get("nodes") or [{"node": 0, "vm": attempt.get("vm"), "vm_id": attempt.get("vm_id")}])

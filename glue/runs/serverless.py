@@ -25,10 +25,11 @@ from glue.cloud.lyceum.executions import Executions, Submission
 from glue.cluster import current
 from glue.errors import GlueError
 from glue.runs import config as runconfig
-from glue.runs import lease, monitor, trainer_env
+from glue.runs import lease, trainer_env
 from glue.runs.records import AttemptRecord, Manifest
 from glue.runs.serverless_state import executions
 from glue.runs.store import RunStore
+from glue.storage import bucket as bucket_store
 from glue.train.run.launch import LaunchSpec, SpecBucket
 from glue.train.storage.mount import MOUNT
 
@@ -54,7 +55,7 @@ def check(store: RunStore, rc: runconfig.RunConfig) -> None:
     """Before anything is written: every durable location is in the bucket (the container's disk is gone
     after the execution), and the submission is well-formed with every secret set."""
     for what, location in rc.locations().items():
-        if monitor.as_s3_prefix(location, store.info.name) is None:
+        if bucket_store.as_s3_prefix(location, store.info.name) is None:
             raise GlueError(f"{what} {location} is not in the bucket: an execution's own disk is gone when it ends; "
                             f"use s3://{store.info.name}/... or a path under {MOUNT}")
     _submission(store, rc, 1).body()  # problems and missing secrets in one line, nothing sent

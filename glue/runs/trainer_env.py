@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 
 from glue.runs import config as runconfig
-from glue.runs import monitor, remote
+from glue.runs import remote
 from glue.runs.store import RunStore
+from glue.storage import bucket as bucket_store
 from glue.train.run.launch import TrainerEnv
 from glue.train.storage.mount import mount_path
 
@@ -28,7 +29,7 @@ def for_vm(store: RunStore, rc: runconfig.RunConfig, attempt: int, resume: bool)
     ds = rc.evaluation.dataset if rc.evaluation else None
     if ds is None:
         return env
-    key = monitor.as_s3_prefix(ds.uri, store.info.name)
+    key = bucket_store.as_s3_prefix(ds.uri, store.info.name)
     return dataclasses.replace(env, eval_uri=f"s3://{store.info.name}/{key}", eval_sha256=ds.sha256)
 
 

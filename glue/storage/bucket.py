@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 import boto3
 from botocore.config import Config
@@ -19,6 +21,7 @@ from botocore.exceptions import (
 
 from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.train.storage import s3_errors
+from glue.train.storage.mount import MOUNT
 
 
 def client(info: BucketInfo, creds: BucketCredentials, timeout: float = 10.0, checksums: bool = True) -> Any:
@@ -94,3 +97,12 @@ def read_json(s3: Any, bucket: str, key: str, attempts: int = 3) -> Any:
                 raise
             time.sleep(0.1 * attempt)
     raise AssertionError("unreachable")
+
+
+def as_s3_prefix(location: str, bucket: str) -> str | None:
+    """A durable location as `prefix` within the bucket (s3://bucket/p or a path under /mnt/s3)."""
+    parsed = urlparse(location)
+    if parsed.scheme == "s3":
+        return parsed.path.strip("/") if parsed.netloc == bucket else None
+    path = Path(parsed.path if parsed.scheme == "file" else location)
+    return str(path.relative_to(MOUNT)).strip(".") if path.is_relative_to(MOUNT) else None

@@ -29,11 +29,12 @@ from rich.console import Console
 
 from glue.cloud import get_backend
 from glue.cluster import credentials as cluster_credentials
+from glue.cluster import current
 from glue.errors import GlueError, NoCapacity
 from glue.operations.recovery import phases
 from glue.operations.recovery import recover as recover_mod
 from glue.runs import config as runconfig
-from glue.runs import lease, monitor
+from glue.runs import lease, monitor, records
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, all_run_ids, parse_iso, utc_iso
 from glue.watch import interrupted, notify, policy
@@ -255,7 +256,7 @@ class Watcher:
                 return closer
             return Quick(True, running.step, f"heartbeat {now - beat_at:.1f}s old (lost after "
                                              f"{rc.monitor.lost_after_seconds:g}s)")
-        host = monitor.host_for(self.home, monitor.nodes_of(rec)[0])
+        host = current.host_of_node(self.home, records.nodes_of(rec)[0])
         if host is None:  # not in the inventory: the full check says what became of it
             return closer
         probe = self._probes.get(store.run)

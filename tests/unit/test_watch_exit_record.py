@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from glue.cluster import current
 from glue.infra.inventory import Host
 from glue.runs import monitor
 from glue.runs.classify import AttemptClass, Evidence, classify
@@ -39,7 +40,7 @@ class Backend:
 ])
 def test_an_exit_record_ends_the_attempt_on_its_node(monkeypatch: pytest.MonkeyPatch, exit_rec: dict[str, Any] | None,
                                                      supervisor: str, trainer: str, alive: bool) -> None:
-    monkeypatch.setattr(monitor, "host_for", lambda home, nd: HOST)
+    monkeypatch.setattr(current, "host_of_node", lambda home, nd: HOST)
     monkeypatch.setattr(monitor.ssh, "reachable", lambda home, host: True)
     monkeypatch.setattr(monitor.remote, "process_state",
                         lambda home, host, run, n: {"trainer": trainer, "supervisor": supervisor, "pids": {}})

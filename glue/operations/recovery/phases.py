@@ -31,11 +31,12 @@ from glue.operations import convergence, lifecycle, spare_state
 from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, check_resharded, merged_metrics
 from glue.runs import attempt as attempt_mod
 from glue.runs import config as runconfig
-from glue.runs import guard, monitor, remote, serverless_state, workspace
+from glue.runs import guard, monitor, records, remote, serverless_state, workspace
 from glue.runs.class_policy import policy_of
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.runs.vm_group import GroupSpec
+from glue.storage import bucket as bucket_store
 from glue.workdir.pin import Workspace
 
 
@@ -135,8 +136,8 @@ def keepable(home: Path, failure: Failure, keep_failed: bool) -> list[lifecycle.
         return []
     backend = current.backend(home)
     kept: list[lifecycle.KeptVM] = []
-    for nd in monitor.nodes_of(failure.attempt):
-        host = monitor.host_for(home, nd)
+    for nd in records.nodes_of(failure.attempt):
+        host = current.host_of_node(home, nd)
         if host is None or backend.read_vm(host.id) is None:
             continue
         kept.append(lifecycle.KeptVM(name=host.name, id=host.id, ssh_host=host.ssh_host, ssh_port=host.ssh_port,
@@ -156,8 +157,8 @@ def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any],
         return
     backend = current.backend(home)
     frozen = {k.id for k in freeze or []}
-    for nd in monitor.nodes_of(attempt):
-        host = monitor.host_for(home, nd)
+    for nd in records.nodes_of(attempt):
+        host = current.host_of_node(home, nd)
         if host is None or not ssh.reachable(home, host):
             continue
         try:
@@ -209,14 +210,14 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
 def alive(home: Path, attempt: dict[str, Any]) -> list[Host]:
     """The attempt's VMs that are still there and answer, in node order."""
     backend = current.backend(home)
-    return [h for h in (monitor.host_for(home, nd) for nd in monitor.nodes_of(attempt))
+    return [h for h in (current.host_of_node(home, nd) for nd in records.nodes_of(attempt))
             if h is not None and backend.read_vm(h.id) is not None and ssh.reachable(home, h)]
 
 
 def survivors(home: Path, failure: Failure, nodes: int) -> list[Host]:
     """`glue recover --nodes M` on fewer VMs: the first M of the attempt's VMs that are still there and
     answer (node order), for a group whose lost VMs cannot be replaced. Nothing is provisioned."""
-    attempt_nodes = monitor.nodes_of(failure.attempt)
+    attempt_nodes = records.nodes_of(failure.attempt)
     if nodes > len(attempt_nodes):
         raise GlueError(f"--nodes {nodes}: the run ran on {len(attempt_nodes)} VM(s); a recovery continues it on "
                         "as many or fewer, never more")
@@ -264,7 +265,7 @@ def checkpoint_on_vm(home: Path, host: Host, store: RunStore, target: str) -> in
 def verify(home: Path, store: RunStore, lost: Lost, hosts: list[Host], fresh: list[str]) -> list[list[str]]:
     """Boundary guard on every node, the checkpoint read back on each new VM, the command present.
     Returns each node's checked command."""
-    target_prefix = monitor.as_s3_prefix(lost.rc.checkpoint.target, store.info.name)
+    target_prefix = bucket_store.as_s3_prefix(lost.rc.checkpoint.target, store.info.name)
     target = f"s3://{store.info.name}/{target_prefix}" if target_prefix is not None else lost.rc.checkpoint.target
 
     def guarded(host: Host) -> None:

@@ -35,7 +35,7 @@ from glue.operations import spares
 from glue.operations.recovery import phases, replay
 from glue.operations.recovery.phases import Timings, secs_between
 from glue.operations.recovery.resume_check import ResumeCheck, check_resume, merged_metrics, step_ranges
-from glue.runs import lease, monitor, serverless, serverless_state
+from glue.runs import lease, records, serverless, serverless_state
 from glue.runs.records import RecoveryRecord
 from glue.runs.store import RunStore
 from glue.runs.vm_group import GroupSpec
@@ -106,7 +106,7 @@ def recover_within(home: Path, run_id: str, console: Console, min_nodes: int | N
             raise
         store = RunStore.open(home, run_id)
         attempt = store.attempt(store.attempts()[-1])
-        total, live = len(monitor.nodes_of(attempt)), len(phases.alive(home, attempt))
+        total, live = len(records.nodes_of(attempt)), len(phases.alive(home, attempt))
         if not min_nodes <= live < total:
             raise
         console.print(f"[yellow]{run_id}[/]: {exc}; continuing on the {live} surviving of {total} VMs "
@@ -200,7 +200,7 @@ class Recovery:
 
     def _result(self, failure: phases.Failure, lost: phases.Lost, moved: Moved, new_metrics: dict[int, Any],
                 verdict: ResumeCheck, check: dict[str, Any]) -> RecoveryRecord:
-        nodes, hosts, started = monitor.nodes_of(failure.attempt), moved.hosts, moved.started
+        nodes, hosts, started = records.nodes_of(failure.attempt), moved.hosts, moved.started
         old, ckpt, failure_step = lost.old_metrics, lost.ckpt, lost.failure_step
         lost_s = secs_between(old.get(ckpt or 0, {}).get("t"), old.get(failure_step, {}).get("t")) \
             if ckpt else secs_between(failure.attempt.get("started_at"), old.get(failure_step, {}).get("t"))
@@ -250,7 +250,7 @@ class Recovery:
 def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Failure, lost: phases.Lost,
               opts: RecoverOptions, timed: Timings) -> Moved:
     """provision, configure, verify, prepare, start: the next attempt on VMs (new ones for the lost)."""
-    nodes, same_vm, keep_failed, shrink_to = monitor.nodes_of(failure.attempt), opts.same_vm, opts.keep_failed, \
+    nodes, same_vm, keep_failed, shrink_to = records.nodes_of(failure.attempt), opts.same_vm, opts.keep_failed, \
         opts.shrink_to
     group = lost.group
     keep: list[Any] = []

@@ -8,7 +8,7 @@ watch`, which recovers) take. Its steps, in order, each a method of `Attempt`:
             (0600, on its tmpfs) and its supervisor started detached
   wait      each supervisor reported its pids                            (start's last step)
 
-A serverless attempt (runtime lyceum-run) is one execution instead: glue.runs.serverless.start_attempt,
+A serverless attempt (runtime lyceum-run) is one execution instead: glue.runs.serverless.start_execution,
 with the same trainer environment (glue.runs.trainer_env) and attempt record (glue.runs.records).
 """
 

@@ -63,7 +63,7 @@ def process_state(home: Path, host: Host, run: str, attempt: int) -> dict[str, A
     }
 
 
-def kill_attempt(home: Path, host: Host, run: str, attempt: int) -> None:
+def kill_processes(home: Path, host: Host, run: str, attempt: int) -> None:
     """SIGKILL an attempt's supervisor, trainer and the trainer's children and grandchildren (torchrun
     starts its workers in sessions of their own, so killing the process group would miss them)."""
     pids = [int(p) for k, p in process_state(home, host, run, attempt)["pids"].items()

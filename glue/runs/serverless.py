@@ -75,7 +75,7 @@ def launch_spec(store: RunStore, rc: runconfig.RunConfig, attempt: int, resume: 
                       bucket=SpecBucket(name=store.info.name, via="mount", mount=MOUNT))
 
 
-def start_attempt(store: RunStore, rc: runconfig.RunConfig, attempt: int, resume: bool,
+def start_execution(store: RunStore, rc: runconfig.RunConfig, attempt: int, resume: bool,
                   runs: Executions | None = None) -> dict[str, Any]:
     """Record attempt n, put its launch spec in the bucket, start its execution. The save-before-cap moment
     counts from now (the execution's own start is later, so the trainer stops early rather than late)."""
@@ -114,7 +114,7 @@ def deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, resume: bool, c
             environment = {"backend": "lyceum", "runtime": RUNTIME, "execution_type": ex.type,
                            "gpu_type": ex.type.removeprefix("gpu."), "gpu_count": 1, "market": "on-demand"}
             store.put_manifest(Manifest.of_run(store, rc, environment, eval_pin).to_dict())
-        record = start_attempt(store, rc, attempt, resume=resume or attempt > 1)
+        record = start_execution(store, rc, attempt, resume=resume or attempt > 1)
     console.print(f"[green]run {store.run}[/] attempt {attempt} submitted as Lyceum execution "
                   f"{record['execution']['id']} ({record['execution']['type']}); follow it with "
                   f"`glue logs --run {store.run} -f`")

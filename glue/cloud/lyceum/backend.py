@@ -350,7 +350,7 @@ class LyceumBackend:
 
     def credentials_callback(self) -> Callable[[], BucketCredentials]:
         """For the checkpointer on the controller: refreshes through the API when needed."""
-        return lyceum_creds.FileCredentials(self.cred_file, refresh=self._credentials)
+        return lyceum_creds.RefreshingCredentials(self.cred_file, refresh=self._credentials)
 
 
 # -- `python -m glue.cloud.lyceum`: see and delete what runs (and bills) on the account ---------

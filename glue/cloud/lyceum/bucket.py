@@ -147,7 +147,7 @@ def current(path: Path, fetch: Callable[[], dict[str, Any]], force: bool = False
         return new
 
 
-class FileCredentials:
+class RefreshingCredentials:
     """A credentials callback for the checkpointer (glue.train.storage.s3_client's CredentialsCallback).
 
     It re-reads the credentials file whenever the copy it holds is near expiry, so whoever

@@ -168,7 +168,7 @@ def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any],
                 if pids:
                     ssh.run(home, host, _FREEZE.format(pids=" ".join(pids)), timeout=20)
             else:
-                remote.kill_attempt(home, host, store.run, int(attempt["attempt"]))
+                remote.kill_processes(home, host, store.run, int(attempt["attempt"]))
         except GlueError:
             if backend.read_vm(host.id) is not None:
                 raise

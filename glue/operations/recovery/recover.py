@@ -162,7 +162,7 @@ class Recovery:
             return _onto_vms(self.home, self.store, self.console, failure, lost, self.opts, self.timed)
         with self.timed.phase(self.console, "provision", "none: the run continues in a new Lyceum execution"):
             phases.kill_attempt(self.home, self.store, failure.attempt)
-            started = serverless.start_attempt(self.store, lost.rc, failure.number + 1, resume=True)
+            started = serverless.start_execution(self.store, lost.rc, failure.number + 1, resume=True)
         return Moved([], [], [], lost.group, started)
 
     def _check_kind(self, lost: phases.Lost, group: GroupSpec) -> dict[str, Any]:

@@ -239,7 +239,7 @@ def _judge(result: DrillResult, ref: RunStore, dr: RunStore, tolerance: float) -
         result.problem = "the recovered run diverged from the reference"
 
 
-def drill(home: Path, run_id: str, config_path: Path | None, console: Console, steps: int | None = None,
+def drill(home: Path, run_id: str, config_path: Path | None, console: Console, *, steps: int | None = None,
           kill_at: int | None = None, tolerance: float = 0.0, timeout: float = 600,
           overrides: dict[str, Any] | None = None) -> DrillResult:
     """A reference run and a drill run of the same workload on two VMs; the drill run's VM destroyed at

@@ -24,6 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from path_check import expect  # bench/path_check.py
+
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.qemu.backend import QemuBackend
 from glue.images import recipe
@@ -78,14 +80,17 @@ def seeded_vm(backend: QemuBackend, home: Path, vms: dict[str, VMRecord],
     boot plus its fresh converge. The seeded VM is removed again."""
     image = recipe.load("gpukit").content_hash()
     host = inventory.hosts_from_outputs(inventory.outputs_of(vms, backend.bucket()))[0]
-    vm_seed.capture(home, host, convergence.vm_parts(home, image)[host.name])
+    taken = vm_seed.capture(home, host, convergence.vm_parts(home, image)[host.name])
+    expect("playbook", "playbook" if taken else "seed (it had applied a seed at first boot: no capture)",
+           f"{host.name}, the seed's source")
     t = time.monotonic()
     rec = backend.create_vm(VMSpec("gpukit-2", "none", 0, 10, public_key(home), str(vm_seed.seed_path(home))))
     both = {**vms, "gpukit-2": rec}
     inventory.write(home, inventory.outputs_of(both, backend.bucket()))
     hosts = inventory.hosts_from_outputs(inventory.outputs_of(both, backend.bucket()))
     new = [h for h in hosts if h.name == "gpukit-2"]
-    assert vm_seed.configured(home, new, convergence.vm_parts(home, image)) == ["gpukit-2"]
+    seeded = vm_seed.configured(home, new, convergence.vm_parts(home, image)) == ["gpukit-2"]
+    expect("seed", "seed" if seeded else "none (its key or its mount check failed)", "the seeded VM gpukit-2")
     seconds = time.monotonic() - t
     backend.delete_vm(rec.id)
     inventory.write(home, inventory.outputs_of(vms, backend.bucket()))

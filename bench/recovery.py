@@ -7,6 +7,9 @@ removed), the new VM configuring itself at first boot from the seed, and one war
 taking the lost VM's place -> down. Targets: failure detected -> first resumed step (validate + provision + configure +
 verify + restore) <= 30 s (issue 6), <= 10 s on the baked image with configure <= 2 s (issue 13; the
 overlay-of-the-host VM took 14.2 s with configure 9.2 s); with a warm spare <= 4 s (issue 35).
+Each recovery must take the path it measures (bench/path_check.py, from what the recovery's provision and
+configure phases and the spare take returned, checked against its record): the bench exits 1 naming the path
+expected and the one taken otherwise (issue 50: a "seeded" recovery had run the playbook).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import path_check  # bench/path_check.py
 from rich.console import Console
 
 from glue.cloud.local.backend import LocalBackend
@@ -39,7 +43,7 @@ TARGET_SEED = 8.0  # issue 35: ... onto a new VM of the baked image that configu
 def wait_step(home: Path, run: str, step: int) -> None:
     """Poll the heartbeat object itself (cheap), so the VM dies close to `step`."""
     store = RunStore.open(home, run)
-    while ((store.get_json("heartbeat.json") or {}).get("step") or 0) < step:
+    while ((store.heartbeat() or {}).get("step") or 0) < step:
         time.sleep(0.2)
 
 
@@ -55,7 +59,7 @@ def cold_start(home: Path, console: Console, run: str, vm: str | None, group: Gr
         time.sleep(0.2)
     cold = (parse_iso(store.metrics()[1][1]["t"]) - parse_iso(rec["started_at"])).total_seconds()
     deploy_total = time.monotonic() - t0
-    while not store.get_json("attempts/1.exit.json"):  # done before the VMs are used again
+    while not store.exit_record(1):  # done before the VMs are used again
         time.sleep(0.2)
     return cold, deploy_total
 
@@ -84,20 +88,26 @@ def ansible_floor(home: Path, vm: str) -> float:
     return res.seconds
 
 
-def lose_last_vm_and_recover(home: Path, console: Console, run: str, down: bool = True) -> tuple[dict[str, Any], float]:
-    """At step 50, destroy the run's last VM (its only one, or the group's last node); recover; measure
-    Ansible's floor on the new VM; down."""
-    result = lose_and_recover(home, console, run)
+def lose_last_vm_and_recover(home: Path, console: Console, run: str, path: str,
+                             down: bool = True) -> tuple[dict[str, Any], float]:
+    """At step 50, destroy the run's last VM (its only one, or the group's last node); recover, by `path`
+    (path_check); measure Ansible's floor on the new VM; down."""
+    result = lose_and_recover(home, console, run, path)
     floor = ansible_floor(home, result["new_vm"]["name"])
     if down:
         lifecycle.down(home, console, force=True)
     return result, floor
 
 
-def lose_and_recover(home: Path, console: Console, run: str) -> dict[str, Any]:
+def lose_and_recover(home: Path, console: Console, run: str, path: str) -> dict[str, Any]:
+    """At step 50, destroy the run's last VM and recover; stop the bench unless the new VM came by `path`
+    (spare, seed or playbook: bench/path_check.py)."""
     wait_step(home, run, 50)
     LocalBackend(home).delete_vm(RunStore.open(home, run).attempt(1)["nodes"][-1]["vm_id"])
-    return recover_mod.recover(home, run, console)
+    with path_check.watching() as seen:
+        result = recover_mod.recover(home, run, console)
+    path_check.expect(path, path_check.recovery_path(seen, result), f"the recovery of {run}")
+    return result
 
 
 def restore_inside(store: RunStore, ckpt: int) -> dict[str, Any]:
@@ -152,17 +162,17 @@ def main() -> None:
         # 1. Today's path: the new VM is configured by the playbook (no configuration seed).
         vm_seed.forget(home)
         deploy_mod.deploy(home, "bench-rec", cfg_path, "gpukit-1", False, console, config_overrides=overrides)
-        result, floor = lose_last_vm_and_recover(home, console, "bench-rec", down=False)
+        result, floor = lose_last_vm_and_recover(home, console, "bench-rec", "playbook", down=False)
         after(home, "bench-rec", 2)
         # 2. The new VM configures itself at first boot from the seed (taken again by this up).
         lifecycle.up(home, current.ClusterConfig(vms=2), console)
         deploy_mod.deploy(home, "bench-seed", cfg_path, "gpukit-1", False, console, config_overrides=overrides)
-        seeded = lose_and_recover(home, console, "bench-seed")
+        seeded = lose_and_recover(home, console, "bench-seed", "seed")
         after(home, "bench-seed", 2)
         # 3. A warm spare takes the lost VM's place (configured by this up).
         lifecycle.up(home, current.ClusterConfig(vms=2, spares=1), console)
         deploy_mod.deploy(home, "bench-spare", cfg_path, "gpukit-1", False, console, config_overrides=overrides)
-        spare = lose_and_recover(home, console, "bench-spare")
+        spare = lose_and_recover(home, console, "bench-spare", "spare")
         inside = restore_inside(RunStore.open(home, "bench-spare"), spare["checkpoint_step"])
         lifecycle.down(home, console, force=True)
     finally:

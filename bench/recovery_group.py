@@ -3,7 +3,9 @@ training again, by phase, against a baseline measured in the same run: the cold 
 2-node group (trainer start -> first step) on configured VMs.
 
 Flow: up (2 VMs) -> deploy tiny_gpt --nodes 2 -> destroy node 1's VM at step 50 -> glue recover
-(replace it, re-form the group, verify every rank) -> phases from the recovery record -> down.
+(replace it, re-form the group, verify every rank) -> phases from the recovery record -> down. The new VM
+configures itself at first boot from the configuration seed that up took; the bench stops when it did not
+(bench/path_check.py).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def main() -> None:
         cold, deploy_total = cold_start(home, console, "bench-grp-cold", None, group)
         deploy_mod.deploy(home, "bench-grp", cfg_path, None, False, console,
                           config_overrides={"steps": 400, "step_sleep": 0.05}, group=group)
-        result, _floor = lose_last_vm_and_recover(home, console, "bench-grp")
+        result, _floor = lose_last_vm_and_recover(home, console, "bench-grp", "seed")
     finally:
         remove_everything(home)
     s = result["seconds"]

@@ -9,7 +9,10 @@ Flow: up (2 VMs) -> three runs of tiny_gpt (checkpoint every 20 steps), each los
   notice     the same, the loss announced: notice file on the VM, 5 s grace, then the VM is deleted
 Figures per run: detection latency (VM gone -> the failure classified, from the incident), failure ->
 first resumed step, and steps replayed (failure step - checkpoint step). Ratios: watch vs baseline
-(failure -> first resumed step), and steps replayed with the notice vs without.
+(failure -> first resumed step), and steps replayed with the notice vs without. Every recovery must take the
+same path for the ratios to mean anything: a new VM that configures itself from the seed `up` took (the
+baseline's by what the recovery's phases returned, the watcher's by what it said and its record:
+bench/path_check.py); the bench exits 1 naming the path expected and the one taken otherwise.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import path_check  # bench/path_check.py
 from rich.console import Console
 
 from glue.cloud.local.backend import LocalBackend
@@ -35,6 +39,7 @@ from glue.operations.recovery import recover as recover_mod
 from glue.paths import PROJECT_ROOT
 from glue.runs import deploy as deploy_mod
 from glue.runs.store import RunStore, parse_iso
+from glue.train import layout
 
 OVERRIDES = {"steps": 160, "step_sleep": 0.05, "checkpoint_interval": 20}
 LOSE_AT = 50
@@ -51,12 +56,12 @@ def _wait(what: str, pred: Any, timeout: float = 300) -> Any:
 
 
 def _step(store: RunStore, attempt: int) -> int:
-    beat = store.get_json("heartbeat.json") or {}
+    beat = store.heartbeat() or {}
     return int(beat.get("step") or 0) if beat.get("attempt") == attempt else 0
 
 
 def _figures(store: RunStore, lost_at: datetime) -> dict[str, float]:
-    rec = _wait("recovery record", lambda: store.get_json("recoveries/1.json"))
+    rec = _wait("recovery record", lambda: store.get_json(layout.recovery_key(1)))
     incident = store.get_json(str(store.attempt(1)["incident"]))
     first_t = min(m["t"] for m in store.metrics()[2].values())
     return {"detect_s": (parse_iso(incident["detected_at"]) - lost_at).total_seconds(),
@@ -74,7 +79,9 @@ def baseline(home: Path, console: Console, run: str) -> dict[str, float]:
     backend.delete_vm(vm)
     lost_at = datetime.now(UTC)
     _wait("the loss seen", lambda: backend.read_vm(vm) is None, 30)
-    recover_mod.recover(home, run, console)
+    with path_check.watching() as seen:
+        result = recover_mod.recover(home, run, console)
+    path_check.expect("seed", path_check.recovery_path(seen, result), f"the recovery of {run}")
     return _figures(store, lost_at)
 
 
@@ -83,7 +90,8 @@ def watched(home: Path, run: str, notice: bool) -> dict[str, float]:
     deploy_mod.deploy(home, run, PROJECT_ROOT / "examples" / "tiny_gpt.yaml", "gpukit-1", False, console,
                       config_overrides=OVERRIDES)
     store = RunStore.open(home, run)
-    log = open(home / f"watch-{run}.log", "w")  # closed below
+    log_path = home / f"watch-{run}.log"
+    log = open(log_path, "w")  # closed below
     proc = subprocess.Popen([sys.executable, "-m", "glue.cli", "watch", "--run", run, "--interval", "1"],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
@@ -96,7 +104,11 @@ def watched(home: Path, run: str, notice: bool) -> dict[str, float]:
         else:
             backend.delete_vm(vm)
             lost_at = datetime.now(UTC)
-        return _figures(store, lost_at)
+        figures = _figures(store, lost_at)
+        rec = store.get_json(layout.recovery_key(1))
+        path_check.expect("seed", path_check.said_path(log_path.read_text(), rec["new_vm"]["name"], rec),
+                          f"the recovery of {run} by glue watch")
+        return figures
     finally:
         proc.terminate()
         proc.wait(timeout=30)

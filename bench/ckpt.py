@@ -42,11 +42,18 @@ import torch
 
 from glue.cloud.local.bucket import LocalBucket
 from glue.paths import tool
-from glue.train import Checkpointer
+from glue.train import Checkpointer, layout
 from glue.train.storage.s3 import DEFAULT_TRANSFER
 from glue.train.storage.s3_client import make_s3_client
 
 MB = 1e6
+# The raw baselines' objects, beside the bench's run under runs/ (glue.train.layout names the keys).
+RAW, RAW_OURS, SYNC = (layout.run_prefix(name) for name in ("raw", "raw-ours", "sync"))
+
+
+def _bench_key(step: int, component: str) -> str:
+    """A component's object in the bench run's checkpoint at `step` (its target: runs/bench)."""
+    return layout.run_prefix("bench") + layout.step_prefix(step) + layout.checkpoint_object_key(component, None)
 
 
 def build_state(size_mb: int, width: int = 2048) -> tuple[torch.nn.Module, torch.optim.Optimizer, int]:
@@ -155,7 +162,7 @@ def main() -> None:
               f"io chunks {cfg.io_chunksize // 2**10} KiB")
 
         kw: dict[str, Any] = {"endpoint_url": info.endpoint, "credentials": lambda: creds, "handle_sigterm": False}
-        ck = Checkpointer(f"s3://{info.name}/runs/bench", **kw)
+        ck = Checkpointer(layout.run_uri(info.name, "bench"), **kw)
         ck.register("model", model)
         ck.register("optimizer", opt)
         buf = io.BytesIO()
@@ -181,10 +188,10 @@ def main() -> None:
             commits.append(time.perf_counter() - t)
             timings.append(dict(ck.last_save_timings))
             t = time.perf_counter()
-            s3.upload_fileobj(io.BytesIO(blob), info.name, f"runs/raw/state-{step}.pt", Config=cfg)
+            s3.upload_fileobj(io.BytesIO(blob), info.name, f"{RAW}state-{step}.pt", Config=cfg)
             raw_up.append(len(blob) / (time.perf_counter() - t))
             t = time.perf_counter()
-            s3_ours.upload_fileobj(io.BytesIO(blob), info.name, f"runs/raw-ours/state-{step}.pt", Config=cfg)
+            s3_ours.upload_fileobj(io.BytesIO(blob), info.name, f"{RAW_OURS}state-{step}.pt", Config=cfg)
             raw_up_ours.append(len(blob) / (time.perf_counter() - t))
         ck.close()
         del prealloc
@@ -196,20 +203,20 @@ def main() -> None:
             t = time.perf_counter()
             buf = io.BytesIO()
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, buf)
-            s3.upload_fileobj(io.BytesIO(buf.getvalue()), info.name, f"runs/sync/state-{i}.pt", Config=cfg)
+            s3.upload_fileobj(io.BytesIO(buf.getvalue()), info.name, f"{SYNC}state-{i}.pt", Config=cfg)
             syncs.append(time.perf_counter() - t)
             del buf
         del blob
 
         # restore: ours (into fresh objects, as a new process would) vs raw multipart get of the same objects
-        step_keys = [f"runs/bench/ckpt/step-{args.repeats}/{k}" for k in ("model.pt", "optimizer.pt")]
+        step_keys = [_bench_key(args.repeats, c) for c in ("model", "optimizer")]
         restores: list[dict[str, Any]] = []
         raw_down, raw_down_sha, raw_ranged = [], [], []
         sizes = {k: int(s3.head_object(Bucket=info.name, Key=k)["ContentLength"]) for k in step_keys}
         ranged_pool = ThreadPoolExecutor(max_workers=cfg.max_concurrency)
         for _ in range(args.repeats):
             m2, o2, _ = build_state(args.size_mb)
-            r = Checkpointer(f"s3://{info.name}/runs/bench", **kw)
+            r = Checkpointer(layout.run_uri(info.name, "bench"), **kw)
             r.register("model", m2)
             r.register("optimizer", o2)
             t = time.perf_counter()
@@ -247,14 +254,14 @@ def main() -> None:
         if not args.no_fuse:
             mnt.mkdir()
             fuse = mount_fuse(info.endpoint, creds.access_key, creds.secret_key, mnt, home / "vfs-cache")
-            fck = Checkpointer(str(mnt / "runs" / "bench-fuse"), handle_sigterm=False)
+            fck = Checkpointer(str(mnt / layout.run_prefix("bench-fuse")), handle_sigterm=False)
             fck.register("model", model)
             fck.register("optimizer", opt)
             t = time.perf_counter()
             fck.save(1, blocking=True)
             fuse_commit = time.perf_counter() - t
             # Durable only once rclone has uploaded it: wait until COMMIT.json is in the bucket.
-            key = "runs/bench-fuse/ckpt/step-1/COMMIT.json"
+            key = layout.run_prefix("bench-fuse") + layout.commit_key(1)
             while True:
                 try:
                     s3.head_object(Bucket=info.name, Key=key)

@@ -38,7 +38,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from glue.cloud.local.bucket import LocalBucket
-from glue.train import Checkpointer, OptimizerState
+from glue.train import Checkpointer, OptimizerState, layout
 from glue.train.storage.s3 import DEFAULT_TRANSFER
 
 MB = 1e6
@@ -62,6 +62,14 @@ def _model(size_mb: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     return model, opt
 
 
+RUN = layout.run_prefix("sharded")  # the checkpoint target's keys, runs/sharded/…
+
+
+def _sync_key(step: int, name: str) -> str:
+    """A file of the synchronous dcp.save baseline at `step`, beside the run (runs/sync-<step>/)."""
+    return layout.run_prefix(f"sync-{step}") + name
+
+
 def _local_tensors(model: torch.nn.Module, opt: torch.optim.Optimizer) -> list[torch.Tensor]:
     out = [p.to_local() for p in model.parameters()]  # type: ignore[attr-defined]
     out += [v.to_local() if hasattr(v, "to_local") else v for s in opt.state.values() for v in s.values()]
@@ -77,7 +85,7 @@ def _rank(rank: int, port: int, conn: dict[str, Any], size_mb: int, repeats: int
     creds = conn["creds"]
     s3 = boto3.client("s3", endpoint_url=conn["endpoint"], aws_access_key_id=creds.access_key,
                       aws_secret_access_key=creds.secret_key, region_name="us-east-1")
-    ck = Checkpointer(f"s3://{conn['bucket']}/runs/sharded", endpoint_url=conn["endpoint"],
+    ck = Checkpointer(layout.run_uri(conn["bucket"], "sharded"), endpoint_url=conn["endpoint"],
                       credentials=lambda: creds, handle_sigterm=False)
     ck.register("model", model)
     ck.register("optimizer", OptimizerState(model, opt))
@@ -102,7 +110,7 @@ def _rank(rank: int, port: int, conn: dict[str, Any], size_mb: int, repeats: int
         dcp.save(state, storage_writer=dcp.FileSystemWriter(str(folder)))
         for f in sorted(folder.iterdir()):
             if f.name.startswith(f"__{rank}_") or (rank == 0 and f.name == ".metadata"):
-                s3.upload_file(str(f), conn["bucket"], f"runs/sync-{step}/{f.name}", Config=DEFAULT_TRANSFER)
+                s3.upload_file(str(f), conn["bucket"], _sync_key(step, f.name), Config=DEFAULT_TRANSFER)
         syncs.append(time.perf_counter() - t)
         shutil.rmtree(folder)
         dist.barrier()
@@ -112,13 +120,13 @@ def _rank(rank: int, port: int, conn: dict[str, Any], size_mb: int, repeats: int
     # then the same GETs with a sha256; --repeats rounds of the three, each figure the median of its rounds
     # (one round alone says more about the other work on a shared machine than about either)
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=conn["bucket"],
-                                                   Prefix=f"runs/sharded/ckpt/step-{repeats}/")["Contents"]]
+                                                   Prefix=RUN + layout.step_prefix(repeats))["Contents"]]
     restores, raws, raw_shas = [], [], []
     read = raw = 0
     for _ in range(repeats):
         os.sync()  # the saves above leave GBs of dirty pages: written back now, not during whichever read is first
         dist.barrier()
-        again = Checkpointer(f"s3://{conn['bucket']}/runs/sharded", endpoint_url=conn["endpoint"],
+        again = Checkpointer(layout.run_uri(conn["bucket"], "sharded"), endpoint_url=conn["endpoint"],
                              credentials=lambda: creds, handle_sigterm=False)
         again.register("model", model)
         again.register("optimizer", OptimizerState(model, opt))

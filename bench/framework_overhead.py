@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from glue.cloud.local.bucket import LocalBucket
+from glue.train import layout
 from glue.train.checkpoint.sealed import FolderCheckpoints
 
 
@@ -74,7 +75,7 @@ def main() -> None:
     try:
         for i in range(args.repeats):
             base.append(_run(home / f"base-{i}", args.steps, args.save_every, []))
-            target = FolderCheckpoints(f"s3://{info.name}/runs/bench-{i}", endpoint_url=info.endpoint,
+            target = FolderCheckpoints(layout.run_uri(info.name, f"bench-{i}"), endpoint_url=info.endpoint,
                                        credentials=lambda: creds)
             timed = _Timed(target, seals)
             sealed.append(_run(home / f"sealed-{i}", args.steps, args.save_every, [GlueCallback(sealed=timed)]))

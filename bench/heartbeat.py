@@ -16,6 +16,7 @@ from pathlib import Path
 from glue.cloud.local.bucket import LocalBucket
 from glue.examples import tiny_gpt
 from glue.paths import write_secret
+from glue.train import layout
 
 
 class Timer:
@@ -38,8 +39,8 @@ def main() -> None:
     cred_file = home / "creds.json"
     write_secret(cred_file, f'{{"access_key": "{creds.access_key}", "secret_key": "{creds.secret_key}"}}')
     os.environ.update({
-        "GPUKIT_RUN": "bench-hb", "GPUKIT_CHECKPOINT": f"s3://{info.name}/runs/bench-hb",
-        "GPUKIT_OUTPUTS": f"s3://{info.name}/runs/bench-hb/outputs", "GPUKIT_BUCKET_NAME": info.name,
+        "GPUKIT_RUN": "bench-hb", "GPUKIT_CHECKPOINT": layout.run_uri(info.name, "bench-hb"),
+        "GPUKIT_OUTPUTS": f"{layout.run_uri(info.name, 'bench-hb')}/{layout.OUTPUTS}", "GPUKIT_BUCKET_NAME": info.name,
         "GPUKIT_BUCKET_ENDPOINT": info.endpoint, "GPUKIT_CREDENTIALS_FILE": str(cred_file),
         "GPUKIT_HEARTBEAT_SECONDS": "1",
     })

@@ -77,10 +77,10 @@ def make_tree(root: Path, files: int, size_mb: float, seed: int = 32) -> dict[st
         n = each + rng.randint(-each // 10, each // 10)
         (folder / f"file{i:04d}.py").write_bytes(os.urandom(n))
         total += n
-    (root / ".gitignore").write_text("*.log\noutputs/\n.venv/\n")
-    (root / "outputs").mkdir()
+    (root / ".gitignore").write_text("*.log\nresults/\n.venv/\n")
+    (root / "results").mkdir()
     for i in range(5):
-        (root / "outputs" / f"ckpt{i}.bin").write_bytes(os.urandom(4096))
+        (root / "results" / f"ckpt{i}.bin").write_bytes(os.urandom(4096))
         (root / f"run{i}.log").write_text("ignored\n")
     return {"files": files, "bytes": total}
 

@@ -1,6 +1,6 @@
 """`make lint`: no bucket key is spelled outside glue/train/layout.py, the one module that names them.
 
-    python -m tests.lint_bucket_keys [PATH ...]     (default: glue)
+    python -m tests.lint_bucket_keys [PATH ...]     (default: glue and bench)
 
 Every string literal in the Python files under PATH (docstrings aside; an f-string's text with its
 placeholders) is checked against the names layout defines (layout.KEY_SEGMENTS, layout.KEY_FILES):
@@ -27,6 +27,9 @@ from glue.train import layout
 
 ROOT = Path(__file__).resolve().parents[1]
 OWNER = "glue/train/layout.py"
+# What `make lint` checks: the product, and the benches (a key spelled by hand there measures a layout that
+# may no longer be the product's). tests/ is not in yet: many of its files still spell keys by hand.
+DEFAULT = (ROOT / "glue", ROOT / "bench")
 MARK = "\x00"  # an f-string placeholder in the text checked
 _NAME = r"A-Za-z0-9_.\-"
 
@@ -115,7 +118,7 @@ def _covers(top: Path, rel: str) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    findings, stale = check([Path(a) for a in argv] or [ROOT / "glue"])
+    findings, stale = check([Path(a) for a in argv] or list(DEFAULT))
     for f in findings:
         print(f)
     for entry in stale:

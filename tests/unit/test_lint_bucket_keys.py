@@ -1,5 +1,5 @@
 """`make lint`'s bucket-key check (tests/lint_bucket_keys.py): it fails on a key spelled by hand outside
-glue/train/layout.py, naming file:line, and passes on the tree as it is."""
+glue/train/layout.py, naming file:line, in glue/ and bench/, and passes on the tree as it is."""
 
 from __future__ import annotations
 
@@ -76,6 +76,19 @@ def test_the_allow_list_is_exact_and_an_entry_that_matches_nothing_fails(tmp_pat
 def test_layout_itself_is_the_one_place_keys_are_spelled() -> None:
     assert (lint.ROOT / lint.OWNER).is_file()
     assert lint.check_source((lint.ROOT / lint.OWNER).read_text(), lint.OWNER)  # would be found anywhere else
+
+
+def test_by_default_it_checks_the_product_and_the_benches() -> None:
+    assert [p.relative_to(lint.ROOT).as_posix() for p in lint.DEFAULT] == ["glue", "bench"]
+    assert all(p.is_dir() for p in lint.DEFAULT)
+
+
+def test_a_bench_is_checked_as_the_product_is() -> None:
+    """A key in a bench is named `bench/<file>:<line>`, as make lint prints it; the benches build theirs."""
+    assert lint.check([lint.ROOT / "bench"], allowed=frozenset()) == ([], [])
+    found = lint.check_source('rec = store.get_json("recoveries/1.json")\n', "bench/watch.py")
+    assert [str(f) for f in found] == ["bench/watch.py:1: key segment recoveries/ in 'recoveries/1.json': build it "
+                                       "with glue.train.layout"]
 
 
 def test_main_passes_on_the_tree() -> None:

@@ -45,9 +45,11 @@ def check(store: RunStore, plan: dict[str, Any],
         verdict = check_resharded(old, steps, ckpt, min(int(plan["upto"]), failure_step),
                                   float(resume_check.get("tolerance") or 0.1))
     else:
-        verdict = check_all_ranks(store, old, steps, failed, new, int(plan.get("world_size") or 1), ckpt,
-                                  min(int(plan["upto"]), failure_step), float(plan.get("tolerance") or 0.0),
-                                  bool(plan.get("finished_before")))
+        verdict = check_all_ranks(store, old, steps, failed_attempt=failed, new_attempt=new,
+                                  world_size=int(plan.get("world_size") or 1), ckpt=ckpt,
+                                  upto=min(int(plan["upto"]), failure_step),
+                                  tolerance=float(plan.get("tolerance") or 0.0),
+                                  finished_before=bool(plan.get("finished_before")))
     first_t = steps[min(steps)]["t"] if steps else None
     reach_t = steps.get(failure_step, {}).get("t")
     result = {

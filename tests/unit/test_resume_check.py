@@ -128,6 +128,7 @@ def test_another_ranks_part_in_flight_is_waited_for_not_judged_missing() -> None
     # Rank 0 has passed the window; rank 1's part with step 25 lands a moment later. The check must judge
     # the steps the rank ran, not one listing's snapshot (a loaded controller saw "step 25 missing").
     store = _Shipping()
-    res = check_all_ranks(store, _steps(1, 26), _steps(21, 26), 1, 2, 2, 20, 26, 0.0, False)  # type: ignore[arg-type]
+    res = check_all_ranks(store, _steps(1, 26), _steps(21, 26), failed_attempt=1, new_attempt=2,  # type: ignore[arg-type]
+                          world_size=2, ckpt=20, upto=26, tolerance=0.0, finished_before=False)
     assert res.ok, res.problem
     assert store.listings == 3

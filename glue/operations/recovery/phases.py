@@ -330,9 +330,10 @@ def check(store: RunStore, lost: Lost, failure: Failure, new_metrics: dict[int, 
     if group is not None and group.world_size != lost.group.world_size:
         return check_resharded(lost.old_metrics, new_metrics, lost.ckpt, min(upto, lost.failure_step),
                                reshard_tolerance)
-    return check_all_ranks(store, lost.old_metrics, new_metrics, failure.number, failure.number + 1,
-                           lost.group.world_size, lost.ckpt, min(upto, lost.failure_step), tolerance,
-                           lost.finished_before)
+    return check_all_ranks(store, lost.old_metrics, new_metrics, failed_attempt=failure.number,
+                           new_attempt=failure.number + 1, world_size=lost.group.world_size, ckpt=lost.ckpt,
+                           upto=min(upto, lost.failure_step), tolerance=tolerance,
+                           finished_before=lost.finished_before)
 
 
 def flag_bad_restart(home: Path, store: RunStore, manifest: dict[str, Any], attempt_n: int,

@@ -116,10 +116,11 @@ def check_resharded(old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any
     return ResumeCheck(True, first, compared)
 
 
-def check_all_ranks(store: RunStore, old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]],
+def check_all_ranks(store: RunStore, old: dict[int, dict[str, Any]], new: dict[int, dict[str, Any]], *,
                     failed_attempt: int, new_attempt: int, world_size: int, ckpt: int | None, upto: int,
                     tolerance: float, finished_before: bool) -> ResumeCheck:
-    """check_resume on rank 0 (`old`/`new`), then on every other rank: each must continue exactly."""
+    """check_resume on rank 0 (`old`/`new`), then on every other rank: each must continue exactly.
+    The attempt numbers, world size and steps are keyword-only: five ints in a row are too easy to swap."""
     check = check_resume(old, new, ckpt, upto, tolerance, finished_before)
     for rank in range(1, world_size):
         if not check.ok:

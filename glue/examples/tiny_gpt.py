@@ -30,7 +30,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from glue.examples.corpus import generate
-from glue.train import Checkpointer, OptimizerState, ResumableSampler, RNGState, TrainState
+from glue.train import Checkpointer, OptimizerState, ResumableSampler, RNGState, TrainState, trainer_vars
 from glue.train.run.agreement import agree
 from glue.train.run.evaluation import load_eval_set, record_evaluation
 from glue.train.run.process_group import join, under_torchrun
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", action="store_true", help="restore the latest valid checkpoint first")
     args = ap.parse_args(argv)
     cfg = dict(DEFAULTS)
-    if "GPUKIT_RUN" in os.environ:
+    if trainer_vars.RUN in os.environ:
         try:
             return _deployed(args, cfg)
         except ConfigError as exc:  # recorded by the RunContext as the trainer's error (user_error); one line here

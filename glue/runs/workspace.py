@@ -21,6 +21,7 @@ from glue.infra.inventory import Host
 from glue.runs import remote
 from glue.runs.store import RunStore
 from glue.storage import bucket as bucket_store
+from glue.train.run.launch import workdir_vars
 from glue.train.state_paths import StatePaths
 from glue.train.storage.credentials import credentials_doc
 from glue.train.workspace.paths import CONTAINER_WORKDIR
@@ -82,7 +83,7 @@ def launch(argv: list[str], image_python: str, env: dict[str, str], ready: dict[
     code = CONTAINER_WORKDIR if docker else ready.get("code_dir")
     if code:
         extra = env.get("PYTHONPATH")
-        env = {**env, "GPUKIT_WORKDIR": code, "GPUKIT_CODE_SHA256": str(ready["package_sha256"]),
+        env = {**env, **workdir_vars(code, str(ready["package_sha256"])),
                "PYTHONPATH": f"{code}:{extra}" if extra else code}
     return argv, env, ready.get("code_dir")
 

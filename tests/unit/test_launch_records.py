@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
+from pathlib import Path
 
 import pytest
 
+from glue.paths import PROJECT_ROOT
 from glue.runs.records import AttemptRecord, Manifest
+from glue.train import trainer_vars
 from glue.train.run.launch import LaunchSpec, SpecBucket, TrainerEnv, node_vars
 from glue.train.state_paths import StatePaths
 
@@ -88,3 +93,28 @@ def test_manifest_writes_every_key_a_reader_expects() -> None:
     assert set(m.to_dict()) == {
         "run", "created_at", "image", "image_digest", "command", "runtime", "config", "input", "code", "environment",
         "distributed", "secrets", "outputs", "checkpoint", "bucket", "evaluation", "workdir", "requirements"}
+
+
+def _spelled(path: Path) -> list[str]:
+    """`path:line NAME` for each trainer variable written as a string outside a docstring."""
+    tree = ast.parse(path.read_text())
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    names = re.compile(r"\b(" + "|".join(sorted(trainer_vars.ALL, key=len, reverse=True)) + r")\b")
+    return [f"{path}:{node.lineno} {found.group(0)}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+            and (found := names.search(node.value))]
+
+
+def test_the_trainer_variables_are_spelled_in_trainer_vars_only() -> None:
+    """The controller writes them and the trainer reads them: one owner of the names, like the bucket keys'."""
+    owner = PROJECT_ROOT / "glue" / "train" / "trainer_vars.py"
+    found = [hit for path in sorted((PROJECT_ROOT / "glue").rglob("*.py")) if path != owner for hit in _spelled(path)]
+    assert not found, "use glue.train.trainer_vars (or TrainerEnv) instead of spelling:\n" + "\n".join(found)
+
+
+def test_the_lint_finds_a_spelled_variable(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""GPUKIT_RUN in a docstring is fine."""\nimport os\nrun = os.environ["GPUKIT_RUN"]\n')
+    assert _spelled(bad) == [f"{bad}:3 GPUKIT_RUN"]

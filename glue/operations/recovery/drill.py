@@ -29,6 +29,7 @@ from glue.runs import deploy as deploy_mod
 from glue.runs import lease, monitor
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore
+from glue.train import trainer_vars
 from glue.train.layout import COMMIT, run_prefix
 from glue.workdir.pin import Workspace
 
@@ -267,7 +268,7 @@ def drill(home: Path, run_id: str, config_path: Path | None, console: Console, *
     # The drill run's first attempt holds right after step `at` (glue.train.run.context: GPUKIT_HOLD_AT), so the
     # VM is destroyed at exactly that step; the recovered attempt (2) does not hold.
     deploy_mod.deploy(home, drill_id, config_path, victim.name, False, console, config_overrides=cfg,
-                      env_overrides={"GPUKIT_HOLD_AT": f"1:{at}"}, pinned=pinned)
+                      env_overrides={trainer_vars.HOLD_AT: f"1:{at}"}, pinned=pinned)
     ref, dr = RunStore.open(home, ref_id), RunStore.open(home, drill_id)
     result = DrillResult(passed=False, ref_run=ref_id, drill_run=drill_id, steps=total, kill_at=at)
     _destroy_and_recover(home, dr, victim.name, result, console, tolerance, timeout)

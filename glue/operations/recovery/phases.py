@@ -37,6 +37,7 @@ from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.runs.vm_group import GroupSpec
 from glue.storage import bucket as bucket_store
+from glue.train import trainer_vars
 from glue.workdir.pin import Workspace
 
 
@@ -252,8 +253,8 @@ def configure(home: Path, console: Console, fresh: list[Host]) -> list[str]:
 def checkpoint_on_vm(home: Path, host: Host, store: RunStore, target: str) -> int | None:
     """Read the newest valid checkpoint back FROM THE NEW VM (deep: sizes and sha256)."""
     workspace.push_credentials(home, host, store)
-    env = (f"GPUKIT_CREDENTIALS_FILE={remote.CREDENTIALS_PATH} "
-           f"GPUKIT_BUCKET_ENDPOINT={shlex.quote(store.info.endpoint)}")
+    env = (f"{trainer_vars.CREDENTIALS_FILE}={remote.CREDENTIALS_PATH} "
+           f"{trainer_vars.BUCKET_ENDPOINT}={shlex.quote(store.info.endpoint)}")
     res = ssh.run(home, host, f"{env} {shlex.quote(remote.python(host))} -m glue.train.checkpoint.check "
                   f"{shlex.quote(target)}", timeout=600)
     if res.exit_code != 0:

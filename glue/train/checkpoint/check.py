@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+from glue.train import trainer_vars
 from glue.train.checkpoint.format import list_steps, validate_step
 from glue.train.storage.credentials import credentials_from_file
 from glue.train.storage.target import open_target
@@ -20,8 +21,8 @@ from glue.train.storage.target import open_target
 def main(target: str) -> int:
     kw: dict[str, object] = {}
     if target.startswith("s3://"):
-        cred_file = os.environ.get("GPUKIT_CREDENTIALS_FILE")
-        kw = {"endpoint_url": os.environ.get("GPUKIT_BUCKET_ENDPOINT"), "region": "us-east-1"}
+        cred_file = os.environ.get(trainer_vars.CREDENTIALS_FILE)
+        kw = {"endpoint_url": os.environ.get(trainer_vars.BUCKET_ENDPOINT), "region": "us-east-1"}
         if cred_file:
             kw["credentials"] = lambda: credentials_from_file(cred_file)
     storage = open_target(target, **kw)  # type: ignore[arg-type]

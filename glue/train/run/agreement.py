@@ -17,6 +17,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from glue.train import trainer_vars
+
 FIELDS = ("config_hash", "world_size", "code_version", "workdir_sha256", "restored_step")
 
 
@@ -50,7 +52,7 @@ def code_version() -> str:
 def workdir_sha256() -> str | None:
     """The sha256 of the run's code package as `glue.train.workspace` verified it on this node (the
     record beside the unpacked code, GPUKIT_WORKDIR); None for a run without a workdir."""
-    code = os.environ.get("GPUKIT_WORKDIR")
+    code = os.environ.get(trainer_vars.WORKDIR)
     if not code:
         return None
     try:

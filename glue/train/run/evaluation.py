@@ -18,6 +18,7 @@ import math
 import os
 from typing import Any, Protocol
 
+from glue.train import trainer_vars as V
 from glue.train.errors import StorageError
 from glue.train.layout import evaluation_key
 from glue.train.utc import iso, utc_now
@@ -51,7 +52,7 @@ def record_evaluation(ctx: _Run, step: int, metrics: dict[str, float], *, final:
             raise ValueError(f"evaluation metric {name!r} is {number} at step {step}: not a finite number")
         clean[str(name)] = number
     record = {"step": int(step), "attempt": ctx.attempt, "metrics": clean, "final": final, "at": iso(utc_now()),
-              "dataset": {"uri": os.environ.get("GPUKIT_EVAL_URI"), "sha256": os.environ.get("GPUKIT_EVAL_SHA256")}}
+              "dataset": {"uri": os.environ.get(V.EVAL_URI), "sha256": os.environ.get(V.EVAL_SHA256)}}
     if ctx.rank == 0:
         ctx.store.put(evaluation_key(ctx.attempt, step), json.dumps(record, indent=2).encode())
     return record
@@ -61,17 +62,17 @@ def load_eval_set(env: dict[str, str] | None = None) -> bytes | None:
     """The run's pinned evaluation set, read from the bucket and checked against its sha256; None when the
     run config has no `evaluation.dataset`."""
     env = dict(os.environ) if env is None else env
-    uri, pin = env.get("GPUKIT_EVAL_URI"), env.get("GPUKIT_EVAL_SHA256")
+    uri, pin = env.get(V.EVAL_URI), env.get(V.EVAL_SHA256)
     if not uri:
         return None
     from glue.train.storage.credentials import credentials_from_file
     from glue.train.storage.target import open_target
 
     parent, _, name = uri.rpartition("/")
-    cred_file = env.get("GPUKIT_CREDENTIALS_FILE")
+    cred_file = env.get(V.CREDENTIALS_FILE)
     kw: dict[str, Any] = {"check": False}
     if parent.startswith("s3://"):
-        kw.update(endpoint_url=env.get("GPUKIT_BUCKET_ENDPOINT") or None, region=env.get("GPUKIT_BUCKET_REGION"),
+        kw.update(endpoint_url=env.get(V.BUCKET_ENDPOINT) or None, region=env.get(V.BUCKET_REGION),
                   credentials=(lambda: credentials_from_file(cred_file)) if cred_file else None)
     try:
         data, _ = open_target(parent, **kw).get(name)

@@ -18,6 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from glue.train import trainer_vars
 from glue.train.layout import launch_key, run_prefix
 from glue.train.run import supervise
 from glue.train.state_paths import StatePaths
@@ -50,7 +51,7 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     run, attempt = argv[0], int(argv[1])
-    mount = os.environ.get("GPUKIT_BUCKET_MOUNT", MOUNT)
+    mount = os.environ.get(trainer_vars.BUCKET_MOUNT, MOUNT)
     source = Path(mount) / run_prefix(run) / launch_key(attempt)
     try:
         spec = json.loads(source.read_text())

@@ -15,19 +15,18 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from glue.train.run.notice import STOP_AT_ENV
-from glue.train.storage.mount import MOUNT, VIA_ENV
+from glue.train import trainer_vars as V
+from glue.train.storage.mount import MOUNT
 
-# Variable <- field; every one optional on the wire except the four a trainer cannot run without.
+# Field -> variable; every one optional on the wire except the four a trainer cannot run without.
 _ENV_NAMES = {
-    "run": "GPUKIT_RUN", "attempt": "GPUKIT_ATTEMPT", "resume": "GPUKIT_RESUME", "config": "GPUKIT_CONFIG",
-    "checkpoint": "GPUKIT_CHECKPOINT", "checkpoint_interval": "GPUKIT_CHECKPOINT_INTERVAL",
-    "keep_last": "GPUKIT_KEEP_LAST", "outputs": "GPUKIT_OUTPUTS", "heartbeat_seconds": "GPUKIT_HEARTBEAT_SECONDS",
-    "scratch": "GPUKIT_SCRATCH", "bucket_name": "GPUKIT_BUCKET_NAME", "bucket_endpoint": "GPUKIT_BUCKET_ENDPOINT",
-    "bucket_region": "GPUKIT_BUCKET_REGION", "credentials_file": "GPUKIT_CREDENTIALS_FILE",
-    "via_mount": VIA_ENV, "bucket_mount": "GPUKIT_BUCKET_MOUNT", "vm": "GPUKIT_VM", "node": "GPUKIT_NODE",
-    "stop_at": STOP_AT_ENV, "eval_uri": "GPUKIT_EVAL_URI", "eval_sha256": "GPUKIT_EVAL_SHA256",
-    "hold_at": "GPUKIT_HOLD_AT",
+    "run": V.RUN, "attempt": V.ATTEMPT, "resume": V.RESUME, "config": V.CONFIG, "checkpoint": V.CHECKPOINT,
+    "checkpoint_interval": V.CHECKPOINT_INTERVAL, "keep_last": V.KEEP_LAST, "outputs": V.OUTPUTS,
+    "heartbeat_seconds": V.HEARTBEAT_SECONDS, "scratch": V.SCRATCH, "bucket_name": V.BUCKET_NAME,
+    "bucket_endpoint": V.BUCKET_ENDPOINT, "bucket_region": V.BUCKET_REGION, "credentials_file": V.CREDENTIALS_FILE,
+    "via_mount": V.BUCKET_VIA, "bucket_mount": V.BUCKET_MOUNT, "vm": V.VM, "node": V.NODE, "stop_at": V.STOP_AT,
+    "eval_uri": V.EVAL_URI, "eval_sha256": V.EVAL_SHA256, "hold_at": V.HOLD_AT, "workdir": V.WORKDIR,
+    "code_sha256": V.CODE_SHA256,
 }
 REQUIRED = ("run", "checkpoint", "outputs", "bucket_name")
 
@@ -58,6 +57,8 @@ class TrainerEnv:
     eval_uri: str | None = None
     eval_sha256: str | None = None
     hold_at: str | None = None  # `glue drill`: "<attempt>:<step>", the step the attempt holds after
+    workdir: str | None = None  # the run's code package on this node (set per node once it is prepared)
+    code_sha256: str | None = None
 
     @property
     def mount(self) -> str:
@@ -95,21 +96,27 @@ class TrainerEnv:
 
         stop_at = get("stop_at")
         return cls(
-            run=env["GPUKIT_RUN"], checkpoint=env["GPUKIT_CHECKPOINT"], outputs=env["GPUKIT_OUTPUTS"],
-            bucket_name=env["GPUKIT_BUCKET_NAME"], attempt=int(get("attempt") or 1), resume=get("resume") == "1",
+            run=env[V.RUN], checkpoint=env[V.CHECKPOINT], outputs=env[V.OUTPUTS], bucket_name=env[V.BUCKET_NAME],
+            attempt=int(get("attempt") or 1), resume=get("resume") == "1",
             config=json.loads(get("config") or "{}"), checkpoint_interval=int(get("checkpoint_interval") or 50),
             keep_last=int(get("keep_last") or 2), heartbeat_seconds=float(get("heartbeat_seconds") or 2),
             scratch=get("scratch") or "/tmp", bucket_endpoint=get("bucket_endpoint"),
             bucket_region=get("bucket_region"), credentials_file=get("credentials_file"),
             via_mount=get("via_mount") == "mount", bucket_mount=get("bucket_mount"), vm=get("vm"),
             node=int(get("node") or 0), stop_at=float(stop_at) if stop_at else None, eval_uri=get("eval_uri"),
-            eval_sha256=get("eval_sha256"), hold_at=get("hold_at"),
+            eval_sha256=get("eval_sha256"), hold_at=get("hold_at"), workdir=get("workdir"),
+            code_sha256=get("code_sha256"),
         )
 
 
 def node_vars(node: int, vm: str) -> dict[str, str]:
     """Which node of the attempt this is, on which VM: set per node over the attempt's TrainerEnv."""
-    return {_ENV_NAMES["node"]: str(node), _ENV_NAMES["vm"]: vm}
+    return {V.NODE: str(node), V.VM: vm}
+
+
+def workdir_vars(code_dir: str, sha256: str) -> dict[str, str]:
+    """Where the run's verified code package is on this node: set per node once it is prepared."""
+    return {V.WORKDIR: code_dir, V.CODE_SHA256: sha256}
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,10 @@ import time
 from pathlib import Path
 from types import FrameType
 
-NOTICE_FILE_ENV = "GPUKIT_NOTICE_FILE"
-STOP_AT_ENV = "GPUKIT_STOP_AT"
+from glue.train import trainer_vars
+
+NOTICE_FILE_ENV = trainer_vars.NOTICE_FILE
+STOP_AT_ENV = trainer_vars.STOP_AT
 DEFAULT_NOTICE_FILE = "/run/gpukit/termination-notice"
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL: stopped on purpose, try again elsewhere
 POLL_S = 0.25

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import os
 
+from glue.train import trainer_vars
+
 MOUNT = "/mnt/s3"
-VIA_ENV = "GPUKIT_BUCKET_VIA"  # "mount": the bucket only through MOUNT (no S3 API where the trainer runs)
+VIA_ENV = trainer_vars.BUCKET_VIA  # "mount": the bucket only through MOUNT (no S3 API where the trainer runs)
 
 
 def bucket_url(target: str, bucket: str, mount: str = MOUNT) -> str | None:

@@ -23,12 +23,7 @@ from boto3.s3.transfer import TransferConfig
 from glue.train.checkpoint import assemble, exit_hooks, invalid
 from glue.train.checkpoint.commit import IO_DEPTH, Piece, SaveJob, prune, refuse_rewind, write_step
 from glue.train.checkpoint.components import Component, RestoreReport, Stateful, is_sharded
-from glue.train.checkpoint.format import (
-    CheckpointStatus,
-    check_checkpoints,
-    list_steps,
-    validate_step,
-)
+from glue.train.checkpoint.format import CheckpointStatus, Commit, check_checkpoints, list_steps, validate_step
 from glue.train.checkpoint.load import StepFetch, load_priority
 from glue.train.checkpoint.snapshot import HostSnapshotter, check_compatible
 from glue.train.errors import CheckpointError, CorruptCheckpointError, SaveFailedError
@@ -43,6 +38,15 @@ log = logging.getLogger("glue.train")
 
 def _dist_ready() -> bool:
     return dist.is_available() and dist.is_initialized()
+
+
+def _open_storage(target: str | os.PathLike[str], *, endpoint_url: str | None, credentials: CredentialsCallback | None,
+                  region: str | None, transfer: TransferConfig | None, retry: RetryPolicy | None) -> Storage:
+    if endpoint_url is None and credentials is None:
+        # Under the VM's bucket mount: commit, verify and prune in the bucket itself (mount_config).
+        target, endpoint_url, credentials, region = mount_config.resolve(os.fspath(target), region)
+    return open_target(target, endpoint_url=endpoint_url, credentials=credentials, region=region,
+                       transfer=transfer, retry=retry)
 
 
 class Checkpointer:
@@ -76,12 +80,8 @@ class Checkpointer:
         if keep_last < 2:
             raise CheckpointError(f"keep_last must be at least 2 (got {keep_last}): the previous one is the fallback")
         self.target = os.fspath(target)
-        opened = target
-        if storage is None and endpoint_url is None and credentials is None:
-            # Under the VM's bucket mount: commit, verify and prune in the bucket itself (mount_config).
-            opened, endpoint_url, credentials, region = mount_config.resolve(self.target, region)
-        self.storage: Storage = storage or open_target(
-            opened, endpoint_url=endpoint_url, credentials=credentials, region=region, transfer=transfer, retry=retry
+        self.storage: Storage = storage or _open_storage(
+            target, endpoint_url=endpoint_url, credentials=credentials, region=region, transfer=transfer, retry=retry
         )
         self.keep_last = keep_last
         self.rank = rank if rank is not None else (dist.get_rank() if _dist_ready() else 0)
@@ -92,6 +92,16 @@ class Checkpointer:
         self.weights_only = weights_only
         self.sigterm_timeout_s = sigterm_timeout_s
         self.rank_timeout_s = rank_timeout_s
+        self._init_runtime()
+        for name, obj in (components or {}).items():
+            self.register(name, obj)
+        self._sigterm: exit_hooks.SigtermFlush | None = None
+        if handle_sigterm and threading.current_thread() is threading.main_thread():
+            self._sigterm = exit_hooks.SigtermFlush(self._flush_quietly)
+        exit_hooks.flush_at_exit(self)
+
+    def _init_runtime(self) -> None:
+        """What the Checkpointer keeps between calls: its components, threads, and the save/restore state."""
         self._components: dict[str, Component] = {}
         self._snap = HostSnapshotter()
         self._plans: Any = None  # sharded_save.Plans, once a sharded component is saved
@@ -110,12 +120,6 @@ class Checkpointer:
         self.last_committed_step: int | None = None
         self.last_save_timings: dict[str, Any] = {}
         self.last_restore: RestoreReport | None = None
-        for name, obj in (components or {}).items():
-            self.register(name, obj)
-        self._sigterm: exit_hooks.SigtermFlush | None = None
-        if handle_sigterm and threading.current_thread() is threading.main_thread():
-            self._sigterm = exit_hooks.SigtermFlush(self._flush_quietly)
-        exit_hooks.flush_at_exit(self)
 
     # -- components --------------------------------------------------------------------------
 
@@ -153,14 +157,9 @@ class Checkpointer:
         t1 = time.monotonic()
         pieces, sharded = self._snapshot()
         snapshot_s = time.monotonic() - t1
-        job = SaveJob(
-            step=step,
-            nonce=nonce,
-            pieces=pieces,
-            timings={"wait_s": round(wait_s, 6), "snapshot_s": round(snapshot_s, 6)},
-            restore=self._pending_restore,
-            sharded=sharded,
-        )
+        job = SaveJob(step=step, nonce=nonce, pieces=pieces,
+                      timings={"wait_s": round(wait_s, 6), "snapshot_s": round(snapshot_s, 6)},
+                      restore=self._pending_restore, sharded=sharded)
         self._pending_restore = None
         self._saves += 1
         if self.async_save:
@@ -273,14 +272,8 @@ class Checkpointer:
     # -- the background half of a save --------------------------------------------------------
 
     def _run(self, job: SaveJob) -> None:
-        write_step(
-            self.storage,
-            job,
-            rank=self.rank,
-            world_size=self.world_size,
-            io_pool=self._io,
-            rank_timeout_s=self.rank_timeout_s,
-        )
+        write_step(self.storage, job, rank=self.rank, world_size=self.world_size, io_pool=self._io,
+                   rank_timeout_s=self.rank_timeout_s)
         self.last_committed_step = job.step
         if self.rank == 0:
             t0 = time.monotonic()
@@ -320,43 +313,53 @@ class Checkpointer:
             raise CheckpointError("no components registered: call register() before restore()")
         t_start = time.monotonic()
         steps = list_steps(self.storage)
-        candidates = sorted(steps, reverse=True) if step is None else [step]
         if step is not None and step not in steps:
             raise CorruptCheckpointError(f"no checkpoint for step {step} in {self.storage.describe()}")
+        fetched, skipped = self._fetch_newest_valid(steps, step)
+        chosen = fetched.status.step if fetched is not None else None
+        self._agree_step(chosen)
+        self._record_skipped(steps, skipped, chosen, start_fresh)
+        if fetched is None or fetched.status.commit is None:
+            if skipped:
+                log.warning("no valid checkpoint in %s (%d invalid); starting fresh", self.storage.describe(),
+                            len(skipped))
+            self._stale_steps = {s.step for s in skipped}
+            return None
+        return self._load(fetched, fetched.status.commit, skipped, t_start)
+
+    def _fetch_newest_valid(self, steps: dict[int, dict[str, int]],
+                            step: int | None) -> tuple[StepFetch | None, list[CheckpointStatus]]:
+        """The newest step (or exactly `step`) that validates and downloads whole, and the ones skipped on the way."""
         skipped: list[CheckpointStatus] = []
-        fetched: StepFetch | None = None
-        for s in candidates:
+        for s in sorted(steps, reverse=True) if step is None else [step]:
             status = validate_step(self.storage, s, steps[s], deep=False)
             if status.valid:
                 assert status.commit is not None
                 wanted = assemble.wanted(self._components, status.commit, self.rank, self.world_size)
                 fetch = StepFetch(self.storage, status, wanted, self._loader, weights_only=self.weights_only)
                 if fetch.run().valid:
-                    fetched = fetch
-                    break
+                    return fetch, skipped
             log.warning("checkpoint step %d is not valid: %s", s, "; ".join(p.what for p in status.problems[:3]))
             skipped.append(status)
             if step is not None:
                 invalid.record_skipped(self.storage, skipped, steps, None, self.rank, move=False)
                 raise CorruptCheckpointError(f"checkpoint step {s} is not valid: {status.problems[0].what}")
-        chosen = fetched.status if fetched is not None else None
-        self._agree_step(chosen.step if chosen else None)
+        return None, skipped
+
+    def _record_skipped(self, steps: dict[int, dict[str, int]], skipped: list[CheckpointStatus],
+                        chosen: int | None, start_fresh: bool) -> None:
         # Interrupted saves and rejected checkpoints (a wrong resume's) are no run state to miss: with only
         # those left the run starts fresh; a committed checkpoint gone bad stops it.
         if chosen is None and not start_fresh and any(invalid.corrupt(steps[s.step]) for s in skipped):
             invalid.record_skipped(self.storage, skipped, steps, None, self.rank, move=False)
             raise invalid.no_valid_error(self.storage.describe(), skipped)
-        invalid.record_skipped(self.storage, skipped, steps, chosen.step if chosen else None, self.rank, move=True)
-        if chosen is None or chosen.commit is None:
-            if skipped:
-                log.warning(
-                    "no valid checkpoint in %s (%d invalid); starting fresh", self.storage.describe(), len(skipped)
-                )
-            self._stale_steps = {s.step for s in skipped}
-            return None
-        assert fetched is not None
+        invalid.record_skipped(self.storage, skipped, steps, chosen, self.rank, move=True)
+
+    def _load(self, fetched: StepFetch, commit: Commit, skipped: list[CheckpointStatus], t_start: float) -> int:
+        """Every fetched state checked to fit before any is loaded; then the restore's record."""
+        chosen = fetched.status
         t_load = time.monotonic()
-        states = assemble.states(self._components, chosen.commit, fetched.states, self.rank, self.world_size)
+        states = assemble.states(self._components, commit, fetched.states, self.rank, self.world_size)
         for name, state in states.items():
             check_compatible(name, state, self._components[name].obj)
         for name in sorted(states, key=lambda n: load_priority(self._components[n].obj)):

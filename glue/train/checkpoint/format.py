@@ -189,35 +189,59 @@ def validate_step(
     keep(ref) is true are stored into `blobs` (so restore does not download them twice)."""
     prefix = step_prefix(step)
     status = CheckpointStatus(step=step, valid=False)
-
-    def bad(key: str, what: str) -> CheckpointStatus:
-        status.problems.append(Problem(prefix + key, what))
+    commit = _read_commit(storage, prefix, listing, status)
+    if commit is None:
         return status
-
-    if REJECTED in listing:
-        return bad(REJECTED, f"rejected: {_rejected_why(storage, prefix + REJECTED, listing[REJECTED])}")
-    if COMMIT not in listing:
-        return bad(COMMIT, "COMMIT.json is missing (partial or interrupted save)")
-    try:
-        data, _ = storage.get(prefix + COMMIT, listing[COMMIT])
-    except ObjectMissingError:
-        return bad(COMMIT, "COMMIT.json disappeared while reading (pruned concurrently?)")
-    try:
-        commit = Commit.parse(bytes(data), step)
-    except ValueError as exc:
-        return bad(COMMIT, str(exc))
     status.commit = commit
-    listed = {o.key for o in commit.objects()}
-    for key in sorted(set(listing) - listed - {COMMIT}):
-        bad(key, "stray object not listed in COMMIT.json")
-    for ref in commit.objects():
-        if ref.key not in listing:
-            bad(ref.key, "listed in COMMIT.json but missing")
-        elif listing[ref.key] != ref.size:
-            bad(ref.key, f"size {listing[ref.key]} != {ref.size} in COMMIT.json (truncated or overwritten)")
+    _check_listing(commit, listing, prefix, status)
     if status.problems or not deep:
         status.valid = not status.problems
         return status
+    status.valid = _read_back(storage, prefix, commit, status, keep, blobs)
+    return status
+
+
+def _bad(status: CheckpointStatus, prefix: str, key: str, what: str) -> bool:
+    status.problems.append(Problem(prefix + key, what))
+    return False
+
+
+def _read_commit(storage: Storage, prefix: str, listing: dict[str, int], status: CheckpointStatus) -> Commit | None:
+    """The step's COMMIT.json, or None (and the problem added to status) when it is rejected, missing or unreadable."""
+    if REJECTED in listing:
+        _bad(status, prefix, REJECTED, f"rejected: {_rejected_why(storage, prefix + REJECTED, listing[REJECTED])}")
+        return None
+    if COMMIT not in listing:
+        _bad(status, prefix, COMMIT, "COMMIT.json is missing (partial or interrupted save)")
+        return None
+    try:
+        data, _ = storage.get(prefix + COMMIT, listing[COMMIT])
+    except ObjectMissingError:
+        _bad(status, prefix, COMMIT, "COMMIT.json disappeared while reading (pruned concurrently?)")
+        return None
+    try:
+        return Commit.parse(bytes(data), status.step)
+    except ValueError as exc:
+        _bad(status, prefix, COMMIT, str(exc))
+        return None
+
+
+def _check_listing(commit: Commit, listing: dict[str, int], prefix: str, status: CheckpointStatus) -> None:
+    """The listing against COMMIT.json: no stray object, none missing, every size as committed."""
+    listed = {o.key for o in commit.objects()}
+    for key in sorted(set(listing) - listed - {COMMIT}):
+        _bad(status, prefix, key, "stray object not listed in COMMIT.json")
+    for ref in commit.objects():
+        if ref.key not in listing:
+            _bad(status, prefix, ref.key, "listed in COMMIT.json but missing")
+        elif listing[ref.key] != ref.size:
+            _bad(status, prefix, ref.key,
+                 f"size {listing[ref.key]} != {ref.size} in COMMIT.json (truncated or overwritten)")
+
+
+def _read_back(storage: Storage, prefix: str, commit: Commit, status: CheckpointStatus,
+               keep: Callable[[ObjectRef], bool] | None, blobs: dict[str, bytearray] | None) -> bool:
+    """Every object downloaded and its size and sha256 checked; False at the first problem (added to status)."""
     refs = iter(commit.objects())
     fetching: deque[tuple[ObjectRef, Future[tuple[bytearray, str]]]] = deque()
     t0 = time.monotonic()
@@ -238,13 +262,14 @@ def validate_step(
                 try:
                     body, sha = fut.result()
                 except ObjectMissingError:
-                    return bad(ref.key, "listed in COMMIT.json but missing")
+                    return _bad(status, prefix, ref.key, "listed in COMMIT.json but missing")
                 fetch_next()
                 status.bytes += len(body)
                 if len(body) != ref.size:
-                    return bad(ref.key, f"read {len(body)} bytes, COMMIT.json says {ref.size}")
+                    return _bad(status, prefix, ref.key, f"read {len(body)} bytes, COMMIT.json says {ref.size}")
                 if sha != ref.sha256:
-                    return bad(ref.key, f"sha256 {sha[:12]}… != {ref.sha256[:12]}… in COMMIT.json (corrupted)")
+                    return _bad(status, prefix, ref.key,
+                                f"sha256 {sha[:12]}… != {ref.sha256[:12]}… in COMMIT.json (corrupted)")
                 if keep is not None and blobs is not None and keep(ref):
                     blobs[ref.key] = body
                 del body
@@ -252,8 +277,7 @@ def validate_step(
             for _, pending in fetching:
                 pending.cancel()  # after a problem: what has not started never will
             status.download_s = time.monotonic() - t0
-    status.valid = True
-    return status
+    return True
 
 
 def _rejected_why(storage: Storage, key: str, size: int) -> str:

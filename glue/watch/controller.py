@@ -218,10 +218,16 @@ class Watcher:
             st.save(store)
             return
         rejected, trouble = phases.flag_bad_restart(self.home, store, store.manifest(), new, verdict)
-        st.note("resume_check_failed", **summary, problem=verdict.problem, rejected_checkpoints=rejected,
-                reject_problem=trouble)
+        noted = {**summary, "problem": verdict.problem, "rejected_checkpoints": rejected, "reject_problem": trouble}
+        self._stop_bad_restart(store, rc, st, started, new, noted)
+
+    def _stop_bad_restart(self, store: RunStore, rc: runconfig.RunConfig, st: WatchState, started: float | None,
+                          new: int, noted: dict[str, Any]) -> None:
+        """A resume that failed its check, whether checked by recover or after a restart: noted with its
+        `problem`, and the run stopped as a bad restart."""
+        st.note("resume_check_failed", **noted)
         decision = policy.decide(AttemptClass.BAD_RESTART, rc.recovery, st.used, time.time(), st.next_try_at, started)
-        self._stop(store, rc, st, new, AttemptClass.BAD_RESTART, decision, str(verdict.problem),
+        self._stop(store, rc, st, new, AttemptClass.BAD_RESTART, decision, str(noted["problem"]),
                    store.attempt(new).get("incident"))
 
     def _fast_running(self, store: RunStore, rc: runconfig.RunConfig, latest: int) -> Quick:
@@ -360,13 +366,8 @@ class Watcher:
         except recover_mod.BadRestart as exc:  # recovered, but the resume is wrong: not a failed recovery
             new = int(exc.result["new_attempt"])
             st.resume_plan = None
-            st.note("resume_check_failed", **{k: exc.result.get(k) for k in SUMMARY_KEYS},
-                    problem=exc.result.get("problem"), rejected_checkpoints=exc.result.get("rejected_checkpoints"),
-                    reject_problem=exc.result.get("reject_problem"))
-            decision = policy.decide(AttemptClass.BAD_RESTART, rc.recovery, st.used, time.time(), st.next_try_at,
-                                     started)
-            self._stop(store, rc, st, new, AttemptClass.BAD_RESTART, decision, str(exc.result.get("problem")),
-                       store.attempt(new).get("incident"))
+            self._stop_bad_restart(store, rc, st, started, new, {k: exc.result.get(k) for k in (
+                *SUMMARY_KEYS, "problem", "rejected_checkpoints", "reject_problem")})
             return f"attempt {new} failed the resume check: {exc.result.get('problem')}"
         except NoCapacity as exc:  # the cloud may have a VM later: wait and ask again, not a failed recovery
             wait = st.wait_for_capacity(rc.recovery, n, str(outcome), str(exc), time.time())

@@ -21,15 +21,16 @@ import os
 import random
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from glue.examples.corpus import generate
+from glue.examples.tiny_gpt_model import TinyGPT, build, evaluate, full_state, heldout_ids, shard
 from glue.train import Checkpointer, OptimizerState, ResumableSampler, RNGState, TrainState, trainer_vars
 from glue.train.run.agreement import agree
 from glue.train.run.evaluation import load_eval_set, record_evaluation
@@ -100,94 +101,6 @@ def init_distributed(cfg: dict[str, Any]) -> bool:
     return True
 
 
-class CharWindows(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    def __init__(self, ids: torch.Tensor, seq_len: int) -> None:
-        self.ids, self.seq_len = ids, seq_len
-
-    def __len__(self) -> int:
-        return (len(self.ids) - 1) // self.seq_len
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        s = i * self.seq_len
-        return self.ids[s: s + self.seq_len], self.ids[s + 1: s + self.seq_len + 1]
-
-
-class TinyGPT(nn.Module):
-    def __init__(self, vocab: int, cfg: dict[str, Any]) -> None:
-        super().__init__()
-        d = int(cfg["d_model"])
-        self.tok = nn.Embedding(vocab, d)
-        self.pos = nn.Embedding(int(cfg["seq_len"]), d)
-        self.blocks = nn.ModuleList(
-            nn.TransformerEncoderLayer(d, int(cfg["n_head"]), 4 * d, float(cfg["dropout"]), batch_first=True,
-                                       norm_first=True)
-            for _ in range(int(cfg["n_layer"]))
-        )
-        self.norm = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab)
-        self.activation_checkpointing = bool(cfg.get("checkpointing"))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        t = x.shape[1]
-        h = self.tok(x) + self.pos(torch.arange(t, device=x.device))
-        mask = nn.Transformer.generate_square_subsequent_mask(t, device=x.device)
-        for block in self.blocks:
-            if self.activation_checkpointing and self.training:
-                from torch.utils.checkpoint import checkpoint
-
-                h = checkpoint(block, h, mask, None, True, use_reentrant=False)
-            else:
-                h = block(h, src_mask=mask, is_causal=True)
-        return self.head(self.norm(h))
-
-
-def build(cfg: dict[str, Any]) -> tuple[TinyGPT, CharWindows, int]:
-    text = generate(int(cfg["corpus_chars"]))
-    vocab = sorted(set(text))
-    ids = torch.tensor([vocab.index(c) for c in text], dtype=torch.long)
-    torch.manual_seed(int(cfg["seed"]))
-    model = TinyGPT(len(vocab), cfg)
-    return model, CharWindows(ids, int(cfg["seq_len"])), len(vocab)
-
-
-# A seed the training corpus (glue.examples.corpus, seed 1234) never uses: held-out sentences.
-HELDOUT_SEED = 98765
-
-
-def heldout_ids(cfg: dict[str, Any], data: bytes | None = None) -> torch.Tensor:
-    """The evaluation set as token ids: the pinned set's text when given, else generated held-out text.
-    Characters outside the training vocabulary are dropped (the model cannot predict them)."""
-    vocab = sorted(set(generate(int(cfg["corpus_chars"]))))
-    index = {c: i for i, c in enumerate(vocab)}
-    text = data.decode("utf-8", errors="replace") if data is not None else generate(int(cfg["eval_chars"]),
-                                                                                    seed=HELDOUT_SEED)
-    return torch.tensor([index[c] for c in text if c in index], dtype=torch.long)
-
-
-def evaluate(model: nn.Module, ids: torch.Tensor, cfg: dict[str, Any], device: torch.device) -> dict[str, float]:
-    """Mean next-character cross-entropy over every full window of the held-out set (no dropout, no RNG
-    drawn: evaluating does not change what training does next)."""
-    seq = int(cfg["seq_len"])
-    windows = CharWindows(ids, seq)
-    if len(windows) == 0:
-        raise ValueError(f"the evaluation set holds {len(ids)} known characters, fewer than one window "
-                         f"(seq_len {seq} + 1)")
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for start in range(0, len(windows), 32):
-            xs, ys = zip(*(windows[i] for i in range(start, min(start + 32, len(windows)))), strict=True)
-            x, y = torch.stack(xs).to(device), torch.stack(ys).to(device)
-            logits = model(x)
-            total += float(nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1),
-                                                       reduction="sum"))
-            count += y.numel()
-    model.train(was_training)
-    loss = total / count
-    return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
-
-
 def fingerprint(t: torch.Tensor, prev: str = "") -> str:
     return hashlib.sha256(prev.encode() + t.contiguous().numpy().tobytes()).hexdigest()[:16]
 
@@ -197,10 +110,55 @@ def batches(loader: DataLoader[Any]) -> Iterator[tuple[torch.Tensor, torch.Tenso
         yield from loader
 
 
+@dataclass
+class _Parts:
+    """What the loop trains, built once by _build_parts."""
+
+    rank: int
+    world: int
+    device: torch.device
+    model: TinyGPT
+    net: nn.Module  # the model, or its DDP wrapper
+    params: list[nn.Parameter]  # those that train
+    opt: torch.optim.AdamW
+    sched: torch.optim.lr_scheduler.LambdaLR
+    sampler: ResumableSampler
+    loader: DataLoader[Any]
+
+
 def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: Any = None,
           heldout: torch.Tensor | None = None) -> dict[str, Any]:
     """The loop. Returns {"step", "loss"}; prints `step N loss L` (full precision) per step. With `report`
     (a RunContext) and `heldout` ids, rank 0 evaluates every eval_every steps and records the result."""
+    parts = _build_parts(cfg)
+    rng, ts = RNGState(), TrainState()
+    restored = _register_and_restore(cfg, ckpt, resume, parts, rng, ts)
+    agree(cfg, restored)  # every rank the same workload, or no rank trains
+    steps, interval = int(cfg["steps"]), int(cfg["checkpoint_interval"])
+    if cfg["log_dir"]:
+        os.makedirs(str(cfg["log_dir"]), exist_ok=True)
+    loss_value = float("nan")
+    it = batches(parts.loader)
+    parts.net.train()
+    while ts.step < steps:
+        loss_value, inputs = _step(cfg, parts, it, ts)
+        _log_step(cfg, parts.rank, ts.step, loss_value, inputs, report)
+        _evaluate_due(cfg, parts, ts.step, report, heldout)
+        if cfg["step_sleep"]:
+            import time
+
+            time.sleep(float(cfg["step_sleep"]))
+        if ckpt is not None and (ts.step % interval == 0 or ts.step == steps):
+            ckpt.save(ts.step)
+    if ckpt is not None:
+        ckpt.flush()
+    return {"step": ts.step, "loss": loss_value, "model": parts.model, "device": parts.device, "optimizer": parts.opt,
+            "sampler": parts.sampler}
+
+
+def _build_parts(cfg: dict[str, Any]) -> _Parts:
+    """Seeded and deterministic: the model on this rank's device (frozen but the head when adapter_only;
+    sharded or DDP-wrapped), its optimizer and schedule, and this rank's data."""
     torch.set_num_threads(int(cfg["threads"]))
     torch.use_deterministic_algorithms(True)
     random.seed(int(cfg["seed"]))
@@ -215,9 +173,8 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
     if cfg["adapter_only"]:
         for name, p in model.named_parameters():
             p.requires_grad = name.startswith("head.")
-    fsdp = cfg["parallel"] == "fsdp"
     net: nn.Module = model
-    if fsdp:
+    if cfg["parallel"] == "fsdp":
         shard(model, device)
     elif world > 1:
         # DDP averages gradients across ranks (of the parameters that train: wrap after freezing); the
@@ -232,93 +189,76 @@ def train(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, report: 
     sampler = ResumableSampler(data, seed=int(cfg["seed"]), rank=rank, world_size=world)
     loader = DataLoader(data, batch_size=int(cfg["batch_size"]), sampler=sampler, drop_last=True,
                         generator=torch.Generator())
-    rng, ts = RNGState(), TrainState()
-    restored = None
-    if ckpt is not None:
-        broken = cfg.get("broken_resume")
-        comps: dict[str, Any] = {"model": model, "optimizer": OptimizerState(model, opt) if fsdp else opt,
-                                 "scheduler": sched, "data": sampler, "rng": rng, "train": ts}
-        for name, obj in comps.items():
-            if name != {"skip_rng": "rng", "skip_data": "data"}.get(str(broken)):
-                ckpt.register(name, obj)
-        if resume:
-            restored = ckpt.restore()
-            print(f"resumed from step {restored}" if restored is not None else "no checkpoint: starting fresh",
-                  flush=True)
-    agree(cfg, restored)  # every rank the same workload, or no rank trains
-    interval = int(cfg["checkpoint_interval"])
-    if cfg["log_dir"]:
-        os.makedirs(str(cfg["log_dir"]), exist_ok=True)
+    return _Parts(rank, world, device, model, net, params, opt, sched, sampler, loader)
+
+
+def _register_and_restore(cfg: dict[str, Any], ckpt: Checkpointer | None, resume: bool, parts: _Parts,
+                          rng: RNGState, ts: TrainState) -> int | None:
+    """The checkpointed state (less the part a broken_resume test leaves out); with resume, restored.
+    Returns the restored step, or None."""
+    if ckpt is None:
+        return None
+    broken = cfg.get("broken_resume")
+    optimizer = OptimizerState(parts.model, parts.opt) if cfg["parallel"] == "fsdp" else parts.opt
+    comps: dict[str, Any] = {"model": parts.model, "optimizer": optimizer, "scheduler": parts.sched,
+                             "data": parts.sampler, "rng": rng, "train": ts}
+    for name, obj in comps.items():
+        if name != {"skip_rng": "rng", "skip_data": "data"}.get(str(broken)):
+            ckpt.register(name, obj)
+    if not resume:
+        return None
+    restored = ckpt.restore()
+    print(f"resumed from step {restored}" if restored is not None else "no checkpoint: starting fresh", flush=True)
+    return restored
+
+
+def _step(cfg: dict[str, Any], parts: _Parts, it: Iterator[tuple[torch.Tensor, torch.Tensor]],
+          ts: TrainState) -> tuple[float, dict[str, str]]:
+    """One optimizer step over grad_accum micro-batches. Returns its loss and fingerprints of its inputs."""
     accum = int(cfg["grad_accum"])
-    loss_value = float("nan")
-    it = batches(loader)
-    net.train()
-    while ts.step < steps:
-        opt.zero_grad(set_to_none=True)
-        loss_value = 0.0
-        rng_fp = fingerprint(torch.get_rng_state())
-        data_pos = f"{sampler.epoch}:{sampler.index * world}"  # where this step's samples start (globally)
-        batch_fp = ""
-        for _ in range(accum):
-            x, y = (t.to(device) for t in next(it))
-            batch_fp = fingerprint(x.cpu(), batch_fp)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bool(cfg["autocast_bf16"])):
-                logits = net(x)
-                loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
-            (loss / accum).backward()
-            loss_value += loss.item() / accum
-            ts.tokens_seen += x.numel()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        ts.step += 1
-        ts.epoch = sampler.epoch
-        if rank == 0:
-            print(f"step {ts.step} loss {loss_value!r}", flush=True)
-        if report is not None:
-            # Fingerprints of the step's inputs let the drill say WHICH state a bad resume lost: `data` the
-            # position (which samples), `batch` their contents (same position, other contents: worker RNG).
-            report.step(ts.step, loss_value, data=data_pos, batch=batch_fp, rng=rng_fp)
-        if cfg["log_dir"] and rank == 0:  # what a user's own code does with the mount: logs, artifacts
-            with open(os.path.join(str(cfg["log_dir"]), "steps.log"), "a") as fh:
-                fh.write(f"{ts.step} {loss_value!r}\n")
-        every = int(cfg["eval_every"])
-        if report is not None and heldout is not None and (rank == 0 or fsdp) and every and ts.step % every == 0 \
-                and ts.step < steps:
-            result = evaluate(model, heldout, cfg, device)  # sharded: every rank takes part in the forward
-            if rank == 0:
-                record_evaluation(report, ts.step, result)
-        if cfg["step_sleep"]:
-            import time
-
-            time.sleep(float(cfg["step_sleep"]))
-        if ckpt is not None and (ts.step % interval == 0 or ts.step == steps):
-            ckpt.save(ts.step)
-    if ckpt is not None:
-        ckpt.flush()
-    return {"step": ts.step, "loss": loss_value, "model": model, "device": device, "optimizer": opt, "sampler": sampler}
+    parts.opt.zero_grad(set_to_none=True)
+    loss_value = 0.0
+    rng_fp = fingerprint(torch.get_rng_state())
+    data_pos = f"{parts.sampler.epoch}:{parts.sampler.index * parts.world}"  # where its samples start (globally)
+    batch_fp = ""
+    for _ in range(accum):
+        x, y = (t.to(parts.device) for t in next(it))
+        batch_fp = fingerprint(x.cpu(), batch_fp)
+        with torch.autocast(parts.device.type, dtype=torch.bfloat16, enabled=bool(cfg["autocast_bf16"])):
+            logits = parts.net(x)
+            loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
+        (loss / accum).backward()
+        loss_value += loss.item() / accum
+        ts.tokens_seen += x.numel()
+    torch.nn.utils.clip_grad_norm_(parts.params, 1.0)
+    parts.opt.step()
+    parts.sched.step()
+    ts.step += 1
+    ts.epoch = parts.sampler.epoch
+    return loss_value, {"data": data_pos, "batch": batch_fp, "rng": rng_fp}
 
 
-def shard(model: TinyGPT, device: torch.device) -> None:
-    """FSDP2: each block, then the rest of the model, sharded over every rank (a one-rank group when the
-    run has none: the checkpoints are sharded ones whatever the world size, so a run can change it)."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    if not dist.is_initialized():  # FSDP2's collectives on CUDA tensors need NCCL; gloo serves the CPU
-        backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+def _log_step(cfg: dict[str, Any], rank: int, step: int, loss_value: float, inputs: dict[str, str],
+              report: Any) -> None:
+    if rank == 0:
+        print(f"step {step} loss {loss_value!r}", flush=True)
+    if report is not None:
+        # Fingerprints of the step's inputs let the drill say WHICH state a bad resume lost: `data` the
+        # position (which samples), `batch` their contents (same position, other contents: worker RNG).
+        report.step(step, loss_value, **inputs)
+    if cfg["log_dir"] and rank == 0:  # what a user's own code does with the mount: logs, artifacts
+        with open(os.path.join(str(cfg["log_dir"]), "steps.log"), "a") as fh:
+            fh.write(f"{step} {loss_value!r}\n")
 
 
-def full_state(model: nn.Module) -> dict[str, Any]:
-    """The whole model's parameters on the CPU (sharded: gathered; every rank must call it)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+def _evaluate_due(cfg: dict[str, Any], parts: _Parts, step: int, report: Any, heldout: torch.Tensor | None) -> None:
+    """Every eval_every steps but the last (the deployed run evaluates at the end)."""
+    every, fsdp = int(cfg["eval_every"]), cfg["parallel"] == "fsdp"
+    if report is not None and heldout is not None and (parts.rank == 0 or fsdp) and every and step % every == 0 \
+            and step < int(cfg["steps"]):
+        result = evaluate(parts.model, heldout, cfg, parts.device)  # sharded: every rank takes part in the forward
+        if parts.rank == 0:
+            record_evaluation(report, step, result)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,6 @@ guard, and report on it. Sits above glue.runs: the down guard asks the monitor w
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from glue.errors import GlueError
 from glue.images import build, disk, recipe
 from glue.infra import inventory, preflight, ssh
 from glue.infra.terraform import Terraform, is_spare
-from glue.operations import convergence, down_guard, spare_state, vm_seed
+from glue.operations import converge, convergence, down_guard, spare_state
 from glue.storage import bucket as bucket_store
 
 
@@ -46,15 +45,12 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True,
             bucket_info(home)  # as an apply would: the bucket this machine serves is started again if it stopped
         console.print(f"terraform: nothing to change ({len(written)} VM(s) up)")
     else:
-        tf = Terraform(home, cfg.backend, console)
-        with tf.locked():
-            moved = spare_state.reconcile(home, tf)  # spares taken by recoveries: under the lost VMs' names
-            forget_stale_seed(home, image)
-            tf.apply(variables)
+        with converge.applying(home, cfg.backend, console, image) as step:
+            step.tf.apply(variables)
             cfg.save(home)  # only once terraform accepted it: a rejected vm_count must not stick
-            spare_state.settled(home, moved)
+            step.settle()
             convergence.record_apply(home, inputs)
-            outputs = tf.outputs()
+            outputs = step.tf.outputs()
             remove_orphans(home, cfg.backend, outputs, console, spare={k.id for k in kept(home)})
         written = inventory.write(home, outputs, also_known=kept_host_keys(home))
     if configure:
@@ -83,108 +79,15 @@ def converge_changed(home: Path, console: Console, vms: list[inventory.Host], im
     """The playbook (and verify) on the VMs whose configuration changed or that fail a live check, each
     named with the reason; none when nothing changed."""
     parts = convergence.vm_parts(home, image)
-    names = [h.name for h in vms]
-    why = dict.fromkeys(names, "asked (--converge)") if converge_all else stale(home, vms, parts)
-    seeded = self_configured(home, console, vms, why, parts)
-    if not why:
-        console.print(f"configuration: nothing changed on {len(vms)} VM(s){seeded}; `glue up --converge` runs the "
-                      "playbook anyway")
-        capture_seed(home, console, [], parts, earlier=vms)  # a seed dropped meanwhile is taken again
-        return
-    for name, reason in sorted(why.items()):
-        console.print(f"converging {name}: {reason}")
-    configure_hosts(home, console, limit=None if len(why) == len(vms) else sorted(why), verify=True)
-    convergence.record_converged(home, sorted(why), parts)
-    capture_seed(home, console, [h for h in vms if h.name in why], parts, earlier=[h for h in vms if h.name not in why])
-
-
-def forget_stale_seed(home: Path, image: str | None) -> None:
-    """Before an apply: no VM may boot the seed of a configuration that has changed since."""
-    if vm_seed.current_key(home) is not None:
-        parts = convergence.vm_parts(home, image) if inventory.inventory_path(home).is_file() else {}
-        now = vm_seed.shared_parts(next(iter(parts.values()))) if parts else convergence.local_parts(home, image)
-        vm_seed.forget_stale(home, now)
-
-
-def self_configured(home: Path, console: Console, vms: list[inventory.Host], why: dict[str, str],
-                    parts: dict[str, convergence.VMParts], verify: bool = True) -> str:
-    """Take out of `why` the new VMs that configured themselves at first boot from the seed of the
-    configuration as it is now (glue.operations.vm_seed), verified (verify.yml, unless the caller
-    verifies them itself), and record them converged. Returns a note."""
-    from glue.infra import ansible
-
-    new = [h for h in vms if why.get(h.name) == "never configured"]
-    done = vm_seed.configured(home, new, parts) if new and vm_seed.current_key(home) else []
-    if done and verify:
-        checked = ansible.verify(home, limit=done, progress=False)
-        for name in [n for n in done if not (checked.get(n) or {}).get("ready")]:
-            why[name] = "configured from the seed, but its verify was not ready"
-            done.remove(name)
-    for name in done:
-        del why[name]
-        console.print(f"{name}: configured itself at first boot from the cluster's seed "
-                      f"({vm_seed.current_key(home)}); no playbook")
-    if done:
-        convergence.record_converged(home, done, parts)
-    return f" ({len(done)} configured from the seed)" if done else ""
-
-
-def capture_seed(home: Path, console: Console, converged: list[inventory.Host],
-                 parts: dict[str, convergence.VMParts], earlier: list[inventory.Host] | None = None) -> None:
-    """After a converge and verify, or with nothing to converge: the seed of this configuration for the VMs
-    created next, when there is none of it (once). From the first VM the playbook configured, of `converged`,
-    then of `earlier` (converged before at these parts): a seed dropped while nothing changed is taken again."""
-    hosts = [*converged, *(earlier or [])]
-    if not hosts or not current.backend(home).takes_config_seed:
-        return
-    first = hosts[0]
-    image = vm_seed.carried_elsewhere(home, first.name)
-    if image:
-        if converged or vm_seed.current_key(home):  # said once, not at every `glue up` with nothing to do
-            vm_seed.forget(home)
-            console.print(f"no configuration seed: {first.name}'s trainer runs in the Docker image {image}, which "
-                          "lives in Docker's storage, not in a seed; new VMs are converged by the playbook")
-        return
-    if vm_seed.current_key(home) != vm_seed.key_of(parts[first.name]):
-        taken = vm_seed.capture_first(home, hosts, parts)
-        if taken is None:
-            vm_seed.forget(home)
-            console.print(f"no configuration seed: {', '.join(h.name for h in hosts)} had applied a seed at first "
-                          "boot; the next VM converged without one gives it")
-        else:
-            console.print(f"configuration seed {taken[0]} captured from {taken[1]} (new VMs apply it at first boot)")
-
-
-def stale(home: Path, vms: list[inventory.Host], parts: dict[str, convergence.VMParts]) -> dict[str, str]:
-    """{VM name: why it needs the playbook}: its configuration changed since it was converged, or it fails
-    the live check."""
-    why = convergence.reasons(home, [h.name for h in vms], parts)
-    why.update(live_problems(home, [h for h in vms if h.name not in why]))
-    return why
-
-
-def live_problems(home: Path, vms: list[inventory.Host]) -> dict[str, str]:
-    """{VM name: problem} for the VMs that do not answer SSH, whose bucket mount is down or whose last
-    verify was not ready: a configuration unchanged on paper is converged again for these."""
-    from glue.infra import ansible
-
-    checks = (ansible.last_verify(home) or {}).get("hosts", {})
-
-    def problem(h: inventory.Host) -> str | None:
-        last = checks.get(h.name) or {}
-        if last.get("vm_id", h.id) == h.id and last and not last.get("ready"):  # (a recovery's converge has none)
-            return "not ready at its last verify"
-        try:
-            # A FUSE mount whose rclone died is still listed: the listing must answer too.
-            res = ssh.run(home, h, "systemctl is-active --quiet gpukit-mount.service && findmnt -n /mnt/s3 "
-                                   ">/dev/null && timeout 5 ls /mnt/s3 >/dev/null", timeout=15)
-        except GlueError:
-            return "not reachable over SSH"
-        return None if res.exit_code == 0 else "its bucket mount is not active"
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        found = dict(zip([h.name for h in vms], pool.map(problem, vms), strict=True))
-    return {name: p for name, p in found.items() if p is not None}
+    asked = dict.fromkeys((h.name for h in vms), "asked (--converge)") if converge_all else None
+    done = converge.converge(home, console, vms, parts, why=asked, whole_cluster=True)
+    if not done.names:
+        console.print(f"configuration: nothing changed on {len(vms)} VM(s){done.note}; `glue up --converge` runs "
+                      "the playbook anyway")
+    # The seed of this configuration, when there is none: from a VM just converged, else from one converged
+    # before at these parts (a seed dropped while nothing changed is taken again).
+    converge.capture_seed(home, console, [h for h in vms if h.name in done.names], parts,
+                          earlier=[h for h in vms if h.name not in done.names])
 
 
 def guard_removals(home: Path, cfg: ClusterConfig, force: bool) -> list[str]:
@@ -219,35 +122,6 @@ def bake_image(home: Path, console: Console, boot_disk: bool = False) -> str:
         console.print(f"image {image.name} {image.hash[:16]} baked: {image.size_bytes / 1e6:.0f} MB "
                       f"in {image.build_seconds:.0f} s")
     return image.hash
-
-
-def image_hash(backend_name: str, home: Path) -> str | None:
-    """The hash of the image the backend's VMs boot (None: a cloud image, named in terraform's inputs)."""
-    if get_backend(backend_name, home).baked_image is None:
-        return None
-    return recipe.load("gpukit").content_hash()
-
-
-def configure_hosts(home: Path, console: Console, limit: list[str] | None = None, verify: bool = False) -> None:
-    """Run ansible/site.yml on `limit`; on the whole cluster or with `verify`, site.yml then verify.yml
-    (whose per-host summary `glue status` shows) in one run."""
-    from glue.infra import ansible
-
-    if limit is not None and not verify:
-        result = ansible.converge(home, limit=limit)
-        summary: dict[str, dict[str, object]] = {}
-    else:
-        result, summary = ansible.converge_and_verify(home, limit=limit)
-    failed = {h: m for h, m in result.failed.items() if h not in summary}
-    if failed:
-        by_message: dict[str, list[str]] = {}  # the same failure on every VM is said once
-        for h, m in failed.items():
-            by_message.setdefault(m, []).append(h)
-        failures = "; ".join(f"{', '.join(hs)}: {m}" for m, hs in by_message.items())
-        raise GlueError(f"configuring the VMs failed: {failures}")
-    bad = [h for h, v in summary.items() if not v.get("ready")]
-    if bad:
-        raise GlueError(f"verify.yml: {', '.join(bad)} not ready; see `glue status`")
 
 
 def down(home: Path, console: Console, force: bool = False) -> int:

@@ -27,7 +27,7 @@ from glue.errors import GlueError
 from glue.infra import inventory
 from glue.infra.inventory import Host
 from glue.infra.terraform import Terraform, vm_address
-from glue.operations import convergence, lifecycle, spare_state
+from glue.operations import converge, convergence, lifecycle
 
 
 def log_path(home: Path) -> Path:
@@ -44,7 +44,7 @@ def take(home: Path, console: Console, lost: list[tuple[str, str | None]], run: 
         backend = current.backend(home)
         gone = {s.name for s in pool if backend.read_vm(s.id) is None}
         problems = {**dict.fromkeys(gone, "gone"),
-                    **lifecycle.live_problems(home, [s for s in pool if s.name not in gone])}
+                    **converge.live_problems(home, [s for s in pool if s.name not in gone])}
         for name, problem in sorted(problems.items()):
             console.print(f"[yellow]spare {name}[/]: {problem}; not handed to a run (the refill replaces it)")
         healthy = [s for s in pool if s.name not in problems]
@@ -106,32 +106,23 @@ def refill(home: Path, console: Console) -> list[str]:
     """Terraform's state caught up with the spares taken, the pool made whole again, the new spares
     configured and verified. Returns the spares converged."""
     cfg = current.ClusterConfig.load(home)
-    tf = Terraform(home, cfg.backend, console)
-    with tf.locked():
+    image = converge.image_hash(cfg.backend, home)
+    with converge.applying(home, cfg.backend, console, image) as step:
         cfg = current.ClusterConfig.load(home)  # a `glue up` may have changed it while we waited
-        if not tf.state_ids():  # a `glue down` came first: refilling would bring the cluster back
+        if not step.tf.state_ids():  # a `glue down` came first: refilling would bring the cluster back
             console.print("spare refill: the cluster is down; nothing to refill")
             return []
-        done = spare_state.reconcile(home, tf)
-        lifecycle.forget_stale_seed(home, lifecycle.image_hash(cfg.backend, home))
-        tf.apply(current.tf_vars(home, cfg))
+        step.tf.apply(current.tf_vars(home, cfg))
         convergence.record_apply(home, convergence.terraform_inputs(cfg.backend, current.tf_vars(home, cfg)))
-        outputs = tf.outputs()
-        with spare_roles.locked(home):
-            spare_roles.drop(home, done)
+        outputs = step.tf.outputs()
+        step.settle()
         written = inventory.write(home, outputs, also_known=lifecycle.kept_host_keys(home))
     pool = [h for h in written if h.name in cfg.spare_names()]
-    image = lifecycle.image_hash(cfg.backend, home)
     parts = convergence.vm_parts(home, image)
-    why = lifecycle.stale(home, pool, parts)
-    lifecycle.self_configured(home, console, pool, why, parts)
-    for name, reason in sorted(why.items()):
-        console.print(f"converging spare {name}: {reason}")
-    if why:
-        lifecycle.configure_hosts(home, console, limit=sorted(why), verify=True)
-        convergence.record_converged(home, sorted(why), parts)
-        lifecycle.capture_seed(home, console, [h for h in pool if h.name in why], parts)
-    return sorted(why)
+    done = converge.converge(home, console, pool, parts, label="spare ")
+    if done.names:
+        converge.capture_seed(home, console, [h for h in pool if h.name in done.names], parts)
+    return done.names
 
 
 def wanted(home: Path) -> int:

@@ -12,7 +12,7 @@ from rich.console import Console
 from glue.cluster.current import ClusterConfig
 from glue.infra import ansible_verify
 from glue.infra.inventory import Host
-from glue.operations import lifecycle, vm_seed
+from glue.operations import converge, vm_seed
 
 
 def _verified(home: Path, runtime: dict[str, object]) -> None:
@@ -40,7 +40,7 @@ def test_capture_refuses_an_image_runtime_and_drops_the_earlier_seed(tmp_path: P
     out = io.StringIO()
     host = Host(name="q-1", id="q-1-0000", ssh_host="127.0.0.1", ssh_port=1, ssh_user="root", host_key="",
                 gpu_type="none", gpu_count=0, backend="qemu")
-    lifecycle.capture_seed(tmp_path, Console(file=out, width=300), [host], {})  # no SSH: refused before
+    converge.capture_seed(tmp_path, Console(file=out, width=300), [host], {})  # no SSH: refused before
     assert "no configuration seed: q-1's trainer runs in the Docker image gpukit-trainer:offline" in out.getvalue()
     assert vm_seed.current_key(tmp_path) is None and not seed.exists()
 

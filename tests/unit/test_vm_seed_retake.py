@@ -16,7 +16,7 @@ from rich.console import Console
 from glue.cluster.current import ClusterConfig
 from glue.errors import GlueError
 from glue.infra import inventory, ssh
-from glue.operations import convergence, lifecycle, vm_seed
+from glue.operations import converge, convergence, lifecycle, vm_seed
 
 SHARED = {"roles": "r1", "group vars": "", "code": "c1", "image": "i1", "bucket": "b1", "credentials": "k1"}
 
@@ -59,7 +59,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list
     hosts = [_host(f"gpukit-{i}") for i in (1, 2, 3)]
     parts = {h.name: convergence.VMParts(h.id, {**SHARED, "inventory entry": h.name}) for h in hosts}
     monkeypatch.setattr(convergence, "vm_parts", lambda home, image: parts)
-    monkeypatch.setattr(lifecycle, "stale", lambda home, vms, now: {})
+    monkeypatch.setattr(converge, "stale", lambda home, vms, now: {})
     return tmp_path, hosts
 
 

@@ -26,8 +26,8 @@ from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import inventory, ssh
 from glue.infra.inventory import Host
-from glue.infra.terraform import Terraform, vm_address
-from glue.operations import convergence, lifecycle, spare_state
+from glue.infra.terraform import vm_address
+from glue.operations import converge, convergence, lifecycle
 from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, check_resharded, merged_metrics
 from glue.runs import attempt as attempt_mod
 from glue.runs import config as runconfig
@@ -192,18 +192,15 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
         raise GlueError(f"the run's VM {', '.join(gone)} is no longer part of this cluster (it asks for "
                         f"{', '.join(cfg.vm_names())}): bring the name back with {back}, then recover again")
     backend = get_backend(cfg.backend, home)
-    tf = Terraform(home, cfg.backend, console)
     replace = [vm_address(str(nd["vm"])) for nd in nodes
                if len(nodes) == 1 and not same_vm and not keep and backend.read_vm(str(nd["vm_id"])) is not None]
-    with tf.locked():
-        moved = spare_state.reconcile(home, tf)  # spares an earlier recovery took: under their new names
-        lifecycle.forget_stale_seed(home, lifecycle.image_hash(cfg.backend, home))
+    with converge.applying(home, cfg.backend, console, converge.image_hash(cfg.backend, home)) as step:
         for vm in keep:
-            tf.state_rm(vm_address(vm.name))  # the kept VM lives on outside the state
+            step.tf.state_rm(vm_address(vm.name))  # the kept VM lives on outside the state
             lifecycle.keep(home, vm)
-        tf.apply(current.tf_vars(home, cfg), replace=replace)
-        spare_state.settled(home, moved)
-        inventory.write(home, tf.outputs(), also_known=lifecycle.kept_host_keys(home))
+        step.tf.apply(current.tf_vars(home, cfg), replace=replace)
+        step.settle()
+        inventory.write(home, step.tf.outputs(), also_known=lifecycle.kept_host_keys(home))
     hosts = [current.host(home, str(nd["vm"])) for nd in nodes]
     return hosts, [h.name for h, nd in zip(hosts, nodes, strict=True) if h.id != nd["vm_id"]]
 
@@ -235,18 +232,14 @@ def configure(home: Path, console: Console, fresh: list[Host]) -> list[str]:
     """The playbook on the new VMs (bucket mount, trainer runtime); on a VM the run keeps (`--same-vm`, a
     stalled VM) only when its configuration changed since it was converged or it fails the live check.
     Recorded, so the next `glue up` leaves them be while nothing changes. Returns the VMs converged."""
-    parts = convergence.vm_parts(home, lifecycle.image_hash(current.ClusterConfig.load(home).backend, home))
-    why = lifecycle.stale(home, fresh, parts)
-    lifecycle.self_configured(home, console, fresh, why, parts, verify=False)  # the verify phase follows
+    parts = convergence.vm_parts(home, converge.image_hash(current.ClusterConfig.load(home).backend, home))
+    why = converge.stale(home, fresh, parts)
     for host in fresh:
         if host.name not in why:
             console.print(f"configure: {host.name} is unchanged since it was converged and its mount is live: "
                           "no playbook")
-    todo = sorted(why)
-    if todo:
-        lifecycle.configure_hosts(home, console, limit=todo)
-        convergence.record_converged(home, todo, parts)
-    return todo
+    # The verify phase follows: verified there, not here.
+    return converge.converge(home, console, fresh, parts, why=why, verify=False).names
 
 
 # -- verify -------------------------------------------------------------------------------------------

@@ -7,15 +7,24 @@ is kept as it is in `extra`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from glue.runs import config as runconfig
 from glue.runs.store import RunStore, utc_iso
+
+_R = TypeVar("_R")
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
     out = {f.name: getattr(obj, f.name) for f in fields(obj) if f.name != "extra"}
     return {**out, **obj.extra}
+
+
+def _from_dict(cls: type[_R], doc: dict[str, Any]) -> _R:
+    """A record as read back: the keys this module knows as fields, every other one kept in `extra`."""
+    known = {f.name for f in fields(cls)} - {"extra"}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in doc.items() if k in known},  # type: ignore[call-arg]
+               extra={k: v for k, v in doc.items() if k not in known})
 
 
 @dataclass
@@ -88,9 +97,7 @@ class AttemptRecord:
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> AttemptRecord:
-        known = {f.name for f in fields(cls)} - {"extra"}
-        return cls(**{k: v for k, v in doc.items() if k in known},
-                   extra={k: v for k, v in doc.items() if k not in known})
+        return _from_dict(cls, doc)
 
 
 @dataclass
@@ -129,9 +136,7 @@ class RecoveryRecord:
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> RecoveryRecord:
-        known = {f.name for f in fields(cls)} - {"extra"}
-        return cls(**{k: v for k, v in doc.items() if k in known},
-                   extra={k: v for k, v in doc.items() if k not in known})
+        return _from_dict(cls, doc)
 
 
 def nodes_of(attempt: dict[str, Any]) -> list[dict[str, Any]]:

@@ -60,22 +60,30 @@ def test_fetching_credentials_is_retried(backend: LyceumBackend, emu: Emulator) 
     assert [s for m, p, s in emu.requests if p.endswith("/storage/credentials")] == [503, 0, 200]
 
 
-def test_expired_credentials_stop_working_and_are_refreshed(backend: LyceumBackend, emu: Emulator) -> None:
-    old = backend.bucket_credentials()
-    put(backend, old, "before-expiry")
-    time.sleep(max(0.0, (old.expires_at or 0) - time.time()) + 0.1)
-    with pytest.raises(ClientError) as err:
-        put(backend, old, "after-expiry")
-    assert err.value.response["Error"]["Code"] == "ExpiredToken"
-    new = backend.bucket_credentials()
-    assert new.session_token != old.session_token and (new.expires_at or 0) > time.time()
-    put(backend, new, "after-refresh")
-    stored = json.loads((backend.home / "bucket" / "credentials.json").read_text())
-    assert stored["session_token"] == new.session_token
-    # A token that was replaced stays rejected, even where its key pair is handed out again.
-    emu.sts.expire_all()
-    with pytest.raises(ClientError):
-        put(backend, new, "revoked")
+def test_expired_credentials_stop_working_and_are_refreshed(tmp_path: Path) -> None:
+    """Expiry without waiting on the clock (a loaded machine could spend a short lifetime creating a client):
+    the emulator expires the session, and the stored copy is aged past its expiry as time would age it."""
+    with Emulator(tmp_path / "emu-long", boot_vms=False, credentials_ttl=600.0) as emu:
+        backend = LyceumBackend(tmp_path / "kit-long", client=LyceumClient(
+            emu.api_key, emu.url, retry=RetryPolicy(base_s=0.01, max_s=0.05)))
+        old = backend.bucket_credentials()
+        put(backend, old, "before-expiry")
+        emu.sts.expire_all()
+        with pytest.raises(ClientError) as err:
+            put(backend, old, "after-expiry")
+        assert err.value.response["Error"]["Code"] == "ExpiredToken"
+        assert backend.bucket_credentials() == old  # still fresh by the stored expiry: kept, not fetched again
+        cred_file = backend.home / "bucket" / "credentials.json"
+        stored = json.loads(cred_file.read_text())
+        cred_file.write_text(json.dumps({**stored, "expires_at": time.time() - 1}))
+        new = backend.bucket_credentials()
+        assert new.session_token != old.session_token and (new.expires_at or 0) > time.time()
+        put(backend, new, "after-refresh")
+        assert json.loads(cred_file.read_text())["session_token"] == new.session_token
+        # A token that was replaced stays rejected, even where its key pair is handed out again.
+        emu.sts.expire_all()
+        with pytest.raises(ClientError):
+            put(backend, new, "revoked")
 
 
 def test_tampered_token_is_rejected(backend: LyceumBackend) -> None:

@@ -53,6 +53,14 @@ def test_a_recreated_vm_configures_itself_from_the_seed_as_the_playbook_would(ki
     again = ansible_run.converge(kit.home, limit=["gpukit-2"], progress=False)
     assert again.ok and again.changed == {"gpukit-2": 0}, again
 
+    # A seed dropped while nothing changed (bench/recovery.py drops it to measure the playbook path) is taken
+    # again by the next `glue up`, which converges nothing: from gpukit-1, which the playbook configured.
+    key = vm_seed.current_key(kit.home)
+    vm_seed.forget(kit.home)
+    said = " ".join(kit.glue("up").stderr.split())
+    assert "configuration: nothing changed" in said and f"configuration seed {key} captured from gpukit-1" in said, said
+    assert vm_seed.current_key(kit.home) == key
+
     # A changed role variable: the seed is stale, the next up converges every VM, and a VM created after
     # it is converged by the playbook too (it never boots the old configuration unconverged).
     group_vars = convergence.user_group_vars(kit.home)

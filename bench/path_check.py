@@ -43,7 +43,7 @@ def watching() -> Iterator[Seen]:
         seen.provisioned = [*(seen.provisioned or []), *out[1]]
 
     def converged(out: Any) -> None:
-        seen.playbook = [*(seen.playbook or []), *out]
+        seen.playbook = [*(seen.playbook or []), *out.names]
 
     def spy(original: Callable[..., Any], keep: Callable[[Any], None]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:

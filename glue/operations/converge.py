@@ -59,7 +59,12 @@ def applying(home: Path, backend_name: str, console: Console, image: str | None)
 @dataclass(frozen=True)
 class Converged:
     names: list[str]  # the VMs the playbook converged
-    note: str  # how many configured themselves from the seed, for the caller's line
+    seeded: list[str]  # the new VMs that configured themselves from the seed: no playbook
+
+    @property
+    def note(self) -> str:
+        """How many configured themselves from the seed, for the caller's line."""
+        return f" ({len(self.seeded)} configured from the seed)" if self.seeded else ""
 
 
 def converge(home: Path, console: Console, vms: list[inventory.Host], parts: dict[str, convergence.VMParts], *,
@@ -70,7 +75,7 @@ def converge(home: Path, console: Console, vms: list[inventory.Host], parts: dic
     verify.yml too (a recovery verifies in a phase of its own); `whole_cluster`: `vms` is every VM, so
     when all need it the playbook runs unlimited. Taking the seed afterwards is the caller's."""
     why = stale(home, vms, parts) if why is None else why
-    note = self_configured(home, console, vms, why, parts, verify=verify)
+    seeded = self_configured(home, console, vms, why, parts, verify=verify)
     for name, reason in sorted(why.items()):
         console.print(f"converging {label}{name}: {reason}")
     todo = sorted(why)
@@ -78,7 +83,7 @@ def converge(home: Path, console: Console, vms: list[inventory.Host], parts: dic
         everyone = whole_cluster and len(todo) == len(vms)
         configure_hosts(home, console, limit=None if everyone else todo, verify=verify)
         convergence.record_converged(home, todo, parts)
-    return Converged(todo, note)
+    return Converged(todo, seeded)
 
 
 def forget_stale_seed(home: Path, image: str | None) -> None:
@@ -90,10 +95,10 @@ def forget_stale_seed(home: Path, image: str | None) -> None:
 
 
 def self_configured(home: Path, console: Console, vms: list[inventory.Host], why: dict[str, str],
-                    parts: dict[str, convergence.VMParts], verify: bool = True) -> str:
+                    parts: dict[str, convergence.VMParts], verify: bool = True) -> list[str]:
     """Take out of `why` the new VMs that configured themselves at first boot from the seed of the
     configuration as it is now (glue.operations.vm_seed), verified (verify.yml, unless the caller
-    verifies them itself), and record them converged. Returns a note."""
+    verifies them itself), and record them converged. Returns their names."""
     from glue.infra import ansible
 
     new = [h for h in vms if why.get(h.name) == "never configured"]
@@ -109,7 +114,7 @@ def self_configured(home: Path, console: Console, vms: list[inventory.Host], why
                       f"({vm_seed.current_key(home)}); no playbook")
     if done:
         convergence.record_converged(home, done, parts)
-    return f" ({len(done)} configured from the seed)" if done else ""
+    return done
 
 
 def capture_seed(home: Path, console: Console, converged: list[inventory.Host],

@@ -228,10 +228,11 @@ def survivors(home: Path, failure: Failure, nodes: int) -> list[Host]:
 
 
 # -- configure ----------------------------------------------------------------------------------------
-def configure(home: Path, console: Console, fresh: list[Host]) -> list[str]:
+def configure(home: Path, console: Console, fresh: list[Host]) -> converge.Converged:
     """The playbook on the new VMs (bucket mount, trainer runtime); on a VM the run keeps (`--same-vm`, a
     stalled VM) only when its configuration changed since it was converged or it fails the live check.
-    Recorded, so the next `glue up` leaves them be while nothing changes. Returns the VMs converged."""
+    Recorded, so the next `glue up` leaves them be while nothing changes. Returns the VMs the playbook
+    converged and those that configured themselves from the seed."""
     parts = convergence.vm_parts(home, converge.image_hash(current.ClusterConfig.load(home).backend, home))
     why = converge.stale(home, fresh, parts)
     for host in fresh:
@@ -239,7 +240,7 @@ def configure(home: Path, console: Console, fresh: list[Host]) -> list[str]:
             console.print(f"configure: {host.name} is unchanged since it was converged and its mount is live: "
                           "no playbook")
     # The verify phase follows: verified there, not here.
-    return converge.converge(home, console, fresh, parts, why=why, verify=False).names
+    return converge.converge(home, console, fresh, parts, why=why, verify=False)
 
 
 # -- verify -------------------------------------------------------------------------------------------

@@ -123,6 +123,7 @@ class Moved:
     keep: list[Any]
     group: GroupSpec
     started: dict[str, Any]
+    configured: dict[str, str] = field(default_factory=dict)  # VM name -> spare | seed | playbook | unchanged
 
 
 @dataclass
@@ -217,7 +218,8 @@ class Recovery:
             failure_class=str(failure.outcome), old_vm={"name": lost_node["vm"], "id": lost_node["vm_id"]},
             new_vm=new_vm,
             nodes=[{"node": k, "vm": h.name, "old_id": nd["vm_id"], "new_id": h.id,
-                    "replaced": h.name in moved.replaced, "spare": (spares_used.get(h.name) or {}).get("spare")}
+                    "replaced": h.name in moved.replaced, "spare": (spares_used.get(h.name) or {}).get("spare"),
+                    "configured": moved.configured.get(h.name, "kept")}
                    for k, (nd, h) in enumerate(zip(nodes, hosts, strict=False))],
             dropped_vms=[str(nd["vm"]) for nd in nodes if hosts and nd["vm"] not in kept_names],
             world_size=moved.group.world_size, resume_check=check, rendezvous=started.get("rendezvous"),
@@ -262,6 +264,7 @@ def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Fai
             phases.kill_attempt(home, store, failure.attempt)
         replaced: list[str] = []
         fresh = [hosts[0].name]  # the head reads the checkpoint back
+        how: dict[str, str] = {}
     else:
         with timed.phase(console, "provision", f"VMs for {', '.join(str(nd['vm']) for nd in nodes)} (a warm spare, "
                                                "else terraform)"):
@@ -274,8 +277,12 @@ def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Fai
         todo = [h for h in hosts if h.name in fresh and h.name not in spares_used]
         with timed.phase(console, "configure", f"the playbook on {', '.join(h.name for h in todo) or 'no VM'} where "
                                                "its configuration is not current (bucket mount, trainer runtime)"):
-            if todo:
-                phases.configure(home, console, todo)
+            done = phases.configure(home, console, todo) if todo else None
+        # How each VM the run continues on came to be configured: the recovery record says which path it took.
+        how = {name: "spare" for name in spares_used}
+        how.update({h.name: "unchanged" for h in todo})
+        if done is not None:
+            how.update({**dict.fromkeys(done.seeded, "seed"), **dict.fromkeys(done.names, "playbook")})
     with timed.phase(console, "verify", f"mount live and checkpoint {lost.ckpt} reads back on {', '.join(fresh)}"):
         argvs = phases.verify(home, store, lost, hosts, fresh)
     ready = None
@@ -286,7 +293,7 @@ def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Fai
     started = phases.start(home, store, lost, failure, hosts, argvs, ready, group)
     started["spares"] = spares_used  # refilled once the run resumed (Recovery._replay)
     started["provisioned"] = bool(replaced)
-    return Moved(hosts, replaced, keep, group, started)
+    return Moved(hosts, replaced, keep, group, started, how)
 
 
 def plan(failure: phases.Failure, lost: phases.Lost, started: dict[str, Any], upto: int, tolerance: float,

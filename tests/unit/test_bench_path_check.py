@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from glue.operations import spares
+from glue.operations.converge import Converged
 from glue.operations.recovery import phases
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -40,7 +41,8 @@ def _recover(pc: ModuleType, took: Any, made: Any, converged: Any,
     """One recovery's deciding calls, as recover.py makes them (through their modules), inside watching()."""
     monkeypatch.setattr(spares, "for_recovery", lambda *a: took)
     monkeypatch.setattr(phases, "provision", lambda *a: made)
-    monkeypatch.setattr(phases, "configure", lambda *a: converged)
+    done = Converged(list(converged), []) if converged is not None else None
+    monkeypatch.setattr(phases, "configure", lambda *a: done)
     fakes = (spares.for_recovery, phases.provision, phases.configure)
     sp: Any = spares  # the fakes take any arguments
     ph: Any = phases

@@ -46,14 +46,33 @@ class Apply:
 
 
 @contextmanager
-def applying(home: Path, backend_name: str, console: Console, image: str | None) -> Iterator[Apply]:
-    """Terraform's lock held for the caller's apply, with what every apply needs before and after it."""
+def _applying(home: Path, backend_name: str, console: Console, image: str | None,
+              unless_down: bool) -> Iterator[Apply | None]:
     tf = Terraform(home, backend_name, console)
     with tf.locked():
+        if unless_down and not tf.state_ids():
+            yield None
+            return
         step = Apply(tf, home, spare_state.reconcile(home, tf))  # spares taken by recoveries: under the lost VMs' names
         forget_stale_seed(home, image)
         yield step
         step.settle()
+
+
+@contextmanager
+def applying(home: Path, backend_name: str, console: Console, image: str | None) -> Iterator[Apply]:
+    """Terraform's lock held for the caller's apply, with what every apply needs before and after it."""
+    with _applying(home, backend_name, console, image, unless_down=False) as step:
+        assert step is not None
+        yield step
+
+
+@contextmanager
+def applying_unless_down(home: Path, backend_name: str, console: Console, image: str | None) -> Iterator[Apply | None]:
+    """As `applying`, but None with nothing touched when terraform's state holds no VM (a `glue down` came
+    first: an apply would bring the cluster back)."""
+    with _applying(home, backend_name, console, image, unless_down=True) as step:
+        yield step
 
 
 @dataclass(frozen=True)

@@ -107,11 +107,11 @@ def refill(home: Path, console: Console) -> list[str]:
     configured and verified. Returns the spares converged."""
     cfg = current.ClusterConfig.load(home)
     image = converge.image_hash(cfg.backend, home)
-    with converge.applying(home, cfg.backend, console, image) as step:
-        cfg = current.ClusterConfig.load(home)  # a `glue up` may have changed it while we waited
-        if not step.tf.state_ids():  # a `glue down` came first: refilling would bring the cluster back
+    with converge.applying_unless_down(home, cfg.backend, console, image) as step:
+        if step is None:  # a `glue down` came first: refilling would bring the cluster back
             console.print("spare refill: the cluster is down; nothing to refill")
             return []
+        cfg = current.ClusterConfig.load(home)  # a `glue up` may have changed it while we waited
         step.tf.apply(current.tf_vars(home, cfg))
         convergence.record_apply(home, convergence.terraform_inputs(cfg.backend, current.tf_vars(home, cfg)))
         outputs = step.tf.outputs()

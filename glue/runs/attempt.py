@@ -114,10 +114,12 @@ class Attempt:
             ready = self.prepare()
         if self.group.distributed and self.rdzv is None:
             self.rdzv = group_mod.rendezvous(self.home, self.hosts, [remote.python(h) for h in self.hosts])
-        record = self._record()
-        self.store.put_attempt(record.to_dict())
+        # Built before anything is recorded: a secret missing here (a recovery does not preflight them) leaves
+        # no attempt record behind.
         env = {**self.rc.env, **{name: os.environ[name] for name in self.rc.secrets},
                **trainer_env.for_vm(self.store, self.rc, self.number, self.resume).to_env(), "PYTHONUNBUFFERED": "1"}
+        record = self._record()
+        self.store.put_attempt(record.to_dict())
         for k, host in enumerate(self.hosts):
             self._launch_node(k, host, argvs[k], ready[k], env, record.nodes[k])
         for k, host in enumerate(self.hosts):

@@ -243,6 +243,7 @@ class Deployment:
                           info: Future[dict[str, Any]], digest: str | None) -> dict[str, Any]:
         """Under the run's lease: check again that the run is (or is not) there, write the manifest, start."""
         store, hosts = self.store, self.hosts
+        env_info = info.result()  # a trainer runtime that does not start refuses here, before anything is written
         exists = store.exists()
         if exists and not self.resume:
             raise GlueError(f"run {store.run!r} already exists in the bucket (another deploy just created it)")
@@ -250,7 +251,7 @@ class Deployment:
         number = (max(attempts) + 1) if attempts else 1
         if not exists:
             head = hosts[0]
-            environment = {**info.result(), "gpu_type": head.gpu_type, "gpu_count": head.gpu_count,
+            environment = {**env_info, "gpu_type": head.gpu_type, "gpu_count": head.gpu_count,
                            "backend": head.backend, "market": head.market}
             store.put_manifest(Manifest.of_run(
                 store, self.rc, environment, self.eval_pin, image_digest=digest, code=git_version(),

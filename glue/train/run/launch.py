@@ -94,7 +94,11 @@ class TrainerEnv:
         def get(name: str) -> str | None:
             return env.get(_ENV_NAMES[name]) or None
 
-        stop_at = get("stop_at")
+        stop_at = (get("stop_at") or "").strip()
+        try:
+            deadline = float(stop_at) if stop_at else None
+        except ValueError:
+            raise ValueError(f"{V.STOP_AT}={stop_at!r} is not epoch seconds") from None
         return cls(
             run=env[V.RUN], checkpoint=env[V.CHECKPOINT], outputs=env[V.OUTPUTS], bucket_name=env[V.BUCKET_NAME],
             attempt=int(get("attempt") or 1), resume=get("resume") == "1",
@@ -103,7 +107,7 @@ class TrainerEnv:
             scratch=get("scratch") or "/tmp", bucket_endpoint=get("bucket_endpoint"),
             bucket_region=get("bucket_region"), credentials_file=get("credentials_file"),
             via_mount=get("via_mount") == "mount", bucket_mount=get("bucket_mount"), vm=get("vm"),
-            node=int(get("node") or 0), stop_at=float(stop_at) if stop_at else None, eval_uri=get("eval_uri"),
+            node=int(get("node") or 0), stop_at=deadline, eval_uri=get("eval_uri"),
             eval_sha256=get("eval_sha256"), hold_at=get("hold_at"), workdir=get("workdir"),
             code_sha256=get("code_sha256"),
         )
@@ -167,5 +171,6 @@ class LaunchSpec:
                    env={str(k): str(v) for k, v in (doc.get("env") or {}).items()},
                    bucket=SpecBucket(name=bucket["name"], endpoint=bucket.get("endpoint"),
                                      region=bucket.get("region"), via=bucket.get("via"), mount=bucket.get("mount")),
-                   node=int(doc.get("node", 0)), memory_limit_mb=int(limit) if limit else None, cwd=doc.get("cwd"),
+                   node=int(doc.get("node", 0)), memory_limit_mb=int(limit) if limit is not None else None,
+                   cwd=doc.get("cwd"),
                    credentials_file=doc.get("credentials_file"), log_every_s=float(doc.get("log_every_s", 3.0)))

@@ -125,12 +125,17 @@ class LocalBackend:
         # The VM's own cgroup (its memory/CPU limits; the root of its cgroup namespace), recorded before
         # the boot so a failed boot's teardown removes it too.
         cgroups = vm_cgroup.create(vm_id, limits_of(spec))
-        (vm_dir / "state.json").write_text(json.dumps({"id": vm_id, "cgroups": [str(p) for p in cgroups]}))
+        booting: dict[str, object] = {"id": vm_id, "cgroups": [str(p) for p in cgroups]}
+        (vm_dir / "state.json").write_text(json.dumps(booting))
+
+        def spawned(pid: int) -> None:  # recorded at once: a teardown after an interrupted boot stops it
+            (vm_dir / "state.json").write_text(json.dumps({**booting, "unshare_pid": pid}))
+
         with _spawn_lock:  # one port pick + boot at a time: terraform creates VMs in parallel
             port = free_port()
             nspawn.write_seed(vm_dir / "seed", spec.name, port, spec.ssh_public_key,
                               Path(spec.config_seed) if spec.config_seed else None)
-            machine = nspawn.boot(spec.name, image.rootfs, vm_dir, port, cgroups)
+            machine = nspawn.boot(spec.name, image.rootfs, vm_dir, port, cgroups, on_spawn=spawned)
         vm_cgroup.delegate(machine.init_pid)
         # `unshare_pid` is the nspawn process, `init_pid` the machine's PID 1 (its start time guards
         # against a reused PID).

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,8 +108,11 @@ def ssh_banner(port: int) -> bool:
         return False
 
 
-def boot(name: str, rootfs: Path, vm_dir: Path, port: int, cgroups: list[Path] | None = None) -> Machine:
-    """Start the machine and return once sshd answers; the caller tears down on failure."""
+def boot(name: str, rootfs: Path, vm_dir: Path, port: int, cgroups: list[Path] | None = None,
+         on_spawn: Callable[[int], None] | None = None) -> Machine:
+    """Start the machine and return once sshd answers; the caller tears down on failure. `on_spawn` gets
+    nspawn's pid the moment it exists: a process killed while the machine boots (Ctrl-C twice) leaves the
+    pid where a later teardown finds it, not a machine that no command would stop."""
     disk = vm_dir / "disk"
     upper, work, root = disk / "upper", disk / "work", vm_dir / "root"
     for d in (upper, work, root):
@@ -130,6 +134,8 @@ def boot(name: str, rootfs: Path, vm_dir: Path, port: int, cgroups: list[Path] |
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, cwd="/", env=ENV,
         )
     try:
+        if on_spawn is not None:
+            on_spawn(proc.pid)
         return _wait_booted(name, proc, console, port)
     except BaseException:
         _kill(proc)  # a machine that did not come up must not keep running (nor hold its cgroups)

@@ -46,6 +46,24 @@ def bed(tmp_path: Path) -> Iterator[LocalTestbed]:
             tb.stop_bucket()
 
 
+@pytest.fixture(scope="module")
+def converged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTestbed]:
+    """One VM converged by site.yml for the tests that start from a converged VM (each leaves its mount
+    running): one fresh VM and one converge instead of one per test."""
+    _need_local_vms()
+    tb = LocalTestbed(tmp_path_factory.mktemp("converged") / "home")
+    try:
+        tb.create(1)
+        first = ansible.converge(tb.home, progress=False)
+        assert first.ok, first.failed
+        yield tb
+    finally:
+        try:
+            tb.destroy()
+        finally:
+            tb.stop_bucket()
+
+
 def host(tb: LocalTestbed, name: str) -> inventory.Host:
     return {h.name: h for h in inventory.hosts_from_outputs(tb.outputs())}[name]
 
@@ -105,10 +123,10 @@ def assert_no_secrets(tb: LocalTestbed) -> None:
             assert creds["secret_key"] not in text, f"secret key in {path}"
 
 
-# `stress` (make test-all): make test converges fresh VMs and leaves an unchanged one alone
-# (tests/integration/test_up_converge.py), round-trips through the mount of a VM that `glue up` verified and
-# replaces a killed VM with an empty disk (tests/integration/test_machines.py), and re-runs site.yml with
-# changed=0 (tests/integration/test_qemu.py).
+# `stress` (make test-all): make test converges fresh VMs, round-trips through the mount of the VMs `glue up`
+# verified and leaves an unchanged one alone (tests/integration/test_up_converge.py), replaces a killed VM with an
+# empty disk (tests/integration/test_cluster.py::test_up_ssh_isolation_replace_down), and re-runs site.yml with
+# changed=0 (test_supervisor_remounts_after_rclone_dies_and_refuses_writes_meanwhile below).
 @pytest.mark.stress
 def test_fresh_vms_converge_roundtrip_idempotent_and_replaced_vm_has_no_mount(bed: LocalTestbed) -> None:
     bed.create(2)
@@ -168,19 +186,22 @@ def test_fresh_vms_converge_roundtrip_idempotent_and_replaced_vm_has_no_mount(be
     assert_no_secrets(bed)
 
 
-def test_verify_fails_when_mount_point_is_a_plain_directory(bed: LocalTestbed) -> None:
-    bed.create(1)
-    assert ansible.converge(bed.home, progress=False).ok
+def test_verify_fails_when_mount_point_is_a_plain_directory(converged: LocalTestbed) -> None:
+    bed = converged
     r = sh(bed, "gpukit-1", "/usr/local/sbin/gpukit-mount stop")
     assert r.exit_code == 0, r.stderr
-    res = ansible.run_playbook("verify.yml", bed.home, progress=False)
-    assert not res.ok
-    assert "gpukit-1" in res.failed
-    summary = ansible.verify(bed.home, progress=False)["gpukit-1"]
-    assert summary["ready"] is False
-    assert summary["mount"]["mounted"] is False
-    assert "not mounted" in summary["mount"]["error"] and "plain directory" in summary["mount"]["error"]
-    assert_no_half_mount(bed, "gpukit-1")
+    try:
+        res = ansible.run_playbook("verify.yml", bed.home, progress=False)
+        assert not res.ok
+        assert "gpukit-1" in res.failed
+        summary = ansible.verify(bed.home, progress=False)["gpukit-1"]
+        assert summary["ready"] is False
+        assert summary["mount"]["mounted"] is False
+        assert "not mounted" in summary["mount"]["error"] and "plain directory" in summary["mount"]["error"]
+        assert_no_half_mount(bed, "gpukit-1")
+    finally:  # the shared VM's mount back for the next test (`gpukit-mount start` waits until it answers)
+        r = sh(bed, "gpukit-1", "/usr/local/sbin/gpukit-mount start")
+        assert r.exit_code == 0, r.stdout + r.stderr
 
 
 def test_a_failed_round_trip_fails_site_yml_after_the_trainer_role_ran_beside_it(bed: LocalTestbed) -> None:
@@ -246,11 +267,10 @@ def test_bad_input_fails_at_the_mount_step_without_half_mount(bed: LocalTestbed,
     assert_no_secrets(bed)
 
 
-def test_supervisor_remounts_after_rclone_dies_and_refuses_writes_meanwhile(bed: LocalTestbed) -> None:
+def test_supervisor_remounts_after_rclone_dies_and_refuses_writes_meanwhile(converged: LocalTestbed) -> None:
     """The mount's systemd unit restarts a killed
     rclone; meanwhile the bare dir refuses writes."""
-    bed.create(1)
-    assert ansible.converge(bed.home, progress=False).ok
+    bed = converged
     r = sh(bed, "gpukit-1", "pkill -9 -f '^[^ ]*rclone mount'; sleep 0.3; "
                             "touch /mnt/s3/while-down 2>/dev/null; echo w=$?")
     assert "w=0" not in r.stdout, "a write landed while the mount was down"

@@ -1,6 +1,7 @@
 """Local VMs booted from the baked gpukit image (systemd-nspawn machines): a real init, their own root
-filesystem, nothing of the controller's visible, their own pinned host key, and a killed VM replaced
-by `glue up` with an empty disk. Real mmdebstrap image, real nspawn, real sshd, real Ansible."""
+filesystem, nothing of the controller's visible, their own pinned host key, a killed VM gone with its
+disk and cgroups, and (make test-all) replaced by `glue up` with an empty disk. Real mmdebstrap image,
+real nspawn, real sshd, real Ansible."""
 
 from __future__ import annotations
 
@@ -84,8 +85,15 @@ def test_killed_machine_reads_as_gone_and_its_disk_with_it(kit: Kit, machines) -
         time.sleep(0.1)
     assert backend.read_vm(vm.id) is None
     assert not (backend.vms_dir / vm.id).exists()
+    assert state["cgroups"] and not any(Path(p).exists() for p in state["cgroups"])  # gone with the VM
 
 
+# `stress` (make test-all): make test has `glue up` verifying sized VMs with the mount through its unit
+# (tests/integration/test_up_converge.py), `deploy --memory-limit-mb` OOM-killed inside a machine
+# (tests/integration/test_runs.py::test_memory_limit_overrun_is_host_oom), a killed machine replaced by `glue up`
+# with an empty disk (tests/integration/test_cluster.py::test_up_ssh_isolation_replace_down) and its cgroups
+# removed (test_killed_machine_reads_as_gone_and_its_disk_with_it above); this joins them on one VM.
+@pytest.mark.stress
 def test_glue_up_mounts_through_the_unit_and_replaces_a_killed_machine_with_an_empty_disk(kit: Kit,
                                                                                            tmp_path: Path) -> None:
     env = {**kit.env, "GPUKIT_VM_MEMORY_GB": "2", "GPUKIT_VM_CPUS": "1"}

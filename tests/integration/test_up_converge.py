@@ -1,14 +1,17 @@
 """`glue up` does only what changed: with nothing changed it applies and converges nothing (it checks each
 VM answers with its mount live); a changed role variable converges every VM; a VM whose mount stopped is
-converged alone; each converged VM is named with the reason."""
+converged alone; each converged VM is named with the reason. The VMs are sized (GPUKIT_VM_MEMORY_GB,
+GPUKIT_VM_CPUS: their cgroup's limits), and the first up verified them with the mount through its unit."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from glue.cloud.local.backend import LocalBackend
 from glue.infra.ansible_run import runner_dir
 from tests.kit import Kit
 
@@ -32,10 +35,36 @@ def _mount_conf(kit: Kit, vm: str) -> str:
     return kit.glue("ssh", vm, "cat", "/etc/gpukit/mount.conf").stdout
 
 
+def _sized_verified_and_mounted_by_the_unit(kit: Kit) -> None:
+    """The same run of Ansible verified the VMs (up.yml): its summary is what `glue status` shows; /mnt/s3 is
+    the systemd unit's mount; each VM's size is its cgroup's limits, and the VM sees its own memory limit."""
+    vms = json.loads(kit.glue("status", "--json").stdout)["vms"]
+    assert len(vms) == 2 and all(vm["verify"]["ready"] is True and vm["verify"]["mount"]["round_trip"] is True
+                                 for vm in vms), vms
+    on_vm = ("systemctl is-active gpukit-mount.service mnt-s3.mount; findmnt -n -o FSTYPE /mnt/s3; "
+             "cat /proc/1/comm; systemctl is-system-running")
+    out = kit.glue("ssh", "gpukit-1", "sh", "-c", on_vm).stdout.split()
+    assert out == ["active", "active", "fuse.rclone", "systemd", "running"], out
+    backend = LocalBackend(kit.home)
+    v1 = False
+    for vm_id in backend.owned_vm_ids():
+        state = json.loads((backend.vms_dir / vm_id / "state.json").read_text())
+        limits = {Path(p).parts[4]: Path(p) for p in state["cgroups"]}  # /sys/fs/cgroup/<controller>/gpukit/<id>
+        if v1 := "memory" in limits:  # cgroup v1 (as here)
+            assert (limits["memory"] / "memory.limit_in_bytes").read_text().strip() == str(2 * 2**30)
+            assert (limits["cpu"] / "cpu.cfs_quota_us").read_text().strip() == "100000"
+    if v1:
+        seen = kit.glue("ssh", "gpukit-1", "cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes").stdout
+        assert seen.strip() == str(2 * 2**30)
+
+
 @pytest.mark.timeout(600)
 def test_up_converges_only_what_changed_and_says_why(kit: Kit) -> None:
+    # Sized VMs, as a user sizes them; every `glue up` below with the same sizes (another would replace them).
+    kit = Kit(home=kit.home, env={**kit.env, "GPUKIT_VM_MEMORY_GB": "2", "GPUKIT_VM_CPUS": "1"})
     first = _said(kit.glue("up", "--vms", "2", timeout=600))
     assert "converging gpukit-1: never configured" in first and "converging gpukit-2: never configured" in first
+    _sized_verified_and_mounted_by_the_unit(kit)
     serial, runs = _serial(kit), _playbook_runs(kit)
 
     same = _said(kit.glue("up"))

@@ -63,7 +63,7 @@ def _fake_vm(backend: QemuBackend, vm_id: str, pid: int, start: object) -> Path:
 
 def test_a_vm_whose_qemu_is_gone_reads_as_gone_and_its_disk_with_it(tmp_path: Path) -> None:
     # Drift as terraform sees it: a qemu killed out of band is a VM the cloud no longer has, disk and all
-    # (`glue up` then creates a new one: tests/integration/test_machines.py shows that path on local VMs).
+    # (`glue up` then creates a new one: tests/integration/test_cluster.py shows that path on local VMs).
     backend = QemuBackend(tmp_path)
     proc = subprocess.Popen(["sleep", "60"])
     try:

@@ -23,6 +23,11 @@ from .conftest import Kit
 pytestmark = pytest.mark.integration
 
 
+# `stress` (make test-all): make test has the provider create VMs, a VM killed out of band re-created by the
+# next apply, and the VMs deleted, through `glue up` and `glue down`
+# (tests/integration/test_cluster.py::test_up_ssh_isolation_replace_down), and a healthy cluster planning no
+# change (tests/integration/test_up_converge.py); this drives terraform directly.
+@pytest.mark.stress
 def test_create_read_lost_vm_plans_replacement_delete(kit: Kit) -> None:
     tf = Terraform(kit.home, "local", Console(quiet=True))
     variables = {"vm_count": 1, "name_prefix": "prov", "gpu_type": "none", "ssh_public_key": public_key(kit.home)}

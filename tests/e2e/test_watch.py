@@ -102,7 +102,7 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
     kit = cluster_kit
     backend = LocalBackend(kit.home)
     notify = {"webhook": webhook}
-    main_cfg = run_config(tmp_path, "main.yaml", config={"steps": 200, "step_sleep": 0.1, "checkpoint_interval": 20},
+    main_cfg = run_config(tmp_path, "main.yaml", config={"steps": 150, "step_sleep": 0.1, "checkpoint_interval": 20},
                           recovery={"max_preemptions": 3, "backoff_seconds": 1, "backoff_max_seconds": 2},
                           notify=notify)
     oom_cfg = run_config(tmp_path, "oom.yaml", config={"steps": 5, "d_model": 512, "n_layer": 4, "batch_size": 64},
@@ -140,20 +140,20 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
         for proc in (w1, w2):
             proc.send_signal(signal.SIGKILL)  # not reaped yet: a zombie must not hold a run's lease
         watchers.start()
-        for n, name in ((2, "recovery 2"), (3, "recovery 3")):  # two unannounced losses
-            at = {2: first["checkpoint_step"] + 40, 3: first["checkpoint_step"] + 80}[n]
-            _until(f"w-main attempt {n} at step {at}", partial(_reached, main, n, at), 240)
-            backend.delete_vm(main.attempt(n)["vm_id"])
-            _until(name, partial(main.get_json, f"recoveries/{n}.json"), 240)
+        # One unannounced loss (a second one, the same path again, was ~30 s of this test).
+        at = first["checkpoint_step"] + 40  # well below the run's 150 steps
+        _until(f"w-main attempt 2 at step {at}", partial(_reached, main, 2, at), 240)
+        backend.delete_vm(main.attempt(2)["vm_id"])
+        _until("recovery 2", partial(main.get_json, "recoveries/2.json"), 240)
         _until("w-main completed", lambda: (main.get_json("watch/state.json") or {}).get("done"), 240)
 
-        recs = [main.get_json(f"recoveries/{k}.json") for k in (1, 2, 3)]
-        assert [r["failure_class"] for r in recs] == ["preempted", "vm_lost", "vm_lost"]
-        assert all(r["verified"] for r in recs) and main.get_json("recoveries/4.json") is None
-        assert main.attempts() == [1, 2, 3, 4]  # one recovery per loss although two watchers saw the first
+        recs = [main.get_json(f"recoveries/{k}.json") for k in (1, 2)]
+        assert [r["failure_class"] for r in recs] == ["preempted", "vm_lost"]
+        assert all(r["verified"] for r in recs) and main.get_json("recoveries/3.json") is None
+        assert main.attempts() == [1, 2, 3]  # one recovery per loss although two watchers saw the first
         state = main.get_json("watch/state.json")
-        assert state["used"] == {"preemptions": 3, "failures": 0}  # counted on across the watcher restart
-        assert main.get_json("outputs/final.json")["step"] == 200
+        assert state["used"] == {"preemptions": 2, "failures": 0}  # counted on across the watcher restart
+        assert main.get_json("outputs/final.json")["step"] == 150
 
         # w-keep: recovered once (failure budget 1), its old VM kept; the second kill exhausts the budget.
         assert krec["failure_class"] == "killed" and krec["verified"] and krec["kept_vm"]["id"] == rec["vm_id"]
@@ -175,7 +175,7 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
         events = {(e["run"], e["event"]) for e in _Hook.events}
         assert {("w-main", "recovered"), ("w-keep", "recovered"), ("w-keep", "budget_exhausted"),
                 ("w-oom", "oom")} <= events
-        assert sum(1 for e in _Hook.events if e["run"] == "w-main" and e["event"] == "recovered") == 3
+        assert sum(1 for e in _Hook.events if e["run"] == "w-main" and e["event"] == "recovered") == 2
         print(f"notice -> recovery 1 recorded in {t_recovered:.1f}s; "
               f"detect {[r['seconds']['detect'] for r in recs]}")
     finally:

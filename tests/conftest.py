@@ -130,6 +130,6 @@ def _side_lane_yields_the_cpu(request: pytest.FixtureRequest) -> None:
 
 
 # One registration of the kit fixtures for the whole tree, so integration and e2e share one cluster.
-from tests.kit import cluster_kit, kit  # noqa: E402
+from tests.kit import cluster_kit, kit, oom_run  # noqa: E402
 
-__all__ = ["BucketHandle", "cluster_kit", "kit", "local_bucket"]
+__all__ = ["BucketHandle", "cluster_kit", "kit", "local_bucket", "oom_run"]

@@ -91,6 +91,23 @@ def cluster_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
     forget_short_dirs(home)
 
 
+@pytest.fixture(scope="session")
+def oom_run(cluster_kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A run of the session's cluster whose trainer went over `deploy --memory-limit-mb` on gpukit-2, ended and
+    classed oom_host (recorded: the verdict stands once its VM is gone). Shared by the tests that only read such
+    a run (its class and incident, recover's refusal): one trainer start instead of one per test."""
+    from glue.runs.store import RunStore
+    from tests.integration.test_runs import here, run_config, wait_for
+
+    cfg = run_config(tmp_path_factory.mktemp("oom"),
+                     config={"steps": 5, "d_model": 512, "n_layer": 4, "batch_size": 64, "seq_len": 64})
+    cluster_kit.glue("deploy", "--run", "oom-host", "--config", str(cfg), "--vm", "gpukit-2",
+                     "--memory-limit-mb", "350")
+    wait_for(here(cluster_kit), "oom-host", lambda s: s["state"] != "running", timeout=120)
+    assert RunStore.open(cluster_kit.home, "oom-host").attempt(1).get("failure_class") == "oom_host"
+    return "oom-host"
+
+
 def vm_ssh(home: Path, vm: VMRecord, command: str) -> tuple[int, str]:
     """Run a command as root on a VM straight from its backend record, trusting only its pinned host key."""
     client = paramiko.SSHClient()

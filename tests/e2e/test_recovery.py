@@ -36,17 +36,17 @@ def vm_id(kit: Kit, name: str) -> str:
 
 # In these tests the recover/down/deploy commands under test run as real `glue` processes (kit); the
 # polls and look-ups around them (status, ssh, the bucket address) run in this process (fast = here(kit)).
-def test_recover_refuses_oom_and_healthy_runs(cluster_kit: Kit, tmp_path: Path) -> None:
+def test_recover_refuses_oom_and_healthy_runs(cluster_kit: Kit, oom_run: str, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
-    cfg = run_config(tmp_path, config={"steps": 5, "d_model": 512, "n_layer": 4, "batch_size": 64})
-    kit.glue("deploy", "--run", "oom-refuse", "--config", str(cfg), "--vm", "gpukit-2", "--memory-limit-mb", "350")
-    wait_for(fast, "oom-refuse", lambda s: s["state"] != "running", timeout=120)
     before = vm_id(fast, "gpukit-2")
-    res = kit.glue("recover", "--run", "oom-refuse", check=False)
+    res = kit.glue("recover", "--run", oom_run, check=False)  # OOM-killed on gpukit-2 (tests/kit.py)
     assert res.returncode != 0 and "oom_host" in res.stderr and "memprobe" in res.stderr
     assert "Traceback" not in res.stderr and vm_id(fast, "gpukit-2") == before  # nothing destroyed
 
-    cfg = run_config(tmp_path, "long.yaml", config={"steps": 2000, "step_sleep": 0.05})
+    # One run for the rest (one trainer start): refused while healthy, then killed before its first checkpoint
+    # (2000 steps away, minutes): recovery only from scratch, and only when asked.
+    cfg = run_config(tmp_path, "long.yaml", config={"steps": 3000, "step_sleep": 0.1, "checkpoint_interval": 2000},
+                     checkpoint={"interval_steps": 2000})
     kit.glue("deploy", "--run", "healthy", "--config", str(cfg), "--vm", "gpukit-2")
     try:
         wait_for(fast, "healthy", lambda s: (s["step"] or 0) >= 2)
@@ -55,37 +55,31 @@ def test_recover_refuses_oom_and_healthy_runs(cluster_kit: Kit, tmp_path: Path) 
         res = kit.glue("down", check=False)
         assert res.returncode != 0 and "healthy is still running" in res.stderr
         assert vm_id(fast, "gpukit-2") == before
+
+        rec = bucket_json(fast, "runs/healthy/attempts/1.json")
+        fast.glue("ssh", "gpukit-2", "--", "kill", "-9", str(rec["trainer_pid"]))
+        wait_for(fast, "healthy", lambda s: s["state"] != "running")
+        res = kit.glue("recover", "--run", "healthy", check=False)
+        assert res.returncode != 0 and "--from-scratch" in res.stderr and vm_id(fast, "gpukit-2") == before
+
+        # The local bucket's server stopped: recover starts it again (same port) and gives its real answer;
+        # nothing destroyed.
+        server = LocalBucket(kit.home)
+        endpoint = server.info().endpoint
+        server.stop()
+        res = kit.glue("recover", "--run", "healthy", check=False)
+        assert res.returncode != 0 and "--from-scratch" in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert server.running() and server.info().endpoint == endpoint
+        assert vm_id(fast, "gpukit-2") == before
     finally:
-        fast.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "glue.train.run.supervise")
+        fast.glue("ssh", "gpukit-2", "--", "pkill", "-9", "-f", "glue.train.run.supervise", check=False)
 
 
-def test_recover_bad_input(cluster_kit: Kit, tmp_path: Path) -> None:
-    kit, fast = cluster_kit, here(cluster_kit)
-    res = kit.glue("recover", "--run", "no-such-run", check=False)
+def test_recover_bad_input(cluster_kit: Kit) -> None:
+    res = cluster_kit.glue("recover", "--run", "no-such-run", check=False)
     assert res.returncode != 0 and "unknown run 'no-such-run'" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
-
-    # Killed before its first checkpoint: recovery only from scratch, and only when asked.
-    cfg = run_config(tmp_path, config={"steps": 500, "step_sleep": 0.1, "checkpoint_interval": 400},
-                     checkpoint={"interval_steps": 400})
-    kit.glue("deploy", "--run", "no-ckpt", "--config", str(cfg), "--vm", "gpukit-2")
-    wait_for(fast, "no-ckpt", lambda s: (s["step"] or 0) >= 2)
-    rec = bucket_json(fast, "runs/no-ckpt/attempts/1.json")
-    fast.glue("ssh", "gpukit-2", "--", "kill", "-9", str(rec["trainer_pid"]))
-    wait_for(fast, "no-ckpt", lambda s: s["state"] != "running")
-    before = vm_id(fast, "gpukit-2")
-    res = kit.glue("recover", "--run", "no-ckpt", check=False)
-    assert res.returncode != 0 and "--from-scratch" in res.stderr and vm_id(fast, "gpukit-2") == before
-
-    # The local bucket's server stopped: recover starts it again (same port) and gives its real answer;
-    # nothing destroyed.
-    server = LocalBucket(kit.home)
-    endpoint = server.info().endpoint
-    server.stop()
-    res = kit.glue("recover", "--run", "no-ckpt", check=False)
-    assert res.returncode != 0 and "--from-scratch" in res.stderr and "Traceback" not in res.stderr, res.stderr
-    assert server.running() and server.info().endpoint == endpoint
-    assert vm_id(fast, "gpukit-2") == before
+    # A run killed before its first checkpoint, and a stopped bucket server: test_recover_refuses_oom_and_healthy_runs.
 
 
 # `stress` (make test-all): make test catches the same wrong resume (skip_rng) in a watcher's recovery

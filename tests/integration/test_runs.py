@@ -95,6 +95,17 @@ def here(kit: Kit) -> Kit:
     return InProcessKit(home=kit.home, env=kit.env)
 
 
+@pytest.fixture(scope="module")
+def completed_run(cluster_kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A 2-step run completed on gpukit-1, for the tests that only read a finished run (its name taken, a refused
+    resume, its status with the bucket started on demand, a watcher taking it on): one trainer start for all."""
+    cfg = run_config(tmp_path_factory.mktemp("done"), config={"steps": 2, "step_sleep": 0})
+    cluster_kit.glue("deploy", "--run", "done", "--config", str(cfg), "--vm", "gpukit-1")
+    st = wait_for(here(cluster_kit), "done", lambda s: s["state"] != "running", timeout=90)
+    assert st["state"] == "completed", st
+    return "done"
+
+
 def test_heartbeat_advances_then_kill9_is_classified(cluster_kit: Kit, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 400, "step_sleep": 0.05})
@@ -115,16 +126,13 @@ def test_heartbeat_advances_then_kill9_is_classified(cluster_kit: Kit, tmp_path:
         assert key in inc
 
 
-def test_memory_limit_overrun_is_host_oom(cluster_kit: Kit, tmp_path: Path) -> None:
-    kit = cluster_kit
-    cfg = run_config(tmp_path, config={"steps": 5, "d_model": 512, "n_layer": 4, "batch_size": 64, "seq_len": 64})
-    kit.glue("deploy", "--run", "oom-host", "--config", str(cfg), "--vm", "gpukit-2", "--memory-limit-mb", "350")
-    wait_for(here(kit), "oom-host", lambda s: s["state"] != "running", timeout=120)
-    st = status(kit, "oom-host")
+def test_memory_limit_overrun_is_host_oom(cluster_kit: Kit, oom_run: str) -> None:
+    kit = cluster_kit  # oom_run: deployed with --memory-limit-mb 350 on gpukit-2 (tests/kit.py)
+    st = status(kit, oom_run)
     assert st["state"] == "oom_host", st
-    inc = json.loads(kit.glue("incidents", "--run", "oom-host", "--json").stdout)[0]
-    assert inc["next_step"] == "glue memprobe --run oom-host"
-    assert "memprobe" in kit.glue("incidents", "--run", "oom-host").stdout
+    inc = json.loads(kit.glue("incidents", "--run", oom_run, "--json").stdout)[0]
+    assert inc["next_step"] == f"glue memprobe --run {oom_run}"
+    assert "memprobe" in kit.glue("incidents", "--run", oom_run).stdout
 
 
 def test_sigstop_is_a_stall_with_stacks(cluster_kit: Kit, tmp_path: Path) -> None:
@@ -231,17 +239,16 @@ def test_bad_memory_limit_is_one_line_and_writes_nothing(cluster_kit: Kit, tmp_p
     assert run_objects(here(cluster_kit), "bad-mem") == []
 
 
-def test_duplicate_run_and_unknown_vm_refused(cluster_kit: Kit, tmp_path: Path) -> None:
+def test_duplicate_run_and_unknown_vm_refused(cluster_kit: Kit, completed_run: str, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
-    kit.glue("deploy", "--run", "dup", "--config", str(cfg))
-    before = run_objects(fast, "dup")
-    res = kit.glue("deploy", "--run", "dup", "--config", str(cfg), check=False)
-    assert res.returncode != 0 and "already exists" in res.stderr
+    before = run_objects(fast, completed_run)
+    res = kit.glue("deploy", "--run", completed_run, "--config", str(cfg), check=False)
+    assert res.returncode != 0 and "already exists" in res.stderr, res.stderr
     res = kit.glue("deploy", "--run", "other", "--config", str(cfg), "--vm", "nope", check=False)
     assert res.returncode != 0 and "unknown VM 'nope'" in res.stderr
     assert run_objects(fast, "other") == []
-    assert set(before) <= set(run_objects(fast, "dup"))
+    assert set(before) <= set(run_objects(fast, completed_run))
     assert os.environ.get("GPUKIT_HOME") != str(kit.home)
 
 
@@ -313,11 +320,10 @@ def test_stop_kills_the_trainer_on_its_vm_and_watchers_leave_the_run(cluster_kit
     assert res.returncode != 0 and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
-def test_resume_of_a_completed_run_is_refused(cluster_kit: Kit, tmp_path: Path) -> None:
+def test_resume_of_a_completed_run_is_refused(cluster_kit: Kit, completed_run: str, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
+    assert completed_run == "done"  # the run named in the messages below
     cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
-    kit.glue("deploy", "--run", "done", "--config", str(cfg))
-    wait_for(fast, "done", lambda s: s["state"] != "running", timeout=90)
     res = kit.glue("deploy", "--run", "done", "--config", str(cfg), "--resume", check=False)
     assert res.returncode == 1 and "run done completed; its outputs are final" in res.stderr, res.stderr
     assert status(fast, "done")["attempt"] == 1
@@ -346,22 +352,19 @@ def test_an_incident_counts_steps_past_the_last_heartbeat(cluster_kit: Kit, tmp_
     assert inc["last_completed_step"] >= inc["last_valid_checkpoint"], inc
 
 
-def test_a_stopped_bucket_server_starts_again_on_demand_while_vms_run(cluster_kit: Kit, tmp_path: Path) -> None:
+def test_a_stopped_bucket_server_starts_again_on_demand_while_vms_run(cluster_kit: Kit, completed_run: str) -> None:
     """README: the local bucket starts on demand (any command that reads the bucket), also while VMs are up
     and Terraform's outputs name its endpoint; on the same port, so the VMs' /mnt/s3 keeps working."""
     kit, fast = cluster_kit, here(cluster_kit)
-    cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
-    kit.glue("deploy", "--run", "ondemand", "--config", str(cfg), "--vm", "gpukit-1")
-    wait_for(fast, "ondemand", lambda s: s["state"] != "running", timeout=90)
     server = LocalBucket(kit.home)
     port = server.info().endpoint
     server.stop()
     assert not server.running()
-    st = json.loads(kit.glue("status", "--run", "ondemand", "--json").stdout)
+    st = json.loads(kit.glue("status", "--run", completed_run, "--json").stdout)
     assert st["state"] == "completed", st
     assert server.running() and server.info().endpoint == port
     assert json.loads(kit.glue("status", "--json").stdout)["bucket"]["reachable"] is True
-    assert "final.json" in vm_exec(fast, "gpukit-1", "ls", "/mnt/s3/runs/ondemand/outputs")
+    assert "final.json" in vm_exec(fast, "gpukit-1", "ls", f"/mnt/s3/runs/{completed_run}/outputs")
 
 
 # `stress` (make test-all): make test finds a frozen VM by lost_after and a stopped trainer as a stall under a
@@ -436,21 +439,19 @@ def test_a_bucket_that_stops_answering_under_a_live_trainer_is_storage_lost(clus
 
 
 def test_a_run_left_alone_by_a_watcher_of_every_run_is_taken_on_when_named(cluster_kit: Kit,
-                                                                           tmp_path: Path) -> None:
+                                                                           completed_run: str) -> None:
     """docs/watch.md: watching every run, one whose latest attempt ended before any watcher saw it is left
     alone; `glue watch --run X` takes such a run on (also after a watcher of every run left it alone)."""
     from glue.watch.adopt import adopt
     from glue.watch.watch_state import WatchState
 
-    kit, fast = cluster_kit, here(cluster_kit)
-    cfg = run_config(tmp_path, config={"steps": 2, "step_sleep": 0})
-    kit.glue("deploy", "--run", "ended", "--config", str(cfg), "--vm", "gpukit-2")
-    wait_for(fast, "ended", lambda s: s["state"] != "running", timeout=90)
-    store = RunStore.open(kit.home, "ended")
+    kit = cluster_kit
+    store = RunStore.open(kit.home, completed_run)
+    assert WatchState.load(store) is None  # no watcher has seen it yet
     adopt(store, 1, named=False, say=print)  # what a watcher of every run does on first sight
     left = WatchState.load(store)
     assert left is not None and "before a watcher saw the run" in (left.stopped or ""), left
-    kit.glue("watch", "--once", "--run", "ended")
+    kit.glue("watch", "--once", "--run", completed_run)
     st = WatchState.load(store)
     assert st is not None and st.done and not st.stopped, st
     assert [h["action"] for h in st.history][-2:] == ["watching", "completed"], st.history

@@ -10,7 +10,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from functools import partial
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import IO, Any
@@ -62,10 +61,6 @@ def _until(what: str, pred: Callable[[], Any], timeout: float) -> Any:
             return got
         time.sleep(0.5)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-def _reached(store: RunStore, attempt: int, step: int) -> bool:
-    return _step(store, attempt) >= step
 
 
 def _step(store: RunStore, attempt: int) -> int:
@@ -136,23 +131,19 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
         assert first["first_resumed_step"] == first["checkpoint_step"] + 1
         krec = _until("w-keep recovery", lambda: keep.get_json("recoveries/1.json"), 240)
 
-        # Both watchers are SIGKILLed; a new one carries on from the state in the bucket.
+        # Both watchers are SIGKILLed; a new one carries on from the state in the bucket (w-main to its end,
+        # w-keep's budget below). An unannounced loss, a VM deleted (vm_lost), recovered unattended: make test has
+        # it in tests/e2e/test_spares.py (onto a spare) and in the frozen-VM test below (onto a new VM); it was
+        # twice more here (two recoveries, ~60 s).
         for proc in (w1, w2):
             proc.send_signal(signal.SIGKILL)  # not reaped yet: a zombie must not hold a run's lease
         watchers.start()
-        # One unannounced loss (a second one, the same path again, was ~30 s of this test).
-        at = first["checkpoint_step"] + 40  # well below the run's 150 steps
-        _until(f"w-main attempt 2 at step {at}", partial(_reached, main, 2, at), 240)
-        backend.delete_vm(main.attempt(2)["vm_id"])
-        _until("recovery 2", partial(main.get_json, "recoveries/2.json"), 240)
         _until("w-main completed", lambda: (main.get_json("watch/state.json") or {}).get("done"), 240)
 
-        recs = [main.get_json(f"recoveries/{k}.json") for k in (1, 2)]
-        assert [r["failure_class"] for r in recs] == ["preempted", "vm_lost"]
-        assert all(r["verified"] for r in recs) and main.get_json("recoveries/3.json") is None
-        assert main.attempts() == [1, 2, 3]  # one recovery per loss although two watchers saw the first
+        assert main.get_json("recoveries/2.json") is None
+        assert main.attempts() == [1, 2]  # one recovery although two watchers saw the loss
         state = main.get_json("watch/state.json")
-        assert state["used"] == {"preemptions": 2, "failures": 0}  # counted on across the watcher restart
+        assert state["used"] == {"preemptions": 1, "failures": 0}
         assert main.get_json("outputs/final.json")["step"] == 150
 
         # w-keep: recovered once (failure budget 1), its old VM kept; the second kill exhausts the budget.
@@ -175,9 +166,8 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
         events = {(e["run"], e["event"]) for e in _Hook.events}
         assert {("w-main", "recovered"), ("w-keep", "recovered"), ("w-keep", "budget_exhausted"),
                 ("w-oom", "oom")} <= events
-        assert sum(1 for e in _Hook.events if e["run"] == "w-main" and e["event"] == "recovered") == 2
-        print(f"notice -> recovery 1 recorded in {t_recovered:.1f}s; "
-              f"detect {[r['seconds']['detect'] for r in recs]}")
+        assert sum(1 for e in _Hook.events if e["run"] == "w-main" and e["event"] == "recovered") == 1
+        print(f"notice -> recovery 1 recorded in {t_recovered:.1f}s; detect {first['seconds']['detect']}")
     finally:
         logs = watchers.logs() if watchers.procs else ""
         watchers.stop_all()
@@ -268,8 +258,12 @@ def test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall(
         stopped = _until("w-frozen stopped", lambda: (store.get_json("watch/state.json") or {}).get("stopped"), 120)
         rec2 = store.attempt(2)
         beat2 = store.get_json("heartbeat.json")
-        stall_lag = _gap(store.get_json(rec2["incident"])["detected_at"], beat2["updated_at"])
+        incident2 = store.get_json(rec2["incident"])
+        stall_lag = _gap(incident2["detected_at"], beat2["updated_at"])
         assert rec2["failure_class"] == "stall" and "state T" in rec2["reason"], rec2
+        # The stall's incident has the stopped trainer's frames (py-spy reads a stopped process as it stands).
+        stacks = incident2["stacks"] or ""
+        assert "tiny_gpt.py:" in stacks and "Failed to get stack traces" not in stacks, stacks
         assert "failures budget is used up (0/0)" in stopped and store.attempts() == [1, 2]
         print(f"frozen VM: vm_lost {lag:.2f}s after its last heartbeat (recovery detect "
               f"{first['seconds']['detect']}s from the last step); stopped trainer: stall after {stall_lag:.2f}s")

@@ -135,6 +135,11 @@ def test_memory_limit_overrun_is_host_oom(cluster_kit: Kit, oom_run: str) -> Non
     assert "memprobe" in kit.glue("incidents", "--run", oom_run).stdout
 
 
+# `stress` (make test-all): make test classes a stopped trainer as a stall, its frames in the incident, under a
+# running watcher
+# (tests/e2e/test_watch.py::test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall);
+# this is `glue status` alone with a 4 s stall timeout.
+@pytest.mark.stress
 def test_sigstop_is_a_stall_with_stacks(cluster_kit: Kit, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 1000, "step_sleep": 0.05}, monitor={"stall_timeout_seconds": 4})

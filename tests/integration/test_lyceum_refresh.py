@@ -1,5 +1,7 @@
 """Expiring Lyceum bucket credentials reach the VMs: the trainer's file and the /mnt/s3 mount's
-rclone config follow every refresh, and rclone on the VM keeps reaching the bucket across expiries."""
+rclone config follow every refresh, and rclone on the VM keeps reaching the bucket across expiries.
+Expiry without waiting on the clock (as in tests/unit/test_lyceum_storage.py): the emulator ends the
+session, and the stored copy is aged past its expiry as time would age it."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from tests.lyceum_emulator import Emulator
 from .conftest import Kit
 
 pytestmark = pytest.mark.integration
-TTL = 20.0  # long enough that a slow machine does not see the first credentials near expiry (margin TTL/4)
+TTL = 600.0  # never near expiry by the clock here (margin TTL/4): the test expires them
 RCLONE = "rclone"  # the VM's own (the emulator's VMs boot the gpukit image: /usr/local/bin/rclone)
 
 
@@ -57,7 +59,10 @@ def test_vm_copies_follow_refreshed_credentials(kit: Kit, emu: Emulator) -> None
     assert vm(lsf).exit_code == 0, vm(lsf).stderr
     assert push_if_refreshed(kit.home, [host], backend) == {}  # nothing changed: nothing pushed
 
-    time.sleep(TTL + 0.2)  # the pushed credentials expired: rclone on the VM is refused ...
+    # The pushed credentials expire: rclone on the VM is refused ...
+    emu.sts.expire_all()
+    cred_file = kit.home / "bucket" / "credentials.json"
+    cred_file.write_text(json.dumps({**json.loads(cred_file.read_text()), "expires_at": time.time() - 1}))
     assert vm(lsf).exit_code != 0 and "ExpiredToken" in emu.sts.rejections
     assert push_if_refreshed(kit.home, [host], backend) == {"gpukit-1": "updated"}
     second = json.loads(vm(f"cat {TRAINER_FILE}").stdout)

@@ -11,6 +11,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import boto3
@@ -33,10 +34,11 @@ def _need_local_vms() -> None:
         pytest.skip("no /dev/fuse")
 
 
-@pytest.fixture
-def bed(tmp_path: Path) -> Iterator[LocalTestbed]:
+@contextmanager
+def _testbed(home: Path) -> Iterator[LocalTestbed]:
+    """A testbed whose VMs and bucket are gone again afterwards."""
     _need_local_vms()
-    tb = LocalTestbed(tmp_path / "home")
+    tb = LocalTestbed(home)
     try:
         yield tb
     finally:
@@ -44,24 +46,23 @@ def bed(tmp_path: Path) -> Iterator[LocalTestbed]:
             tb.destroy()
         finally:
             tb.stop_bucket()
+
+
+@pytest.fixture
+def bed(tmp_path: Path) -> Iterator[LocalTestbed]:
+    with _testbed(tmp_path / "home") as tb:
+        yield tb
 
 
 @pytest.fixture(scope="module")
 def converged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTestbed]:
     """One VM converged by site.yml for the tests that start from a converged VM (each leaves its mount
     running): one fresh VM and one converge instead of one per test."""
-    _need_local_vms()
-    tb = LocalTestbed(tmp_path_factory.mktemp("converged") / "home")
-    try:
+    with _testbed(tmp_path_factory.mktemp("converged") / "home") as tb:
         tb.create(1)
         first = ansible.converge(tb.home, progress=False)
         assert first.ok, first.failed
         yield tb
-    finally:
-        try:
-            tb.destroy()
-        finally:
-            tb.stop_bucket()
 
 
 def host(tb: LocalTestbed, name: str) -> inventory.Host:

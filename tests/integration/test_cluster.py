@@ -176,18 +176,3 @@ def test_no_namespace_privilege_is_one_clear_line(kit: Kit) -> None:
     assert len(res.stderr.strip().splitlines()) == 1
     assert not (kit.home / "vms").exists()
 
-
-# `stress` (make test-all): make test moves the bucket off a taken port in test_up_ssh_isolation_replace_down
-# (above), on its cluster; this boots a VM of its own for it.
-@pytest.mark.stress
-def test_taken_bucket_port_moves_the_bucket(kit: Kit) -> None:
-    server = LocalBucket(kit.home)
-    port = int(server.ensure_running().endpoint.rsplit(":", 1)[1])
-    server.stop()
-    with socket.socket() as squatter:
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        squatter.bind(("127.0.0.1", port))
-        squatter.listen()
-        kit.glue("up", "--vms", "1", "--no-configure")
-        st = json.loads(kit.glue("status", "--json").stdout)
-    assert st["bucket"]["reachable"] and not st["bucket"]["endpoint"].endswith(f":{port}")

@@ -123,3 +123,18 @@ def vm_ssh(home: Path, vm: VMRecord, command: str) -> tuple[int, str]:
         return rc, out.read().decode() + err.read().decode()
     finally:
         client.close()
+
+
+def vm_processes(home: Path) -> list[int]:
+    """Host PIDs of anything still running for a VM under this home (init, sshd, children)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(home / "vms") in cmd:
+            found.append(int(proc.name))
+    return found

@@ -16,6 +16,7 @@ from glue.cloud.local.backend import LocalBackend
 from glue.cloud.local.bucket import LocalBucket
 from glue.cluster import current
 from glue.storage import bucket as bucket_store
+from tests.kit import vm_processes
 
 from .conftest import Kit
 
@@ -25,21 +26,6 @@ pytestmark = pytest.mark.integration
 def vm_state(home: Path, name: str) -> dict:
     [d] = [p for p in (home / "vms").iterdir() if p.name.startswith(f"{name}-")]
     return json.loads((d / "state.json").read_text())
-
-
-def vm_processes(home: Path) -> list[int]:
-    """Host PIDs of anything still running for a VM under this home (init, sshd, children)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if str(home / "vms") in cmd:
-            found.append(int(proc.name))
-    return found
 
 
 def test_up_ssh_isolation_replace_down(kit: Kit) -> None:

@@ -6,30 +6,15 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from glue.cloud.base import VMSpec
 from glue.cloud.local.backend import LocalBackend
 from glue.infra.ssh_keys import public_key
-from tests.kit import GLUE, Kit
+from tests.kit import GLUE, Kit, vm_processes
 
 pytestmark = pytest.mark.integration
-
-
-def _machines(kit: Kit) -> list[str]:
-    """The command lines of processes still running a machine of this kit home (nspawn names its directory)."""
-    vms = str(kit.home / "vms")
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue  # exited meanwhile
-        if any(a.decode(errors="replace").startswith(f"--directory={vms}") for a in args):
-            found.append(" ".join(a.decode(errors="replace") for a in args))
-    return found
 
 
 def _vm_dirs(kit: Kit) -> list[str]:
@@ -54,7 +39,7 @@ def test_double_ctrl_c_during_up_then_down_leaves_no_vm(kit: Kit) -> None:
     kit.glue("down", "--force", timeout=300)
     assert _vm_dirs(kit) == [], "a VM created before the interrupt survived `glue down`"
     # Its machine too: a boot interrupted before its pids were recorded once left nspawn running, its folder gone.
-    assert _machines(kit) == [], "a machine booted before the interrupt still runs after `glue down`"
+    assert vm_processes(kit.home) == [], "a machine booted before the interrupt still runs after `glue down`"
 
 
 def test_a_vm_the_state_never_recorded_is_removed(kit: Kit) -> None:

@@ -20,6 +20,7 @@ from glue.infra.terraform import SPARE_MARK, Terraform, is_spare
 
 DEFAULT_VMS = 2
 MAX_SPARES = 8  # terraform/modules/cluster/variables.tf validates spare_count the same way
+SCHEDULERS = ("none", "slurm")  # `glue up --scheduler`: slurm is ansible/roles/slurm
 
 
 @dataclass
@@ -30,6 +31,7 @@ class ClusterConfig:
     vms: int = DEFAULT_VMS
     name_prefix: str = "gpukit"
     spares: int = 0  # warm spares: configured, idle VMs a recovery takes (glue.operations.spares)
+    scheduler: str = "none"  # "slurm": the slurm role runs slurmctld on <prefix>-1, slurmd on every VM
 
     @classmethod
     def load(cls, home: Path) -> ClusterConfig:
@@ -46,10 +48,12 @@ class ClusterConfig:
         ok = (isinstance(raw, dict) and set(raw) <= set(cls().__dict__) and raw.get("backend", "local") in BACKENDS
               and type(raw.get("vms", DEFAULT_VMS)) is int and 1 <= raw.get("vms", DEFAULT_VMS) <= 16
               and isinstance(raw.get("name_prefix", ""), str)
-              and type(raw.get("spares", 0)) is int and 0 <= raw.get("spares", 0) <= MAX_SPARES)
+              and type(raw.get("spares", 0)) is int and 0 <= raw.get("spares", 0) <= MAX_SPARES
+              and raw.get("scheduler", "none") in SCHEDULERS)
         if not ok:
             raise GlueError(f"{path} is not a cluster config ({json.dumps(raw)[:120]}): fix it (keys: backend, one of "
-                            f"{', '.join(BACKENDS)}; vms; name_prefix; spares) or, with no VMs running, remove it")
+                            f"{', '.join(BACKENDS)}; vms; name_prefix; spares; scheduler, one of "
+                            f"{', '.join(SCHEDULERS)}) or, with no VMs running, remove it")
         return cls(**raw)
 
     def vm_names(self) -> list[str]:

@@ -1,0 +1,1 @@
+"""Job schedulers a cluster may run (`glue up --scheduler`): what glue asks of them from the controller."""

@@ -6,6 +6,10 @@ rm -f /etc/ssh/ssh_host_*
 systemctl enable gpukit-firstboot.service
 # Docker starts only where container_runtime enables it.
 systemctl disable docker.service docker.socket containerd.service
+# Slurm and munge start only where the slurm role enables them (`glue up --scheduler slurm`). The munge
+# key is the cluster's, made once on the controller: a key made here would be every VM's, everywhere.
+systemctl disable slurmctld.service slurmd.service munge.service
+rm -f /etc/munge/munge.key
 # Periodic jobs a short-lived VM does not need (and that cost seconds at boot under emulation): no
 # apt archive is reachable from a VM without network, ext4 scrubbing of an ephemeral disk.
 systemctl mask e2scrub_reap.service e2scrub_all.timer apt-daily.timer apt-daily-upgrade.timer \

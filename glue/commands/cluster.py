@@ -98,6 +98,9 @@ def status(run_id: str | None, verify: bool, as_json: bool) -> None:
         return
     st = lifecycle.status(home(), verify=verify)
     st["runs"] = runs.list_runs()
+    slurm = runs.slurm_status()  # a Slurm cluster: its queue, pending reasons, GPUs in use and free
+    if slurm is not None:
+        st["slurm"] = slurm
     if as_json:
         click.echo(json.dumps(st, indent=2))
         return
@@ -137,6 +140,8 @@ def status(run_id: str | None, verify: bool, as_json: bool) -> None:
     Console().print(f"bucket {b['name']} at {b['endpoint']}: {ok}")
     if st["runs"]:
         Console().print("runs: " + ", ".join(st["runs"]) + "  (details: glue status --run ID)")
+    if slurm is not None:
+        runs.print_slurm(slurm)
 
 
 @click.command(context_settings={"ignore_unknown_options": True})

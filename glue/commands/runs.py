@@ -20,6 +20,7 @@ from glue.runs import monitor, serverless_state
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, all_run_ids
 from glue.runs.vm_group import GroupSpec
+from glue.scheduler.slurm import jobs as slurm_jobs
 from glue.train.layout import INVALID_PREFIX
 
 err = Console(stderr=True)
@@ -68,6 +69,12 @@ def deploy(run_id: str, config_path: Path, vm: str | None, resume: bool, memory_
     if as_json:
         raise GlueError("--json goes with --dry-run (a deploy prints its progress)")
     group = GroupSpec(nodes=nodes, procs_per_node=procs_per_node, max_restarts=max_restarts)
+    if slurm_jobs.on_slurm(home()):  # a batch job, placed and requeued by Slurm (docs/slurm.md)
+        from glue.scheduler.slurm import submit
+
+        submit.deploy(home(), run_id, config_path, err, resume=resume, vm=vm, group=group,
+                      memory_limit_mb=memory_limit_mb, workdir=workdir)
+        return
     deploy_mod.deploy(home(), run_id, config_path, vm, resume, err, memory_limit_mb=memory_limit_mb, group=group,
                       require_validated=require_validated, workdir=workdir)
 
@@ -91,7 +98,13 @@ def show_run(run_id: str, as_json: bool) -> None:
     from glue.runs.acceptance import run_acceptance
 
     store = RunStore.open(home(), run_id)
+    sched = slurm_jobs.job_of(store.manifest())
+    if sched is not None and not store.attempts():  # a queued job: no attempt for the monitor to judge yet
+        show_queued(store, sched, as_json)
+        return
     summary = run_summary(monitor.check(home(), store))
+    if sched is not None:
+        summary["slurm"] = {k: v for k, v in slurm_jobs.run_row(store, sched, _queued()).items() if k != "run"}
     verdict = run_acceptance(store, summary["state"])
     summary["verdict"] = verdict.as_dict()
     recoveries = store.recoveries()
@@ -105,6 +118,10 @@ def show_run(run_id: str, as_json: bool) -> None:
             table.add_row(key, str(summary[key]))
     if summary["rendezvous"]:
         table.add_row("group", f"{', '.join(summary['nodes'])} (rendezvous {summary['rendezvous']})")
+    if summary.get("slurm"):
+        job = summary["slurm"]
+        table.add_row("slurm job", escape(f"{job['job_id']} {job['state']} {job['reason']}".strip()
+                                          + f" (CUDA_VISIBLE_DEVICES={job['cuda_visible_devices']})"))
     if summary["policy"]:
         table.add_row("next", summary["policy"])
     if summary["last_recovery"]:
@@ -117,15 +134,55 @@ def show_run(run_id: str, as_json: bool) -> None:
     out.print(table)
 
 
+def _queued() -> dict[str, Any]:
+    from glue.scheduler.slurm import queue
+
+    return {j.job_id: j for j in queue.jobs(home())}
+
+
+def show_queued(store: RunStore, sched: dict[str, Any], as_json: bool) -> None:
+    """A Slurm run whose job has not started: its job id, state and why it waits."""
+    row = slurm_jobs.run_row(store, sched, _queued())
+    if as_json:
+        click.echo(json.dumps({"run": store.run, "state": "queued", "slurm": row}, indent=2))
+        return
+    out.print(f"run {store.run}: Slurm job {row['job_id']} {row['state']}"
+              + (f" ({row['reason']})" if row["reason"] else "") + "; no attempt started yet", highlight=False)
+
+
+def slurm_status() -> dict[str, Any] | None:
+    """`glue status`'s Slurm part (runs, job ids, states, pending reasons, GPUs); None without Slurm."""
+    return slurm_jobs.queue_view(home()) if slurm_jobs.on_slurm(home()) else None
+
+
+def print_slurm(view: dict[str, Any]) -> None:
+    if "error" in view:
+        err.print(f"[red]Slurm: {escape(view['error'])}[/]")
+        return
+    gpus = view["gpus"]
+    table = Table(title=f"Slurm: GPUs {gpus['used']} in use, {gpus['free']} free of {gpus['total']}", box=None)
+    for col in ("run", "job", "state", "reason", "nodes", "attempt", "ended"):
+        table.add_column(col)
+    for r in view["runs"]:
+        table.add_row(r["run"], r["job_id"], r["state"], r["reason"], r["nodes"], str(r["attempt"] or ""),
+                      str(r["ended"] or ""))
+    out.print(table)
+
+
 @click.command()
 @click.option("--run", "run_id", required=True, help="Run id.")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new log output until the attempt ends.")
 @click.option("--attempt", type=POSITIVE_INT, default=None, help="Attempt number (default: all).")
 @click.option("--platform", is_flag=True, help="runtime lyceum-run: the execution's own log from Lyceum's logs API "
                                                "(the latest attempt, or --attempt).")
-def logs(run_id: str, follow: bool, attempt: int | None, platform: bool) -> None:
+@click.option("--job-output", is_flag=True, help="A Slurm run: the batch job's own output on its node (every "
+                                                 "(re)start of the job), not the trainer's log.")
+def logs(run_id: str, follow: bool, attempt: int | None, platform: bool, job_output: bool) -> None:
     """The trainer's log, from the bucket (shipped every few seconds)."""
     h = home()
+    if job_output:
+        click.echo(slurm_jobs.job_output(h, run_id), nl=False)
+        return
     store = RunStore.open(h, run_id)
     store.manifest()
     known = store.attempts()
@@ -175,6 +232,9 @@ def stop(run_id: str) -> None:
     leaves it stopped until a new attempt (deploy --resume, recover)."""
     from glue.watch.stop_run import stop_run
 
+    if slurm_jobs.on_slurm(home()) and slurm_jobs.job_of(RunStore.open(home(), run_id).manifest()) is not None:
+        err.print(slurm_jobs.stop(home(), run_id))  # scancel: Slurm must not requeue it
+        return
     err.print(stop_run(home(), run_id))
 
 

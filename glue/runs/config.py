@@ -22,6 +22,7 @@ pricing: {vm_hour: 2.1, currency: EUR}    # overrides the backend's price table
 workdir: .                                # your code: packed, pinned in the bucket, unpacked on every VM
 requirements: requirements.txt            # a file in the workdir, or a list; installed from a pinned wheelhouse
 execution: {type: gpu.a100, timeout: 600, timeout_unit_seconds: 1, save_margin_seconds: 60}   # lyceum-run
+resources: {gpus_per_node: 1, nodes: 1, cpus_per_gpu: 2, mem_per_gpu: 8G, time: "02:00:00"}   # a Slurm cluster
 ```
 """
 
@@ -50,6 +51,7 @@ from pydantic import (
 from glue import yamlfile
 from glue.errors import GlueError, yaml_problem
 from glue.runs.config_errors import one_line
+from glue.runs.config_resources import ResourcesSpec
 
 RUN_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 SECRET_NAME_RE = r"^[A-Z_][A-Z0-9_]*$"
@@ -249,6 +251,7 @@ class RunConfig(_Strict):
     workdir: WorkdirSpec | None = None
     requirements: NonEmpty | tuple[NonEmpty, ...] | None = None
     execution: ExecutionSpec | None = None
+    resources: ResourcesSpec | None = None
 
     @field_validator("workdir", mode="before")
     @classmethod
@@ -304,6 +307,9 @@ class RunConfig(_Strict):
             raise ValueError("execution: goes with `runtime: lyceum-run`")
         if self.execution is not None and self.execution.save_margin_seconds >= self.execution.cap_seconds:
             raise ValueError("execution.save_margin_seconds must be below the cap (timeout x timeout_unit_seconds)")
+        if self.resources is not None and self.runtime != "process":
+            raise ValueError("resources: goes with `runtime: process` (a Slurm batch job runs the command on its "
+                             "nodes)")
         return self
 
     def locations(self) -> dict[str, str]:

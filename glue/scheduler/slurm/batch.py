@@ -1,0 +1,102 @@
+"""A run as a Slurm batch job: sbatch's options from run.yaml's `resources:` (SbatchOptions) and the batch
+script that starts the run on its node (BatchScript), both rendered from these typed records.
+
+The script, on the allocated node: a notice file of its own job, removed at every (re)start; its output
+appended under the run's state folder; USR1 (sbatch --signal=B:USR1@<s>, before the time limit and on
+preemption) trapped and turned into the kit's termination notice (the trainer saves at its next step and
+exits PREEMPTED_EXIT); then, on PREEMPTED_EXIT, `scontrol requeue` of its own job, whose next start is
+the next attempt, resumed from the newest valid checkpoint.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from glue.runs.config_resources import ResourcesSpec
+from glue.scheduler.slurm import PARTITION
+from glue.train.run.notice import PREEMPTED_EXIT
+from glue.train.run.slurm_job import notice_file, output_file
+
+JOB_PREFIX = "gpukit-"  # every job glue submits is named gpukit-<run>
+EARLY_OUTPUT = "/tmp/gpukit-slurm-%j.out"  # what slurmd itself says before the script moves its output
+
+
+def job_name(run: str) -> str:
+    return f"{JOB_PREFIX}{run}"
+
+
+def run_of_job(name: str) -> str | None:
+    """<run> of a job glue submitted (gpukit-<run>); None for another job."""
+    return name[len(JOB_PREFIX):] or None if name.startswith(JOB_PREFIX) else None
+
+
+@dataclass(frozen=True)
+class SbatchOptions:
+    """sbatch's options for one run: each a `--name=value` (or a bare `--requeue`)."""
+
+    run: str
+    gpus_per_node: int = 1
+    nodes: int = 1
+    cpus_per_gpu: int | None = None
+    mem_per_gpu: str | None = None
+    time: str | None = None
+    notice_seconds: int = 60
+    partition: str = PARTITION
+
+    @classmethod
+    def of(cls, run: str, resources: ResourcesSpec | None) -> SbatchOptions:
+        r = resources or ResourcesSpec()
+        return cls(run=run, gpus_per_node=r.gpus_per_node, nodes=r.nodes, cpus_per_gpu=r.cpus_per_gpu,
+                   mem_per_gpu=r.mem_per_gpu, time=r.time, notice_seconds=r.notice_seconds)
+
+    def args(self) -> list[str]:
+        out = [f"--job-name={job_name(self.run)}", f"--partition={self.partition}", f"--nodes={self.nodes}",
+               f"--gres=gpu:{self.gpus_per_node}", "--ntasks-per-node=1"]
+        if self.cpus_per_gpu is not None:
+            out.append(f"--cpus-per-gpu={self.cpus_per_gpu}")
+        if self.mem_per_gpu is not None:
+            out.append(f"--mem-per-gpu={self.mem_per_gpu}")
+        if self.time is not None:
+            out.append(f"--time={self.time}")
+        # B: the batch shell gets the signal (it forwards the notice); the trainer is not killed by it.
+        out += ["--requeue", f"--signal=B:USR1@{self.notice_seconds}", f"--output={EARLY_OUTPUT}",
+                "--export=ALL"]
+        return out
+
+
+@dataclass(frozen=True)
+class BatchScript:
+    """The script sbatch runs on the job's first node."""
+
+    run: str
+    options: SbatchOptions
+    python: str  # the trainer runtime's python on the nodes
+
+    def render(self) -> str:
+        q = shlex.quote
+        notice = notice_file(self.run, "${SLURM_JOB_ID}")
+        out = output_file(self.run, "${SLURM_JOB_ID}")
+        folder = notice.rsplit("/", 1)[0]
+        directives = "".join(f"#SBATCH {a}\n" for a in self.options.args())
+        return (
+            "#!/bin/bash\n"
+            f"{directives}"
+            f"# gpukit run {self.run}: each (re)start of this job is an attempt (glue.train.run.slurm_job)\n"
+            f"mkdir -p -m 0700 \"{folder}\"\n"
+            f"exec >>\"{out}\" 2>&1\n"
+            f"notice=\"{notice}\"\n"
+            "rm -f \"$notice\"\n"
+            "echo \"gpukit: job $SLURM_JOB_ID start $SLURM_RESTART_COUNT on $SLURMD_NODENAME "
+            "(nodes $SLURM_JOB_NODELIST, CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-})\"\n"
+            "trap 'echo \"gpukit: USR1 from Slurm: termination notice\"; touch \"$notice\"' USR1\n"
+            f"{q(self.python)} -m glue.train.run.slurm_job \"$notice\" &\n"
+            "child=$!\n"
+            "# a trapped signal interrupts wait: wait again until the child has exited\n"
+            "while true; do wait \"$child\"; code=$?; kill -0 \"$child\" 2>/dev/null || break; done\n"
+            f"if [ \"$code\" -eq {PREEMPTED_EXIT} ]; then\n"
+            "  echo \"gpukit: saved on the notice; requeueing job $SLURM_JOB_ID\"\n"
+            "  scontrol requeue \"$SLURM_JOB_ID\" && exit 0\n"
+            "fi\n"
+            "exit \"$code\"\n"
+        )

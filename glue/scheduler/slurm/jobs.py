@@ -1,0 +1,114 @@
+"""A run's Slurm job as the run's records and Slurm's queue tell it: the queue view `glue status` shows
+(each run's job id, Slurm state, pending reason, latest attempt; the cluster's GPUs in use and free),
+`glue stop` (scancel) and the job's own output on its node (`glue logs --job-output`)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from glue.cluster import current
+from glue.errors import GlueError
+from glue.infra import ssh
+from glue.runs.store import RunStore, all_run_ids
+from glue.scheduler.slurm import queue
+from glue.scheduler.slurm.nodes import gpus_total_and_used
+from glue.train.run.slurm_job import output_file
+
+
+def on_slurm(home: Path) -> bool:
+    """Whether the cluster was brought up with `glue up --scheduler slurm`."""
+    try:
+        return current.ClusterConfig.load(home).scheduler == "slurm"
+    except GlueError:
+        return False
+
+
+def job_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's `scheduler` record (job id, sbatch options) when it was submitted to Slurm."""
+    sched = manifest.get("scheduler")
+    return sched if isinstance(sched, dict) and sched.get("name") == "slurm" else None
+
+
+def _latest(store: RunStore) -> dict[str, Any]:
+    attempts = store.attempts()
+    return store.attempt(attempts[-1]) if attempts else {}
+
+
+def run_row(store: RunStore, sched: dict[str, Any], queued: dict[str, queue.Job]) -> dict[str, Any]:
+    """One run of the queue view: its job as squeue has it now (ENDED once Slurm forgot it), and what its
+    latest attempt recorded (the node, the GPUs it was given, how it ended)."""
+    job_id = str(sched.get("job_id"))
+    job = queued.get(job_id)
+    last = _latest(store)
+    slurm = last.get("scheduler") or {}
+    ended = last.get("failure_class") or last.get("outcome")
+    exit_rec = store.exit_record(int(last["attempt"]), 0) if last and not ended else None
+    if exit_rec is not None:
+        ended = "exited 0" if exit_rec.get("exit_code") == 0 else f"exited {exit_rec.get('exit_code')}"
+    return {"run": store.run, "job_id": job_id, "state": job.state if job else "ENDED",
+            "reason": job.reason if job else "", "nodes": job.nodes if job else last.get("vm") or "",
+            "attempt": last.get("attempt"), "cuda_visible_devices": slurm.get("cuda_visible_devices"),
+            "restart_count": slurm.get("restart_count"), "ended": ended}
+
+
+def queue_view(home: Path) -> dict[str, Any]:
+    """The Slurm part of `glue status`: {"gpus": {total, used, free}, "runs": [run_row...]}; {"error": line}
+    when slurmctld does not answer."""
+    try:
+        total, used = gpus_total_and_used(home)
+        queued = {j.job_id: j for j in queue.jobs(home)}
+    except GlueError as exc:
+        return {"error": str(exc)}
+    rows = []
+    for run in all_run_ids(home):
+        store = RunStore.open(home, run)
+        try:
+            sched = job_of(store.manifest())
+        except GlueError:
+            continue  # a run whose manifest is not there (yet) is no Slurm run to show
+        if sched is not None:
+            rows.append(run_row(store, sched, queued))
+    return {"gpus": {"total": total, "used": used, "free": max(total - used, 0)}, "runs": rows}
+
+
+def stop(home: Path, run: str) -> str:
+    """scancel the run's job (pending or running: never requeued after), then record its attempt killed as
+    `glue stop` does for any run."""
+    from glue.watch.stop_run import stop_run
+
+    store = RunStore.open(home, run)
+    sched = job_of(store.manifest())
+    if sched is None:
+        raise GlueError(f"run {run} was not submitted to Slurm")
+    job_id = str(sched["job_id"])
+    job = queue.job(home, job_id)
+    if job is not None:
+        queue.cancel(home, job_id)
+    if not store.attempts():
+        if job is None:
+            raise GlueError(f"run {run}: its job {job_id} is no longer in Slurm's queue and never started")
+        return f"run {run}: job {job_id} cancelled while {job.state.lower()} ({job.reason or 'no reason'}); " \
+               "it never started"
+    said = stop_run(home, run)
+    return f"run {run}: job {job_id} cancelled (scancel); {said.split(': ', 1)[-1]}"
+
+
+def job_output(home: Path, run: str) -> str:
+    """The batch script's output on the node of the run's latest start (every (re)start appended)."""
+    store = RunStore.open(home, run)
+    sched = job_of(store.manifest())
+    if sched is None:
+        raise GlueError(f"run {run} was not submitted to Slurm (`glue logs --run {run}` shows its trainer's log)")
+    last = _latest(store)
+    if not last:
+        raise GlueError(f"run {run}: job {sched['job_id']} has not started yet (`glue status` shows why it waits)")
+    host = current.host_of_node(home, last)
+    if host is None:
+        raise GlueError(f"run {run}: node {last.get('vm')} of job {sched['job_id']} is no longer in the cluster; "
+                        f"`glue logs --run {run}` shows the trainer's log from the bucket")
+    res = ssh.run(home, host, f"cat {shlex.quote(output_file(run, str(sched['job_id'])))}", timeout=30)
+    if res.exit_code != 0:
+        raise GlueError(f"run {run}: no job output on {host.name} ({res.stderr.strip()[:200]})")
+    return res.stdout

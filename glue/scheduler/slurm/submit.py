@@ -1,0 +1,159 @@
+"""`glue deploy` on a Slurm cluster: the same preflight and the same records as a deploy onto a VM, then
+the run submitted as a batch job on the head (sbatch --parsable) instead of started on a VM.
+
+Checked before anything is written to the bucket: slurmctld answers, the run's `resources:` fit a node
+(GPUs per node, nodes), the run id is new, the command and every secret are there. The workdir and
+requirements ship to the bucket as for any run; the manifest records the job (`scheduler`: job id, sbatch
+options); every (re)start of the job records its own attempt on its node (glue.train.run.slurm_job).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from glue.cluster import current
+from glue.errors import GlueError
+from glue.infra import ssh
+from glue.infra.inventory import Host
+from glue.runs import config as runconfig
+from glue.runs import lease, remote, trainer_env, workspace
+from glue.runs.deploy import Deployment, git_version
+from glue.runs.records import Manifest
+from glue.runs.store import RunStore, utc_iso
+from glue.runs.vm_group import GroupSpec
+from glue.scheduler.slurm import queue
+from glue.scheduler.slurm.batch import BatchScript, SbatchOptions
+from glue.scheduler.slurm.nodes import NodeState, head, node_states
+from glue.train import trainer_vars as V
+from glue.train.run.launch import SpecBucket
+from glue.train.run.slurm_job import SlurmJobSpec
+from glue.train.state_paths import StatePaths
+from glue.train.storage.credentials import credentials_doc
+from glue.workdir import plan as wplan
+from glue.workdir.pin import Workspace
+
+_GPUS = re.compile(r"gpu(?::[^:(,]+)?:(\d+)")
+
+
+def gpus_of(gres: str) -> int:
+    """GPUs in a node's GRES as sinfo shows it (gpu:1, gpu:a100:2, gpu:2(S:0-1)); 0 without any."""
+    found = _GPUS.search(gres)
+    return int(found.group(1)) if found else 0
+
+
+def check_fits(options: SbatchOptions, states: list[NodeState]) -> None:
+    """One line when no node (or too few) could ever run the job: it would pend forever."""
+    if not states:
+        raise GlueError("the Slurm cluster has no nodes; run `glue up --scheduler slurm`")
+    most = max(gpus_of(n.gres) for n in states)
+    if options.gpus_per_node > most:
+        raise GlueError(f"resources.gpus_per_node is {options.gpus_per_node}, but no node of the Slurm cluster has "
+                        f"more than {most} GPU(s) ({', '.join(f'{n.name} {gpus_of(n.gres)}' for n in states)}): "
+                        f"ask for at most {most}, or add bigger VMs")
+    if options.nodes > 1:
+        raise GlueError(f"resources.nodes is {options.nodes}: multi-node Slurm jobs (srun + torchrun) are not "
+                        "supported yet; use nodes: 1 (with gpus_per_node for the node's GPUs)")
+
+
+def refuse_flags(resume: bool, vm: str | None, group: GroupSpec) -> None:
+    """What a VM deploy takes but Slurm decides: placement, groups, new attempts."""
+    if resume:
+        raise GlueError("--resume: on a Slurm cluster the job continues itself (requeued after a notice or a lost "
+                        "node, resumed from the newest valid checkpoint); deploy a new run id to train again")
+    if vm:
+        raise GlueError("--vm: on a Slurm cluster Slurm places the run; drop --vm (run.yaml's `resources:` says "
+                        "how many GPUs it needs)")
+    if group.distributed:
+        raise GlueError("--nodes/--procs-per-node: on a Slurm cluster put them in run.yaml as "
+                        "`resources: {nodes: N, gpus_per_node: G}`")
+
+
+def deploy(home: Path, run_id: str, config_path: Path, console: Console, *, resume: bool = False,
+           vm: str | None = None, group: GroupSpec | None = None, memory_limit_mb: int | None = None,
+           workdir: Path | None = None) -> dict[str, Any]:
+    """Preflight, ship, submit. Returns the run's `scheduler` record (job id, options)."""
+    group = group or GroupSpec()
+    group.check()
+    refuse_flags(resume, vm, group)
+    runconfig.check_run_id(run_id)
+    store = RunStore.open(home, run_id)
+    rc = runconfig.load(config_path, run_id, store.info.name)
+    if rc.runtime != "process":
+        raise GlueError(f"runtime {rc.runtime}: a Slurm cluster runs `runtime: process` runs (the command on the "
+                        "allocated node)")
+    plan = wplan.make(rc, config_path, workdir)
+    try:
+        return SlurmDeployment(home, store, rc, console, False, group, plan, memory_limit_mb).submit()
+    finally:
+        plan.close()
+
+
+class SlurmDeployment(Deployment):
+    """Deployment's checks and shipping, on the head (every node runs the same image); then sbatch."""
+
+    def submit(self) -> dict[str, Any]:
+        host = head(self.home)
+        options = SbatchOptions.of(self.store.run, self.rc.resources)
+        check_fits(options, node_states(self.home))  # also: slurmctld answers
+        self._check_run()
+        self.hosts = [host]
+        if not ssh.reachable(self.home, host):
+            raise GlueError(f"the Slurm head {host.name} does not answer SSH; check `glue status`")
+        info = remote.env_info(self.home, host)
+        argvs, digest, _ = self._preflight()
+        ws = workspace.ship(self.home, host, self.store, self.plan, self.console)
+        with lease.held(self.store, "deploy", new_run=True):
+            if self.store.exists():
+                raise GlueError(f"run {self.store.run!r} already exists in the bucket (another deploy just created it)")
+            spec = self.job_spec(host, argvs[0], ws)
+            script = BatchScript(self.store.run, options, remote.python(host)).render()
+            job_id = submit_job(self.home, host, self.store.run, spec, script)
+            sched = {"name": "slurm", "job_id": job_id, "submitted_at": utc_iso(), "sbatch": options.args()}
+            environment = {**info, "gpu_type": host.gpu_type, "gpu_count": options.gpus_per_node,
+                           "backend": host.backend, "market": host.market}
+            manifest = Manifest.of_run(self.store, self.rc, environment, self.eval_pin, image_digest=digest,
+                                       code=git_version(), workdir=ws.package, requirements=ws.requirements)
+            manifest.extra["scheduler"] = sched
+            try:
+                self.store.put_manifest(manifest.to_dict())
+            except GlueError:
+                queue.cancel(self.home, job_id)  # no job runs for a run the bucket does not know
+                raise
+        self.console.print(f"[green]run {self.store.run}[/] submitted to Slurm as job {job_id} "
+                           f"({options.gpus_per_node} GPU(s) per node); `glue status` shows the queue")
+        return sched
+
+    def job_spec(self, host: Host, argv: list[str], ws: Workspace) -> SlurmJobSpec:
+        store, rc = self.store, self.rc
+        env = {**rc.env, **{name: os.environ[name] for name in rc.secrets},
+               **trainer_env.for_vm(store, rc, 1, False).to_env(), "PYTHONUNBUFFERED": "1"}
+        prep = {k: v for k, v in ws.prepare_spec(store.run, 1).items() if k != "attempt"} if ws.needs_prepare \
+            else None
+        info = store.info
+        return SlurmJobSpec(
+            run=store.run, first_attempt=1, resume=False, command=argv, env=env,
+            bucket=SpecBucket(name=info.name, endpoint=info.endpoint, region=info.signing_region),
+            credentials_file=remote.CREDENTIALS_PATH, credentials=credentials_doc(store.creds).decode(),
+            image_python=remote.python(host), scratch=remote.SCRATCH, backend=host.backend,
+            vm_ids={h.name: h.id for h in current.hosts(self.home)}, workspace=prep,
+            memory_limit_mb=self.memory_limit_mb)
+
+
+def submit_job(home: Path, host: Host, run: str, spec: SlurmJobSpec, script: str) -> str:
+    """sbatch --parsable on the head. The spec (secrets, bucket keys) goes to a 0600 file on the head's tmpfs
+    and from there into sbatch's environment (slurmctld keeps it with the job), never into an argument; the
+    file is removed once sbatch has read it. Returns the job id."""
+    folder = StatePaths.of(run, 0).folder
+    spec_path, script_path = f"{folder}/slurm-submit.json", f"{folder}/slurm-job.sh"
+    ssh.put_file(home, host, spec_path, spec.to_json().encode())
+    ssh.put_file(home, host, script_path, script.encode())
+    sp, sc = shlex.quote(spec_path), shlex.quote(script_path)
+    command = (f"cd /tmp && {V.SLURM_SPEC}=\"$(cat {sp})\" timeout {queue.TIMEOUT_S} sbatch --parsable {sc}; "
+               f"rc=$?; rm -f {sp}; exit $rc")
+    return queue.parse_job_id(queue.on_head(home, command, "sbatch", host))

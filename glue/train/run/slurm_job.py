@@ -1,0 +1,192 @@
+"""A Slurm batch job's start on its node: `python -m glue.train.run.slurm_job NOTICE_FILE`, run by the batch
+script glue.scheduler.slurm.batch renders.
+
+Every (re)start of the job is an attempt of the run: attempt = the job's first attempt + SLURM_RESTART_COUNT
+(a requeued job resumes from the newest valid checkpoint). Here, on the allocated node: the bucket keys
+written 0600, the attempt recorded (job id, node list, the GPUs Slurm allocated), the run's code and
+requirements prepared as on any VM, then the same supervisor as a VM attempt runs the trainer (heartbeat,
+metrics, checkpoints, exit record). The job's spec (command, environment with secrets, bucket keys) comes in
+the job's environment (GPUKIT_SLURM_SPEC, kept by slurmctld like any job environment), never in arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glue.train import trainer_vars as V
+from glue.train.layout import attempt_key, run_uri
+from glue.train.run import supervise
+from glue.train.run.launch import LaunchSpec, SpecBucket, TrainerEnv, node_vars, workdir_vars
+from glue.train.state_paths import RUN_STATE_ROOT, StatePaths
+from glue.train.storage.credentials import credentials_from_file
+from glue.train.storage.target import Storage, open_target
+from glue.train.utc import iso, utc_now
+
+
+def notice_file(run: str, job_id: str) -> str:
+    """Where the batch script writes the termination notice (Slurm's USR1 before the time limit or on
+    preemption) for this job's trainer only; removed at every (re)start of the job."""
+    return f"{RUN_STATE_ROOT}/{run}/slurm-{job_id}.notice"
+
+
+def output_file(run: str, job_id: str) -> str:
+    """The batch script's own output on its node, every (re)start appended."""
+    return f"{RUN_STATE_ROOT}/{run}/slurm-{job_id}.out"
+
+
+@dataclass(frozen=True)
+class SlurmJobSpec:
+    """What every start of the job needs: written once by `glue deploy`."""
+
+    run: str
+    first_attempt: int
+    resume: bool
+    command: list[str]
+    env: dict[str, str]  # run.yaml's env, the secrets, the first attempt's TrainerEnv
+    bucket: SpecBucket
+    credentials_file: str
+    credentials: str  # the bucket keys file's content, written 0600 on the node
+    image_python: str  # the runtime's python the command names (the run's venv python once prepared)
+    scratch: str
+    backend: str
+    vm_ids: dict[str, str] = field(default_factory=dict)  # node (VM) name -> VM id, as the cluster had them
+    workspace: dict[str, Any] | None = None  # glue.workdir.pin.Workspace.prepare_spec less the attempt
+    memory_limit_mb: int | None = None
+
+    def to_json(self) -> str:
+        doc = dataclasses.asdict(self)
+        doc["bucket"] = self.bucket.as_dict()
+        return json.dumps(doc)
+
+    @classmethod
+    def from_json(cls, text: str) -> SlurmJobSpec:
+        doc = json.loads(text)
+        doc["bucket"] = SpecBucket(**doc["bucket"])
+        return cls(**doc)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """This start of the job as Slurm describes it in the batch script's environment."""
+
+    job_id: str
+    restart_count: int
+    nodelist: str
+    node: str
+    gpus: str | None  # CUDA_VISIBLE_DEVICES as Slurm set it from the job's GPUs (gres)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> Allocation:
+        return cls(job_id=env.get("SLURM_JOB_ID", ""), restart_count=int(env.get("SLURM_RESTART_COUNT") or 0),
+                   nodelist=env.get("SLURM_JOB_NODELIST", ""),
+                   node=env.get("SLURMD_NODENAME") or socket.gethostname(), gpus=env.get("CUDA_VISIBLE_DEVICES"))
+
+    def as_record(self) -> dict[str, Any]:
+        return {"name": "slurm", "job_id": self.job_id, "restart_count": self.restart_count,
+                "nodelist": self.nodelist, "cuda_visible_devices": self.gpus}
+
+
+def attempt_record(spec: SlurmJobSpec, alloc: Allocation, number: int) -> dict[str, Any]:
+    """attempts/<n>.json as glue.runs.records.AttemptRecord spells it, with the Slurm start it was."""
+    vm_id = spec.vm_ids.get(alloc.node)
+    return {"run": spec.run, "attempt": number, "vm": alloc.node, "vm_id": vm_id, "backend": spec.backend,
+            "resume": spec.resume or number > spec.first_attempt,
+            "nodes": [{"node": 0, "vm": alloc.node, "vm_id": vm_id}], "started_at": iso(utc_now()),
+            "memory_limit_mb": spec.memory_limit_mb, "scheduler": alloc.as_record()}
+
+
+def _write_private(path: str, data: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(data)
+
+
+def _records(spec: SlurmJobSpec) -> Storage:
+    return open_target(run_uri(spec.bucket.name, spec.run), endpoint_url=spec.bucket.endpoint,
+                       region=spec.bucket.region, credentials=lambda: credentials_from_file(spec.credentials_file),
+                       check=False)
+
+
+def launch_spec(spec: SlurmJobSpec, alloc: Allocation, number: int, ready: dict[str, Any] | None,
+                notice: str) -> LaunchSpec:
+    """The supervisor's launch spec for this start: the attempt's number and resume flag, the node, the
+    prepared code and venv, and the job's own notice file."""
+    base = TrainerEnv.from_env(spec.env)
+    trainer = dataclasses.replace(base, attempt=number, resume=spec.resume or number > spec.first_attempt)
+    env = {**spec.env, **trainer.to_env(), **node_vars(0, alloc.node), V.NOTICE_FILE: notice}
+    argv, cwd = list(spec.command), None
+    if ready:
+        if argv and argv[0] == spec.image_python:
+            argv[0] = str(ready["python"])
+        code = ready.get("code_dir")
+        if code:
+            extra = env.get("PYTHONPATH")
+            env.update(workdir_vars(code, str(ready["package_sha256"])))
+            env["PYTHONPATH"] = f"{code}:{extra}" if extra else code
+            cwd = code
+    return LaunchSpec(run=spec.run, attempt=number, command=argv, env=env, bucket=spec.bucket,
+                      memory_limit_mb=spec.memory_limit_mb, credentials_file=spec.credentials_file,
+                      cwd=cwd or spec.scratch)
+
+
+def prepare_workspace(spec_path: str) -> dict[str, Any]:
+    """The run's code and venv for this attempt, by the same `python -m glue.train.workspace prepare` a VM
+    attempt runs. Raises RuntimeError with its one-line reason."""
+    res = subprocess.run([sys.executable, "-m", "glue.train.workspace", "prepare", spec_path], capture_output=True,
+                         text=True, check=False)
+    if res.returncode != 0:
+        lines = res.stderr.strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else f"glue.train.workspace prepare exited {res.returncode}")
+    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+def start(spec: SlurmJobSpec, alloc: Allocation, notice: str) -> int:
+    """This start of the job: records it, prepares the workspace, runs the supervisor. Its exit code."""
+    number = spec.first_attempt + alloc.restart_count
+    _write_private(spec.credentials_file, spec.credentials)
+    record = attempt_record(spec, alloc, number)
+    records = _records(spec)
+    ready = None
+    if spec.workspace:
+        paths = StatePaths.of(spec.run, number)
+        ws = {**spec.workspace, "attempt": number, "bucket": spec.bucket.as_dict(),
+              "credentials_file": spec.credentials_file}
+        _write_private(paths.workspace_spec, json.dumps(ws))
+        try:
+            ready = prepare_workspace(paths.workspace_spec)
+        except RuntimeError as exc:
+            records.put(attempt_key(number), json.dumps({**record, "prepare_error": str(exc)}).encode())
+            print(f"gpukit: preparing the run's workspace failed: {exc}", file=sys.stderr)
+            return 2
+        record["nodes"][0].update(code_sha256=ready["package_sha256"], requirements_set=ready["requirements_set"])
+    records.put(attempt_key(number), json.dumps(record).encode())
+    launch = launch_spec(spec, alloc, number, ready, notice)
+    path = StatePaths.of(spec.run, number).spec
+    _write_private(path, launch.to_json().decode())
+    Path(spec.scratch).mkdir(parents=True, exist_ok=True)
+    return supervise.main(path)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m glue.train.run.slurm_job NOTICE_FILE (inside a Slurm batch job)", file=sys.stderr)
+        return 2
+    text = os.environ.pop(V.SLURM_SPEC, "")  # the trainer does not inherit the bucket keys
+    if not text:
+        print(f"gpukit: {V.SLURM_SPEC} is not set: this runs inside a batch job `glue deploy` submitted",
+              file=sys.stderr)
+        return 2
+    return start(SlurmJobSpec.from_json(text), Allocation.from_env(dict(os.environ)), argv[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

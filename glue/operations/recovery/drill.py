@@ -8,7 +8,6 @@ tensor, and (from the trainer's per-step input fingerprints) whether data positi
 
 from __future__ import annotations
 
-import io
 import os
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from rich.table import Table
 
 from glue.cluster import current
 from glue.errors import GlueError
+from glue.operations.recovery import checkpoint_diff, drill_verdict
 from glue.operations.recovery import recover as recover_mod
 from glue.operations.recovery.resume_check import STEP_INPUTS, losses_agree, step_ranges
 from glue.paths import glue_command
@@ -49,6 +49,9 @@ class DrillResult:
     recovery: dict[str, Any] = field(default_factory=dict)
     compared_steps: int = 0
     compared_tensors: int = 0
+    verdict: str = "fail"  # pass | fail | lost | nondeterministic | uncomparable
+    warnings: list[str] = field(default_factory=list)
+    compared: str | None = None  # what of the final checkpoints was and was not compared, in one line
     # The drill recovers at the world size it ran at, so its check is always the exact one.
     check: str = "bitwise (same world size): every loss, the final parameters and optimizer state equal"
 
@@ -78,50 +81,8 @@ def _losses(store: RunStore) -> dict[int, dict[str, Any]]:
     return merged
 
 
-def first_difference(a: Any, b: Any, path: str) -> str | None:
-    """Path of the first tensor/value that differs between two loaded state objects."""
-    import torch
-
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape \
-                or a.dtype != b.dtype or not torch.equal(a, b):
-            return path
-        return None
-    if isinstance(a, dict) and isinstance(b, dict):
-        if set(a) != set(b):
-            return f"{path} (keys differ: {sorted(set(a) ^ set(b), key=str)[:3]})"
-        for k in sorted(a, key=str):
-            d = first_difference(a[k], b[k], f"{path}.{k}")
-            if d:
-                return d
-        return None
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        if len(a) != len(b):
-            return f"{path} (length {len(a)} vs {len(b)})"
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            d = first_difference(x, y, f"{path}[{i}]")
-            if d:
-                return d
-        return None
-    return None if a == b else path
-
-
-def _count_tensors(obj: Any) -> int:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return 1
-    if isinstance(obj, dict):
-        return sum(_count_tensors(v) for v in obj.values())
-    if isinstance(obj, list | tuple):
-        return sum(_count_tensors(v) for v in obj)
-    return 0
-
-
-def compare_final(ref: RunStore, drill: RunStore, step: int) -> tuple[str | None, int]:
-    """Load every component of both runs' step-N checkpoints and compare them tensor by tensor."""
-    import torch
-
+def compare_final(ref: RunStore, drill: RunStore, step: int) -> checkpoint_diff.Comparison:
+    """Both runs' step-N checkpoints compared object by object, by what each holds (checkpoint_diff)."""
     from glue.train.checkpoint.format import Commit
 
     commits = []
@@ -129,19 +90,12 @@ def compare_final(ref: RunStore, drill: RunStore, step: int) -> tuple[str | None
         data = store.checkpoint_object(step, COMMIT)
         if data is None:
             raise GlueError(f"run {store.run} has no checkpoint at its final step {step}")
-        commits.append(Commit.parse(data, step))
-    tensors = 0
-    for name in sorted(set(commits[0].components) | set(commits[1].components)):
-        if name not in commits[0].components or name not in commits[1].components:
-            return f"{name} (component present in only one run)", tensors
-        for obj in commits[0].components[name]:
-            loaded = [torch.load(io.BytesIO(s.checkpoint_object(step, obj.key) or b""), weights_only=True)
-                      for s in (ref, drill)]
-            diff = first_difference(loaded[0], loaded[1], obj.key.removesuffix(".pt"))
-            tensors += _count_tensors(loaded[0])
-            if diff:
-                return diff, tensors
-    return None, tensors
+        try:
+            commits.append(Commit.parse(data, step))
+        except ValueError as exc:
+            raise GlueError(f"run {store.run}'s checkpoint at its final step {step} cannot be read: {exc}") from exc
+    return checkpoint_diff.compare((commits[0], commits[1]), (lambda key: ref.checkpoint_object(step, key),
+                                                              lambda key: drill.checkpoint_object(step, key)))
 
 
 def run_neutral(config: dict[str, Any], run_id: str) -> dict[str, Any]:
@@ -228,16 +182,44 @@ def compare_losses(result: DrillResult, ref_l: dict[int, dict[str, Any]], dr_l: 
 
 
 def _judge(result: DrillResult, ref: RunStore, dr: RunStore, tolerance: float) -> None:
-    """Losses step by step, then (when they all agree) the final tensors; passed only when both agree."""
-    compare_losses(result, _losses(ref), _losses(dr), tolerance)
-    if result.problem is None and result.first_bad_step is None:
-        diff, result.compared_tensors = compare_final(ref, dr, result.steps)
-        result.first_bad_tensor = diff
-    if result.problem is None and result.compared_steps == 0:
+    """Losses step by step, then the final checkpoints; a difference before the VM was lost is the job's."""
+    ref_l = _losses(ref)
+    compare_losses(result, ref_l, _losses(dr), tolerance)
+    early = drill_verdict.before_loss(ref_l, dr.metrics().get(1, {}), tolerance)
+    final = None
+    if result.problem is None and (early is not None or result.first_bad_step is None):
+        final = compare_final(ref, dr, result.steps)  # to name the streams that differ, or to check the end
+    judge(result, early, final)
+
+
+def judge(result: DrillResult, early: drill_verdict.Early | None, final: checkpoint_diff.Comparison | None) -> None:
+    """The verdict from the losses' comparison (in result), the first attempt's first difference from the
+    reference (early) and the final checkpoints' comparison."""
+    if final is not None:
+        result.compared_tensors, result.compared = final.tensors, final.summary()
+    if result.problem is None and early is not None:
+        result.first_bad_step, result.component = early.step, None
+        result.verdict, result.problem = "nondeterministic", drill_verdict.nondeterminism(early, final)
+    elif result.problem is None and result.first_bad_step is not None:
+        result.verdict, result.problem = "lost", "the recovered run diverged from the reference"
+    elif result.problem is None and result.compared_steps == 0:
         result.problem = "no step was compared"
-    result.passed = result.problem is None and result.first_bad_step is None and result.first_bad_tensor is None
-    if not result.passed and result.problem is None:
-        result.problem = "the recovered run diverged from the reference"
+    elif result.problem is None and final is not None:
+        _judge_final(result, final)
+    result.passed = result.problem is None
+    result.verdict = "pass" if result.passed else result.verdict
+
+
+def _judge_final(result: DrillResult, final: checkpoint_diff.Comparison) -> None:
+    """Every loss agreed: the final checkpoints decide. A random stream alone differing is a warning."""
+    state = [d for d in final.differences if not d.rng]
+    result.warnings = drill_verdict.rng_warnings(final)
+    if state:
+        result.first_bad_tensor = state[0].where
+        result.verdict, result.problem = "lost", "the recovered run diverged from the reference"
+    elif final.uncomparable:
+        result.verdict = "uncomparable"
+        result.problem = f"could not compare {final.uncomparable[0]}"
 
 
 def drill(home: Path, run_id: str, config_path: Path | None, console: Console, *, steps: int | None = None,
@@ -297,11 +279,17 @@ def print_result(console: Console, r: DrillResult) -> None:
         table.add_row("steps replayed", f"{r.destroyed_at - ckpt} ({ckpt + 1}..{r.destroyed_at})")
     table.add_row("per-step losses compared", str(r.compared_steps))
     table.add_row("final tensors compared", str(r.compared_tensors))
+    if r.compared:
+        table.add_row("final checkpoints", r.compared)
     table.add_row("check applied", r.check)
-    if r.first_bad_step is not None:
+    if r.first_bad_step is not None and r.verdict == "nondeterministic":
+        table.add_row("first differing step", f"{r.first_bad_step} (before the VM was lost: the job's own)")
+    elif r.first_bad_step is not None:
         table.add_row("first differing step", f"{r.first_bad_step} (lost: {r.component})")
     if r.first_bad_tensor:
         table.add_row("first differing tensor", r.first_bad_tensor)
+    for w in r.warnings:
+        table.add_row("[yellow]warning[/]", w)
     verdict = "[green]PASS[/]: identical losses, parameters and optimizer state" if r.passed \
         else f"[red]FAIL[/]: {r.problem}"
     table.add_row("verdict", verdict)

@@ -8,6 +8,7 @@ GLUE    := $(VENV)/bin/glue
 # Unset: `glue up` keeps the cluster's last VM count and backend (a fresh cluster: 2, local).
 VMS     ?=
 BACKEND ?=
+SCHEDULER ?=
 PYTEST_ARGS ?=
 # Test workers (pytest-xdist). By default two lanes (tests/conftest.py): the qemu e2e (minutes of
 # emulation), a few long CPU-bound files and the unit tests on one worker, reniced; the rest in order on the other.
@@ -17,20 +18,20 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= lanes
 XDIST = $(if $(filter lanes,$(TEST_WORKERS)),-n 2 --lanes,$(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile))
 
-.PHONY: help bootstrap up down demo test test-all lint bench clean
+.PHONY: help bootstrap up down demo test test-all lint docs bench clean
 
 help: ## Show the targets
 	@echo "gpukit — keep GPU training jobs running on rented GPU VMs"
 	@echo
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  make %-10s %s\n", $$1, $$2}'
 	@echo
-	@echo "  variables: VMS=N BACKEND=local|qemu|lyceum (make up; unset: as last time, else 2 and local)"
+	@echo "  variables: VMS=N BACKEND=local|qemu|lyceum SCHEDULER=slurm|none (make up; unset: as last time, else 2, local, none)"
 
 bootstrap: ## Install what the kit needs (venv, torch, rclone; Debian: openssh-server, fuse3, sudo, shellcheck, chromium, mmdebstrap, systemd-container, qemu, socat); quick when done
 	@./scripts/bootstrap.sh
 
-up: bootstrap ## Create the cluster (VMS=N, BACKEND=local|qemu|lyceum; unset: as last time) and configure it
-	@$(GLUE) up $(if $(VMS),--vms $(VMS)) $(if $(BACKEND),--backend $(BACKEND))
+up: bootstrap ## Create the cluster (VMS=N, BACKEND=local|qemu|lyceum, SCHEDULER=slurm|none; unset: as last time) and configure it
+	@$(GLUE) up $(if $(VMS),--vms $(VMS)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 
 down: bootstrap ## Destroy the cluster's VMs (the bucket and its data are kept)
 	@$(GLUE) down
@@ -44,7 +45,7 @@ test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e); two
 test-all: bootstrap ## The suite including the long `stress` tests (kill -9 storms, the lyceum demo, a seeded qemu VM)
 	@$(PY) -m pytest $(XDIST) -m "" $(PYTEST_ARGS)
 
-lint: bootstrap ## ruff, mypy, import layers, bucket keys (glue/train/layout.py only), terraform fmt, ansible-lint, yamllint
+lint: bootstrap ## ruff, mypy, import layers, bucket keys (glue/train/layout.py only), terraform fmt, ansible-lint, yamllint, the docs site (mkdocs build --strict)
 	@$(VENV)/bin/ruff check glue tests bench
 	@$(VENV)/bin/mypy
 	@$(VENV)/bin/lint-imports --no-cache
@@ -53,6 +54,11 @@ lint: bootstrap ## ruff, mypy, import layers, bucket keys (glue/train/layout.py 
 	@shellcheck $$(grep -lE '^#!/bin/(ba)?sh' ansible/roles/*/files/*)
 	@if [ -d ansible/roles ] && [ -n "$$(ls -A ansible/roles)" ]; then \
 	  $(VENV)/bin/yamllint -s ansible && (cd ansible && ../$(VENV)/bin/ansible-lint --profile production -q); fi
+	@d=$$(mktemp -d); NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q -d $$d; rc=$$?; rm -rf $$d; exit $$rc
+
+docs: bootstrap ## Build the documentation site into site/ (its reference pages generated from the code)
+	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
+	@echo "docs: site/index.html (or: $(VENV)/bin/mkdocs serve)"
 
 bench: bootstrap ## Benchmarks (each prints a ratio against a baseline measured in the same run)
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -34,7 +34,11 @@ class GlueGroup(click.Group):
             raise UsageLine(f"{exc.format_message()} (see `{where} --help`)") from None
 
 
-@click.group(cls=GlueGroup, context_settings={"help_option_names": ["-h", "--help"]})
+# The docs' path in the repository (and in the site `make docs` builds); tests/unit/test_docs_pointers.py checks it.
+DOCS_LINE = "Docs: docs/index.md in the repository; `make docs` builds the site."
+
+
+@click.group(cls=GlueGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=DOCS_LINE)
 @click.version_option(package_name="gpukit")
 def cli() -> None:
     """gpukit: keep GPU training jobs running on rented root-access GPU VMs."""

@@ -65,7 +65,9 @@ log="$VENV/bootstrap-pip.log"
 # on CI here), which would otherwise make every process compile torch's modules again.
 "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.13.0 >>"$log" 2>&1 || true
 "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[controller,train,dev]' >>"$log" 2>&1 || true
-if ! { "$VENV/bin/python" -c "import torch, boto3, tf, ansible_runner" && [ -x "$VENV/bin/rclone" ]; }; then
+# mkdocs (the documentation site: make docs, make lint) comes with the dev extra.
+if ! { "$VENV/bin/python" -c "import torch, boto3, tf, ansible_runner" && [ -x "$VENV/bin/rclone" ] \
+       && [ -x "$VENV/bin/mkdocs" ]; }; then
   grep -v "^WARNING: Location" "$log" >&2 || true
   echo "bootstrap: the Python packages did not install; see pip's output above (also in $log)" >&2
   exit 1

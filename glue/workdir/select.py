@@ -17,7 +17,7 @@ from glue.errors import GlueError
 
 IGNORE_FILES = (".gitignore", ".gpukitignore")
 NEVER = (".git", "__pycache__")
-# Basenames (or paths ending so) that usually hold credentials. README "Your own job" lists them.
+# Basenames (or paths ending so) that usually hold credentials. docs/guides/own-job.md lists them.
 SECRET_PATTERNS = (".env", ".env.*", "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*", "id_dsa*", "id_ecdsa*",
                    "id_ed25519*", ".netrc", "_netrc", ".pypirc", ".git-credentials", ".s3cfg", ".boto",
                    "credentials.json", "application_default_credentials.json", ".aws/credentials",

@@ -13,12 +13,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _example() -> str:
-    for doc in (ROOT / "README.md",):
+    for doc in (ROOT / "docs" / "guides" / "checkpoints.md",):
         if doc.exists():
             for block in re.findall(r"```python\n(.*?)```", doc.read_text(), re.S):
                 if "Checkpointer(" in block and "ckpt.save(" in block:
                     return block
-    raise AssertionError("no checkpoint example loop found in README.md")
+    raise AssertionError("no checkpoint example loop found in docs/guides/checkpoints.md")
 
 
 class Crash(Exception):
@@ -50,7 +50,7 @@ def _run(target: Path, crash_after: int | None = None) -> dict[str, Any]:
         "total_steps": 10,
     }
     try:
-        exec(compile(code, "README.md", "exec"), ns)
+        exec(compile(code, "docs/guides/checkpoints.md", "exec"), ns)
     except Crash:
         ns["ckpt"].close()  # what the exit hook does in a real process
         ns["loader"].close()

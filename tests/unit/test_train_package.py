@@ -18,8 +18,8 @@ def test_every_exported_name_maps_to_its_defining_module() -> None:
         assert getattr(train, name) is obj
 
 
-def test_every_error_the_readme_names_imports_from_glue_train() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_every_error_the_docs_name_imports_from_glue_train() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "checkpoints.md").read_text()
     section = readme.split("**Errors** (`glue.train.CheckpointError`", 1)[1].split("\n\n", 1)[0]
     named = set(re.findall(r"`([A-Z][A-Za-z]+Error)`", section))
     assert {"TargetError", "FencedError", "NoValidCheckpointError"} <= named

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WORK_ROOT = Path("/var/lib/gpukit/work")
-# Where a docker trainer sees the code (bind-mounted read-only); README "Your own job".
+# Where a docker trainer sees the code (bind-mounted read-only); docs/guides/own-job.md.
 CONTAINER_WORKDIR = "/gpukit/workdir"
 
 

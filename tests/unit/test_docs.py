@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 300
 EXAMPLE_LANGS = {"python", "py", "sh", "bash", "shell", "console"}
 # Pages other engineers are writing now: their examples get marked when they land in the site's nav.
-PENDING = {"docs/slurm.md", "docs/placement.md"}
+PENDING = {"docs/slurm.md", "docs/placement.md", "docs/drill.md"}
 MARK = re.compile(r"^<!--\s*(run(?::\s*(?P<test>\S+))?|not run:\s*(?P<why>.*\S))\s*-->$")
 
 
@@ -193,3 +193,17 @@ def test_generated_reference_covers_the_code() -> None:
     for spec in [schema, *schema["$defs"].values()]:
         assert all(f"| `{key}` |" in config for key in spec.get("properties", {}))
     assert ":module: glue.cli" in ref.cli_page()
+
+
+def test_the_designs_backend_excerpt_names_every_member_of_the_protocol() -> None:
+    """docs/design.md shows the Backend protocol as an excerpt: a member added to glue/cloud/base.py and
+    left out of it fails here."""
+    from glue.cloud.base import AnnouncesTermination, Backend
+
+    design = (ROOT / "docs" / "design.md").read_text()
+    excerpt = design.split("class Backend(Protocol):", 1)[1].split("```", 1)[0]
+    for proto in (Backend, AnnouncesTermination):
+        methods = [n for n, v in vars(proto).items() if callable(v) and not n.startswith("_")]
+        members = [*proto.__annotations__, *methods]
+        missing = [m for m in members if not re.search(rf"\b{m}\b", excerpt)]
+        assert not missing, f"docs/design.md's Backend excerpt lacks {missing}"

@@ -149,7 +149,7 @@ def cli_page() -> str:
             "built (so it is the `--help` of the code it was built from). The commands at a glance, with what "
             "each does: [Commands](../commands.md).\n\n"
             "::: mkdocs-click\n    :module: glue.cli\n    :command: cli\n    :prog_name: glue\n"
-            "    :style: table\n    :depth: 1\n    :list_subcommands: true\n")
+            "    :style: plain\n    :depth: 1\n    :list_subcommands: true\n")
 
 
 PAGES = {"run-config.md": run_config_page, "failure-classes.md": failure_classes_page,

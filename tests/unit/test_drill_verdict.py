@@ -14,7 +14,7 @@ import torch
 
 from glue.operations.recovery.checkpoint_diff import Comparison, compare
 from glue.operations.recovery.drill import DrillResult, compare_losses, judge
-from glue.operations.recovery.drill_verdict import before_loss
+from glue.operations.recovery.drill_verdict import DETERMINISM, before_loss
 from glue.train.checkpoint.checkpointer import Checkpointer
 from glue.train.checkpoint.format import Commit
 from glue.train.layout import COMMIT, step_prefix
@@ -103,3 +103,15 @@ def test_an_optimizer_the_resume_does_not_restore_is_lost_state(tmp_path: Path) 
     assert not res.passed and res.verdict == "lost", res
     assert res.problem == "the recovered run diverged from the reference"
     assert res.first_bad_step is not None and res.first_bad_step > 4 and res.component == "model/optimizer state"
+
+
+def test_a_difference_before_the_loss_is_named_even_when_the_recovery_then_failed() -> None:
+    res = DrillResult(passed=False, ref_run="r-drill1-ref", drill_run="r-drill1", steps=8, kill_at=5,
+                      problem="loss at step 5 is 0.3 after the resume, 0.2 before the failure (tolerance 0.0)")
+    ref = {s: {"loss": 1.0 / s, "rng": "a"} for s in range(1, 9)}
+    first = {s: {"loss": 1.0 / s + (0.5 if s >= 3 else 0.0), "rng": "a" if s < 3 else "b"} for s in range(1, 6)}
+    judge(res, before_loss(ref, first, 0.0), None)
+    assert (res.passed, res.verdict, res.first_bad_step) == (False, "nondeterministic", 3)
+    assert res.problem is not None and "(step inputs that differ: rng)" in res.problem
+    assert DETERMINISM in res.problem and res.problem.endswith("(and then: loss at step 5 is 0.3 after the resume, "
+                                                               "0.2 before the failure (tolerance 0.0))")

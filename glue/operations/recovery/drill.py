@@ -187,8 +187,13 @@ def _judge(result: DrillResult, ref: RunStore, dr: RunStore, tolerance: float) -
     compare_losses(result, ref_l, _losses(dr), tolerance)
     early = drill_verdict.before_loss(ref_l, dr.metrics().get(1, {}), tolerance)
     final = None
-    if result.problem is None and (early is not None or result.first_bad_step is None):
-        final = compare_final(ref, dr, result.steps)  # to name the streams that differ, or to check the end
+    if result.problem is None and early is not None:
+        try:  # only to name the streams that differ: without final checkpoints the verdict stands
+            final = compare_final(ref, dr, result.steps)
+        except GlueError:
+            final = None
+    elif result.problem is None and result.first_bad_step is None:
+        final = compare_final(ref, dr, result.steps)
     judge(result, early, final)
 
 
@@ -197,9 +202,10 @@ def judge(result: DrillResult, early: drill_verdict.Early | None, final: checkpo
     reference (early) and the final checkpoints' comparison."""
     if final is not None:
         result.compared_tensors, result.compared = final.tensors, final.summary()
-    if result.problem is None and early is not None:
+    if early is not None:  # before the VM was lost: whatever else went wrong, the job does not repeat itself
+        after = f" (and then: {result.problem})" if result.problem else ""
         result.first_bad_step, result.component = early.step, None
-        result.verdict, result.problem = "nondeterministic", drill_verdict.nondeterminism(early, final)
+        result.verdict, result.problem = "nondeterministic", drill_verdict.nondeterminism(early, final) + after
     elif result.problem is None and result.first_bad_step is not None:
         result.verdict, result.problem = "lost", "the recovered run diverged from the reference"
     elif result.problem is None and result.compared_steps == 0:

@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= lanes
 XDIST = $(if $(filter lanes,$(TEST_WORKERS)),-n 2 --lanes,$(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile))
 
-.PHONY: help bootstrap up down demo test test-all lint docs bench clean
+.PHONY: help bootstrap bootstrap-core up down demo test test-all lint docs bench clean
 
 help: ## Show the targets
 	@echo "gpukit — keep GPU training jobs running on rented GPU VMs"
@@ -27,16 +27,20 @@ help: ## Show the targets
 	@echo
 	@echo "  variables: VMS=N BACKEND=local|qemu|lyceum SCHEDULER=slurm|none (make up; unset: as last time, else 2, local, none)"
 
-bootstrap: ## Install what the kit needs (venv, torch, rclone; Debian: openssh-server, fuse3, sudo, shellcheck, chromium, mmdebstrap, systemd-container, qemu, socat); quick when done
-	@./scripts/bootstrap.sh
+bootstrap: ## Install what every target needs (venv, torch, rclone, the dev tools; Debian: openssh-server, fuse3, sudo, shellcheck, chromium, mmdebstrap, systemd-container, qemu, socat); quick when done
+	@./scripts/bootstrap.sh all
 
-up: bootstrap ## Create the cluster (VMS=N, BACKEND=local|qemu|lyceum, SCHEDULER=slurm|none; unset: as last time) and configure it
+# What demo, up and down need (no dev tools, no test-only Debian packages): a fresh clone's demo starts sooner.
+bootstrap-core:
+	@BACKEND=$(BACKEND) ./scripts/bootstrap.sh core
+
+up: bootstrap-core ## Create the cluster (VMS=N, BACKEND=local|qemu|lyceum, SCHEDULER=slurm|none; unset: as last time) and configure it
 	@$(GLUE) up $(if $(VMS),--vms $(VMS)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 
-down: bootstrap ## Destroy the cluster's VMs (the bucket and its data are kept)
+down: bootstrap-core ## Destroy the cluster's VMs (the bucket and its data are kept)
 	@$(GLUE) down
 
-demo: bootstrap ## The whole loop on the local backend: up, train, lose a VM, recover, verify, down
+demo: bootstrap-core ## The whole loop on the local backend: up, train, lose a VM, recover, verify, down
 	@$(PY) -m glue.operations.recovery.demo
 
 test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e); two lanes; TEST_WORKERS=0 serially, =N files on N workers

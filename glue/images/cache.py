@@ -2,7 +2,9 @@
 
 A directory appears only by an atomic rename of a finished build, so whatever is in the cache is
 complete; builds in progress live in `.build-*` directories, removed when the build fails.
-The cache is `<kit home>/images`, or $GPUKIT_IMAGES (the test suite shares one per clone).
+The cache is the machine's (`$XDG_CACHE_HOME/gpukit/images`, else `~/.cache/gpukit/images`): an image
+is named by its recipe's hash, so every clone and kit home of this user shares what was baked once, as
+Docker's image store does; $GPUKIT_IMAGES chooses another (the test suite uses one per clone).
 """
 
 from __future__ import annotations
@@ -19,15 +21,21 @@ from glue.paths import state_dir_error
 META = "image.json"
 
 
+def machine_cache() -> Path:
+    """The default cache: this user's, shared by every clone and kit home on the machine."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache") / "gpukit" / "images"
+
+
 def cache_dir(home: Path) -> Path:
     """The cache directory (not created here). A path that can never be a directory (a file, or a file
     above it) is one GlueError line, for listing as for building."""
     base = os.environ.get("GPUKIT_IMAGES")
-    path = Path(base).resolve() if base else home / "images"
+    path = Path(base).resolve() if base else machine_cache()
     for above in (path, *path.parents):
         if above.exists():
             if not above.is_dir():
-                raise _error(path, home, NotADirectoryError(20, "Not a directory"))
+                raise _error(path, NotADirectoryError(20, "Not a directory"))
             break
     return path
 
@@ -39,12 +47,12 @@ def ensure(cache: Path, home: Path) -> None:
         if not os.access(cache, os.W_OK | os.X_OK):
             raise PermissionError(13, "Permission denied")
     except OSError as exc:
-        raise _error(cache, home, exc) from None
+        raise _error(cache, exc) from None
 
 
-def _error(path: Path, home: Path, exc: OSError) -> GlueError:
+def _error(path: Path, exc: OSError) -> GlueError:
     return GlueError(state_dir_error(path, exc, "GPUKIT_IMAGES", os.environ.get("GPUKIT_IMAGES"),
-                                     f"the cache is then {home / 'images'}"))
+                                     f"the cache is then {machine_cache()}"))
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,6 @@ def main() -> int:
     demo_home = base / "demo"
     demo_home.mkdir(exist_ok=True)
     os.environ["GPUKIT_HOME"] = str(demo_home)
-    # The VM image is the kit's, not the demo's: baked once for `make demo` and `make up` alike.
-    os.environ.setdefault("GPUKIT_IMAGES", str(base / "images"))
     backend = os.environ.get("BACKEND", "local")
     run_id = "demo-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     t0 = time.monotonic()

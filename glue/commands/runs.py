@@ -32,12 +32,14 @@ FOLLOW_CHECK_SECONDS = 15  # how often `logs -f` asks whether the attempt still 
 @click.option("--run", "run_id", required=True, help="Run id (new, or existing with --resume).")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The run config (YAML).")
-@click.option("--vm", default=None, help="VM to run on (default: the first).")
+@click.option("--vm", default=None,
+              help="VM to run on, shared with any live run on it (default: the first VM no live run uses); "
+                   "with --nodes N, N VMs comma-separated (A,B).")
 @click.option("--resume", is_flag=True, help="Start a new attempt of an existing run from its last valid checkpoint.")
 @click.option("--memory-limit-mb", type=POSITIVE_INT, default=None,
               help="Cap the trainer's host memory (cgroup, else rlimit).")
 @click.option("--nodes", type=POSITIVE_INT, default=1, show_default=True,
-              help="VMs in the torchrun group (the first N VMs; node 0 hosts the rendezvous).")
+              help="VMs in the torchrun group (the first N VMs no live run uses; node 0 hosts the rendezvous).")
 @click.option("--procs-per-node", type=POSITIVE_INT, default=1, show_default=True,
               help="Worker processes per VM (one per GPU).")
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True,

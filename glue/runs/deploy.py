@@ -178,10 +178,12 @@ class Deployment:
     hosts: list[Host] = field(default_factory=list)
     exists: bool = False
     eval_pin: dict[str, Any] | None = None
+    shared: str = ""  # the busy VMs --vm chose, and their live runs: said when the run starts
 
     def run(self, vm: str | None) -> dict[str, Any]:
-        self.hosts = group_mod.pick_hosts(self.home, vm, self.group.nodes)
         self._check_run()
+        placed = group_mod.pick_hosts(self.home, vm, self.group.nodes, self.store.run)
+        self.hosts, self.shared = placed.hosts, placed.shared
         for host in self.hosts:
             if not ssh.reachable(self.home, host):
                 raise GlueError(f"{host.name} does not answer SSH; check `glue status`")
@@ -265,4 +267,7 @@ class Deployment:
                 f"{record['rendezvous']}" if self.group.distributed else hosts[0].name
         self.console.print(f"[green]run {store.run}[/] attempt {number} started on {where} "
                            f"(trainer pid {record.get('trainer_pid')})")
+        if self.shared:
+            self.console.print(f"[yellow]sharing on purpose (--vm): live runs already use {self.shared}; the runs "
+                               "compete for its CPUs, memory and GPUs[/]")
         return record

@@ -18,6 +18,7 @@ from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
+from glue.runs import occupancy
 
 # Run on a VM: the address this VM uses to reach `peer` (a UDP connect routes, it sends nothing), a free
 # TCP port on it, and the interface holding it (gloo/nccl bind there instead of resolving the hostname).
@@ -81,8 +82,23 @@ class Rendezvous:
         return f"{self.host}:{self.port}"
 
 
-def pick_hosts(home: Path, vm: str | None, nodes: int) -> list[Host]:
-    """One VM (--vm or the first) for a single-node run; the first N VMs (name order) for N nodes."""
+@dataclass(frozen=True)
+class Placement:
+    """The hosts a run starts on, and the live runs it shares them with (only where --vm asked for it)."""
+
+    hosts: list[Host]
+    shared: str = ""  # 'gpukit-1 (run a)': the busy VMs --vm chose, for the deploy's one line
+
+    @property
+    def names(self) -> str:
+        return ", ".join(h.name for h in self.hosts)
+
+
+def pick_hosts(home: Path, vm: str | None, nodes: int, run: str | None = None) -> Placement:
+    """A free VM (no live run of another id on it; name order) for a single-node run, or the VM --vm names,
+    busy or not (the user shares it on purpose); the first N free VMs for N nodes, or the N that --vm
+    names. Refuses in one line when too few are free. `run`: the run being placed (its own earlier attempt
+    does not occupy a VM)."""
     why_not = current.backend(home).multi_node if nodes > 1 else None
     if why_not:
         raise GlueError(f"--nodes {nodes}: {why_not}; run on one VM (--nodes 1, with --procs-per-node G for its "
@@ -90,14 +106,45 @@ def pick_hosts(home: Path, vm: str | None, nodes: int) -> list[Host]:
     hosts = current.hosts(home)
     if not hosts:
         raise GlueError("no VMs in the cluster; run `glue up` first")
-    if nodes == 1:
-        return [current.host(home, vm) if vm else hosts[0]]
-    if vm:
-        raise GlueError("--vm picks the VM of a single-node run; a run with --nodes N uses the first N VMs")
     if len(hosts) < nodes:
         raise GlueError(f"--nodes {nodes} needs {nodes} VMs but the cluster has {len(hosts)}; "
                         f"run `glue up --vms {nodes}`")
-    return hosts[:nodes]
+    chosen = [current.host(home, name) for name in _named(vm, nodes)] if vm else hosts
+    return choose(chosen, occupancy.live_on(home, chosen, exclude=run), vm, nodes)
+
+
+def _named(vm: str, nodes: int) -> list[str]:
+    """--vm NAME for one node; --vm A,B,.. (node order) for a group of that many distinct VMs."""
+    names = [n.strip() for n in vm.split(",") if n.strip()]
+    if len(names) != nodes or len(set(names)) != nodes:
+        if nodes == 1:
+            raise GlueError(f"--vm {vm}: a single-node run names one VM; for a group add --nodes {len(names)}")
+        raise GlueError(f"--vm {vm}: a run with --nodes {nodes} names its {nodes} distinct VMs, comma-separated in "
+                        f"node order (--vm gpukit-1,gpukit-2), or leave --vm out for the first {nodes} free VMs")
+    return names
+
+
+def choose(hosts: list[Host], occ: occupancy.Occupancy, vm: str | None, nodes: int) -> Placement:
+    """The placement rule on what is known: --vm is taken as asked (noting whom it shares with); otherwise
+    the first `nodes` free VMs in name order, or one line naming the busy VMs and the ways out."""
+    if vm:
+        return Placement(hosts, occ.describe([h.name for h in hosts]))
+    ordered = sorted(hosts, key=lambda h: name_order(h.name))
+    free = occ.free(ordered)
+    if len(free) >= nodes:
+        return Placement(free[:nodes])
+    busy = occ.describe([h.name for h in ordered])
+    need = f"only {len(free)} of the {nodes} free VMs this run needs" if nodes > 1 else "no free VM for this run"
+    share = "" if nodes > 1 else "`--vm NAME` to share one on purpose, "
+    raise GlueError(f"{need}, live runs use {busy}: {share}`glue up --vms "
+                    f"{len(hosts) - len(free) + nodes}` for more VMs, or wait for a run to end (`glue stop --run ID` "
+                    "ends one)")
+
+
+def name_order(name: str) -> tuple[str, int]:
+    """gpukit-2 before gpukit-10."""
+    prefix, _, index = name.rpartition("-")
+    return (prefix, int(index)) if index.isdigit() else (name, 0)
 
 
 def rendezvous(home: Path, hosts: list[Host], python: list[str]) -> Rendezvous:

@@ -63,13 +63,15 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
     cfg = run_config(tmp_path, config={**CONFIG, "step_sleep": 0.3}, checkpoint={"interval_steps": 10},
                      workdir=str(tmp_path / "work"))
     for bad, says in ((["--nodes", "3"], "needs 3 VMs but the cluster has 2; run `glue up --vms 3`"),
-                      (["--nodes", "2", "--vm", "gpukit-2"], "uses the first N VMs"),
+                      (["--nodes", "2", "--vm", "gpukit-2"], "names its 2 distinct VMs, comma-separated"),
                       (["--nodes", "0"], "0 is not in the range x>=1")):
         res = kit.glue("deploy", "--run", "mn-bad", "--config", str(cfg), *bad, check=False)
         assert res.returncode != 0 and says in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert get_json(client, "runs/mn-bad/manifest.json") is None  # nothing recorded
-    kit.glue("deploy", "--run", "mn-ref", "--config", str(ref_cfg), "--nodes", "2")
-    out = kit.glue("deploy", "--run", "mn", "--config", str(cfg), "--nodes", "2", "--max-restarts", "1")
+    # The reference shares both VMs with the group on purpose (--vm): it runs beside it, for the same losses.
+    kit.glue("deploy", "--run", "mn-ref", "--config", str(ref_cfg), "--nodes", "2", "--vm", "gpukit-1,gpukit-2")
+    out = kit.glue("deploy", "--run", "mn", "--config", str(cfg), "--nodes", "2", "--max-restarts", "1",
+                   "--vm", "gpukit-1,gpukit-2")
     assert "rendezvous 127.0.0.1:" in out.stderr
     record = get_json(client, "runs/mn/attempts/1.json")
     assert [n["vm"] for n in record["nodes"]] == ["gpukit-1", "gpukit-2"]
@@ -152,7 +154,7 @@ def test_a_sharded_two_node_run_loses_a_vm_and_continues_on_one(cluster_kit: Kit
     client = s3(fast)
     cfg = run_config(tmp_path, config={"steps": 40, "checkpoint_interval": 10, "parallel": "fsdp", "step_sleep": 0.3},
                      checkpoint={"interval_steps": 10})
-    kit.glue("deploy", "--run", "shard", "--config", str(cfg), "--nodes", "2")
+    kit.glue("deploy", "--run", "shard", "--config", str(cfg), "--nodes", "2", "--vm", "gpukit-1,gpukit-2")
     wait_beat(client, "shard", lambda b: (b.get("step") or 0) >= 13)
     commit = get_json(client, "runs/shard/ckpt/step-10/COMMIT.json")
     assert commit["sharded"] == ["model", "optimizer"] and commit["world_size"] == 2
@@ -201,7 +203,7 @@ def test_watch_continues_a_group_on_its_survivor_when_no_vm_is_free(cluster_kit:
     client = s3(fast)
     cfg = run_config(tmp_path, config={"steps": 30, "checkpoint_interval": 10, "parallel": "fsdp", "step_sleep": 0.3},
                      checkpoint={"interval_steps": 10}, recovery={"min_nodes": 1})
-    kit.glue("deploy", "--run", "wshard", "--config", str(cfg), "--nodes", "2")
+    kit.glue("deploy", "--run", "wshard", "--config", str(cfg), "--nodes", "2", "--vm", "gpukit-1,gpukit-2")
     wait_beat(client, "wshard", lambda b: (b.get("step") or 0) >= 13)
     LocalBackend(kit.home).delete_vm(vm_id(fast, "gpukit-2"))
     deadline = time.monotonic() + 90

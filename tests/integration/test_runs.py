@@ -109,7 +109,7 @@ def completed_run(cluster_kit: Kit, tmp_path_factory: pytest.TempPathFactory) ->
 def test_heartbeat_advances_then_kill9_is_classified(cluster_kit: Kit, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 400, "step_sleep": 0.05})
-    kit.glue("deploy", "--run", "hb-kill", "--config", str(cfg))
+    kit.glue("deploy", "--run", "hb-kill", "--config", str(cfg), "--vm", "gpukit-1")
     first = wait_for(fast, "hb-kill", lambda s: (s["step"] or 0) >= 3)
     second = wait_for(fast, "hb-kill", lambda s: (s["step"] or 0) > first["step"])
     assert second["state"] == "running"
@@ -160,7 +160,7 @@ def test_sigstop_is_a_stall_with_stacks(cluster_kit: Kit, tmp_path: Path) -> Non
 def test_outputs_on_vm_disk_refused_before_start(cluster_kit: Kit, tmp_path: Path) -> None:
     kit = cluster_kit
     cfg = run_config(tmp_path, outputs={"destination": "/root/out"})
-    res = kit.glue("deploy", "--run", "disk-out", "--config", str(cfg), check=False)
+    res = kit.glue("deploy", "--run", "disk-out", "--config", str(cfg), "--vm", "gpukit-1", check=False)
     assert res.returncode != 0 and "Traceback" not in res.stderr
     assert "/root/out" in res.stderr and "wiped when the VM terminates" in res.stderr
     assert run_objects(here(kit), "disk-out") == []

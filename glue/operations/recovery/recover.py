@@ -3,7 +3,9 @@
 Phases, one function each in glue/operations/recovery/phases.py (timed into runs/<run>/recoveries/<n>.json):
   detect     last sign of life of the failed attempt -> failure classified
   validate   the checkpoints in the bucket checked from the controller (sizes, sha256)
-  provision  terraform replaces the VM (a lost VM is drift; a live one is -replace'd)
+  provision  terraform replaces the VM (a lost VM is drift; a live one is -replace'd), or a warm spare takes
+             its place; a live VM that another live run uses is left alone and the run moves to a free VM
+             (glue/operations/recovery/neighbours.py)
   configure  the Ansible playbook on the new VM (bucket mount, trainer runtime)
   verify     boundary guard, checkpoint read back on the new VM, command present
   prepare    the run's code package and requirements from the bucket by the manifest's hashes, checked
@@ -32,7 +34,7 @@ from rich.table import Table
 
 from glue.errors import GlueError
 from glue.operations import spares
-from glue.operations.recovery import phases, replay
+from glue.operations.recovery import neighbours, phases, replay
 from glue.operations.recovery.phases import Timings, secs_between
 from glue.operations.recovery.resume_check import ResumeCheck, check_resume, merged_metrics, step_ranges
 from glue.runs import lease, records, serverless, serverless_state
@@ -252,8 +254,7 @@ class Recovery:
 def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Failure, lost: phases.Lost,
               opts: RecoverOptions, timed: Timings) -> Moved:
     """provision, configure, verify, prepare, start: the next attempt on VMs (new ones for the lost)."""
-    nodes, same_vm, keep_failed, shrink_to = records.nodes_of(failure.attempt), opts.same_vm, opts.keep_failed, \
-        opts.shrink_to
+    nodes, shrink_to = records.nodes_of(failure.attempt), opts.shrink_to
     group = lost.group
     keep: list[Any] = []
     spares_used: spares.SparesUsed = {}  # none on the survivors, nor with --same-vm
@@ -268,10 +269,7 @@ def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Fai
     else:
         with timed.phase(console, "provision", f"VMs for {', '.join(str(nd['vm']) for nd in nodes)} (a warm spare, "
                                                "else terraform)"):
-            keep = phases.keepable(home, failure, keep_failed and not same_vm)
-            phases.kill_attempt(home, store, failure.attempt, freeze=keep)
-            took = spares.for_recovery(home, console, nodes, same_vm, keep, store.run)
-            hosts, replaced, spares_used = took or (*phases.provision(home, console, nodes, same_vm, keep), {})
+            hosts, replaced, spares_used, keep = _provision(home, store, console, failure, opts)
         fresh = replaced or [h.name for h in hosts]
         # A spare was converged and verified while idle, and nothing of its configuration names it.
         todo = [h for h in hosts if h.name in fresh and h.name not in spares_used]
@@ -294,6 +292,23 @@ def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Fai
     started["spares"] = spares_used  # refilled once the run resumed (Recovery._replay)
     started["provisioned"] = bool(replaced)
     return Moved(hosts, replaced, keep, group, started, how)
+
+
+def _provision(home: Path, store: RunStore, console: Console, failure: phases.Failure,
+               opts: RecoverOptions) -> tuple[list[Any], list[str], spares.SparesUsed, list[Any]]:
+    """The VMs of the next attempt, the names provisioned anew, the spares taken and the VMs kept: a free VM
+    of the cluster when the run's live VM also runs another live run (never replaced under it), else a warm
+    spare or terraform (a lost VM re-created, a live one of a single-node run replaced unless --same-vm)."""
+    nodes = records.nodes_of(failure.attempt)
+    free = neighbours.elsewhere(home, store, console, nodes, opts.same_vm, opts.keep_failed)  # refuses first
+    if free is not None:
+        phases.kill_attempt(home, store, failure.attempt)  # this run's processes only: the neighbour runs on
+        return [free], [], {}, []
+    keep = phases.keepable(home, failure, opts.keep_failed and not opts.same_vm)
+    phases.kill_attempt(home, store, failure.attempt, freeze=keep)
+    took = spares.for_recovery(home, console, nodes, opts.same_vm, keep, store.run)
+    hosts, replaced, spares_used = took or (*phases.provision(home, console, nodes, opts.same_vm, keep), {})
+    return hosts, replaced, spares_used, keep
 
 
 def plan(failure: phases.Failure, lost: phases.Lost, started: dict[str, Any], upto: int, tolerance: float,

@@ -26,10 +26,13 @@ err = Console(stderr=True)
 @click.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A run config (run.yaml) whose `config:` is probed.")
-@click.option("--run", "run_id", default=None, help="A run in the bucket: probe its manifest's config (under the "
-              "memory limit its failed attempt had); the report is saved with the run.")
-@click.option("--vary", multiple=True, type=click.Choice(probe_mod.VARIABLES), help="The input to change, one at a "
-              "time (repeatable; default batch_size).")
+@click.option("--run", "run_id", default=None, help="A run in the bucket: probe its own command as deployed (on a VM, "
+              "under the memory limit its failed attempt had); the report is saved with the run.")
+@click.option("--vm", default=None, help="A run's own job: the VM its trials run on (default: the VM the failed "
+              "attempt ran on, else the first).")
+@click.option("--vary", multiple=True, metavar="KEY", help="The config value to change, one at a time (repeatable; "
+              f"any whole-number key of a run's `config:`; tiny_gpt: {', '.join(probe_mod.VARIABLES)}; "
+              "default batch_size).")
 @click.option("--range", "ranges", multiple=True, metavar="[NAME=]LO:HI",
               help=f"Values to search (default 1 to {probe_mod.DEFAULT_REACH}x the config's).")
 @click.option("--grid", type=click.Choice(["int", "pow2"]), default="int", show_default=True,
@@ -50,8 +53,9 @@ err = Console(stderr=True)
               metavar="FRACTION", help="Accepted relative difference of the loss after K steps from the reference.")
 @click.option("--accum", type=click.IntRange(min=2), default=4, show_default=True, metavar="N",
               help="Micro-batches for the grad_accum remedy.")
-@click.option("--remedy", "remedy_names", multiple=True, type=click.Choice(rem.NAMES),
-              help="Remedies to compare (repeatable; default all).")
+@click.option("--remedy", "remedy_names", multiple=True, metavar="NAME",
+              help=f"Remedies to compare (repeatable; default all): a run's declared ones (run.yaml memprobe: "
+                   f"{{remedies: ...}}); tiny_gpt: {', '.join(rem.NAMES)}.")
 @click.option("--no-remedies", is_flag=True, help="Skip the remedy comparison.")
 @click.option("--no-breakdown", is_flag=True, help="Skip the profiled phase breakdown.")
 @click.option("--remedies-at", type=POSITIVE_INT, default=None, metavar="V",
@@ -62,7 +66,8 @@ err = Console(stderr=True)
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the JSON report here (default with --config: ./memprobe-<UTC>.json).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of tables.")
-def memprobe(config_path: Path | None, run_id: str | None, vary: tuple[str, ...], ranges: tuple[str, ...], grid: str,
+def memprobe(config_path: Path | None, run_id: str | None, vm: str | None, vary: tuple[str, ...],
+             ranges: tuple[str, ...], grid: str,
              device: str | None, memory_limit_mb: int | None, limit_mechanism: str, sets: tuple[str, ...],
              trial_steps: int, accept_steps: int, tolerance: float, accum: int, remedy_names: tuple[str, ...],
              no_remedies: bool, no_breakdown: bool, remedies_at: int | None, trial_timeout: float,
@@ -76,11 +81,13 @@ def memprobe(config_path: Path | None, run_id: str | None, vary: tuple[str, ...]
                   memory_limit_mb=memory_limit_mb, limit_mechanism=limit_mechanism, sets=sets,
                   trial_steps=trial_steps, accept_steps=accept_steps, tolerance=tolerance, accum=accum,
                   remedy_names=remedy_names, no_remedies=no_remedies, no_breakdown=no_breakdown,
-                  remedies_at=remedies_at, trial_timeout=trial_timeout, out_path=out_path, command=command)
+                  remedies_at=remedies_at, trial_timeout=trial_timeout, out_path=out_path, vm=vm, command=command)
 
     def progress(what: str, outcome: TrialOutcome | None) -> None:
         if outcome is not None:
             err.print(report_mod.trial_line(what, outcome), highlight=False)
+        else:
+            err.print(f"memprobe: {what}", highlight=False)
 
     session = prepare(home(), req, progress)
     err.print(f"memprobe: {session.summary}")

@@ -7,13 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from glue.errors import GlueError
 from glue.memprobe import remedies as rem
 from glue.memprobe import search
 from glue.memprobe.limits import safety_limit_mb
 from glue.memprobe.runner import ERROR, FIT, OOM, TrialOutcome, run_trial
+
+if TYPE_CHECKING:
+    from glue.memprobe.job import JobTrials
 
 # Integer trainer settings that size a step, and how far a default search reaches above the config.
 VARIABLES = ("batch_size", "seq_len", "d_model", "n_layer")
@@ -41,15 +44,18 @@ class Options:
     snapshot_path: Path | None = None
     progress: Callable[[str, TrialOutcome | None], None] = field(default=lambda msg, outcome: None)
     on_stage: Callable[[dict[str, Any]], None] = field(default=lambda partial: None)  # after each stage
+    job: JobTrials | None = None  # a run's own job: trials of its command on a VM (else tiny_gpt's worker here)
+    declared: dict[str, dict[str, Any]] = field(default_factory=dict)  # a job's remedies: NAME -> config changes
+    run: str | None = None
 
 
 def default_range(var: str, cfg: dict[str, Any]) -> tuple[int, int]:
-    lo = int(cfg["n_head"]) if var == "d_model" else 1
+    lo = int(cfg["n_head"]) if var == "d_model" and "n_head" in cfg else 1
     return lo, max(lo, int(cfg[var]) * DEFAULT_REACH)
 
 
 def values_for(var: str, lo: int, hi: int, grid: str, cfg: dict[str, Any]) -> Sequence[int]:
-    if var == "d_model":  # must stay a multiple of n_head
+    if var == "d_model" and "n_head" in cfg:  # must stay a multiple of n_head
         head = int(cfg["n_head"])
         vals: Sequence[int] = [v for v in search.candidates(lo, hi, grid) if v % head == 0] if grid != "int" \
             else range(-(-lo // head) * head, hi + 1, head)
@@ -64,16 +70,21 @@ class Prober:
         self.cfg, self.opts = cfg, opts
         self.trials = 0
         self.model: dict[str, Any] | None = None
-        self.safety_mb = safety_limit_mb() if opts.device == "cpu" else None
+        # Room to run without the probe's limit: on this machine 90% of what is free; a job's VM has its own.
+        self.safety_mb = safety_limit_mb() if opts.device == "cpu" and opts.job is None else None
 
     def trial(self, changed: dict[str, Any], *, steps: int, limit_mb: int | None, mode: str = "trial",
               what: str = "", snapshot: Path | None = None) -> TrialOutcome:
         cfg = {**self.cfg, **changed}
-        spec: dict[str, Any] = {"mode": mode, "cfg": cfg, "device": self.opts.device, "steps": steps}
-        if snapshot is not None:
-            spec["snapshot"] = str(snapshot)
-        out = run_trial(spec, changed, limit_mb=limit_mb, mechanism=self.opts.mechanism,
-                        timeout_s=self.opts.trial_timeout_s)
+        if self.opts.job is not None:
+            out = self.opts.job.trial(cfg, changed, steps=steps, limit_mb=limit_mb, mode=mode,
+                                      timeout_s=self.opts.trial_timeout_s, mechanism=self.opts.mechanism)
+        else:
+            spec: dict[str, Any] = {"mode": mode, "cfg": cfg, "device": self.opts.device, "steps": steps}
+            if snapshot is not None:
+                spec["snapshot"] = str(snapshot)
+            out = run_trial(spec, changed, limit_mb=limit_mb, mechanism=self.opts.mechanism,
+                            timeout_s=self.opts.trial_timeout_s)
         self.trials += 1
         if self.model is None and out.detail.get("model"):
             self.model = out.detail["model"]
@@ -87,7 +98,7 @@ class Prober:
     # -- boundary search --------------------------------------------------------------------
 
     def search(self, var: str) -> dict[str, Any]:
-        if var not in VARIABLES:
+        if var not in VARIABLES and self.opts.job is None:
             raise GlueError(f"cannot vary {var!r}; choose from {', '.join(VARIABLES)}")
         lo, hi = self.opts.ranges.get(var) or default_range(var, self.cfg)
         values = values_for(var, lo, hi, self.opts.grid, self.cfg)
@@ -123,7 +134,13 @@ class Prober:
         rec.update({k: out.detail[k] for k in ("breakdown", "resident", "model", "cuda_snapshot")
                     if k in out.detail})
         rec.update(peak_rss_mb=out.peak_rss_mb, rss_base_mb=out.rss_base_mb, cuda=out.cuda, error=out.error)
-        if self.opts.snapshot_path is not None and out.detail.get("cuda_snapshot"):
+        if self.opts.job is not None:  # the snapshot is on the VM: fetched as it is (never unpickled here)
+            rec.pop("cuda_snapshot", None)
+            data = self.opts.job.fetch_snapshot() if out.detail.get("cuda_snapshot") else None
+            if data is not None and self.opts.snapshot_path is not None:
+                self.opts.snapshot_path.write_bytes(data)
+                rec["cuda_snapshot_file"] = str(self.opts.snapshot_path)
+        elif self.opts.snapshot_path is not None and out.detail.get("cuda_snapshot"):
             rec["cuda_snapshot_file"] = str(self.opts.snapshot_path)
         return rec
 
@@ -150,7 +167,9 @@ class Prober:
                            what=f"baseline at {var}={value}")
             baseline = _row(b)
         rows: list[dict[str, Any]] = []
-        for remedy in rem.remedies(at, self.opts.accum, self.opts.remedies):
+        chosen = rem.declared(self.opts.declared, at) if self.opts.job is not None \
+            else rem.remedies(at, self.opts.accum, self.opts.remedies)
+        for remedy in chosen:
             row: dict[str, Any] = {"name": remedy.name, "description": remedy.description, "change": remedy.change}
             if remedy.skipped:
                 rows.append({**row, "status": "skipped", "note": remedy.skipped})
@@ -197,7 +216,7 @@ def run(cfg: dict[str, Any], opts: Options) -> dict[str, Any]:
     if not opts.vary:
         raise GlueError("nothing to vary: give --vary batch_size (or seq_len, d_model, n_layer)")
     for var in opts.vary:
-        if var not in VARIABLES:
+        if var not in VARIABLES and opts.job is None:
             raise GlueError(f"cannot vary {var!r}; choose from {', '.join(VARIABLES)}")
         if var not in cfg:
             raise GlueError(f"the trainer config has no {var!r}")
@@ -205,7 +224,7 @@ def run(cfg: dict[str, Any], opts: Options) -> dict[str, Any]:
     if opts.remedies and at is not None:  # checked before any trial, not found out by the last ones
         if at < 1:
             raise GlueError(f"--remedies-at {at}: {opts.vary[0]} must be at least 1")
-        if opts.vary[0] == "d_model" and at % int(cfg["n_head"]):
+        if opts.vary[0] == "d_model" and opts.job is None and at % int(cfg["n_head"]):
             raise GlueError(f"--remedies-at {at}: d_model must be a multiple of n_head={cfg['n_head']}; "
                             f"try {max(1, round(at / int(cfg['n_head']))) * int(cfg['n_head'])}")
     prober = Prober(cfg, opts)
@@ -221,6 +240,7 @@ def run(cfg: dict[str, Any], opts: Options) -> dict[str, Any]:
         report["remedies"] = prober.remedies(searches[0])
     report["complete"] = True
     report["model"] = prober.model
+    report["reproducer"] = reproducer(report, opts)
     report["trial_count"] = prober.trials
     report["findings"] = findings(report, opts)
     return report
@@ -263,7 +283,15 @@ def findings(report: dict[str, Any], opts: Options) -> list[str]:
         b = bd["breakdown"]
         lines.append(f"whole step at {_fmt_at(bd['at'])}: peak {_mb(b['peak_mb'])} of tensors in {b['peak_phase']} = "
                      f"weights {_mb(parts['weights'])}, gradients {_mb(parts['gradients'])}, optimizer state "
-                     f"{_mb(parts['optimizer_state'])}, activations {_mb(parts['activations'])}")
+                     f"{_mb(parts['optimizer_state'])}, activations {_mb(parts['activations'])}"
+                     + "".join(f", {k} {_mb(parts[k])}" for k in ("runtime", "other") if k in parts))
+    rp = report.get("reproducer")
+    if rp:
+        verdict = (f"the fixed part (weights + gradients + optimizer state, {_mb(rp['fixed_mb'])}) alone exceeds "
+                   f"{rp['limit_mb']} MB: no smaller input can help" if rp["fixed_exceeds_limit"] else
+                   f"the fixed part (weights + gradients + optimizer state) is {_mb(rp['fixed_mb'])}: "
+                   "a smaller input or a remedy can fit")
+        lines.append(f"reproduce the failure: {rp['command']}; {verdict}")
     rm = report.get("remedies") or {}
     if rm.get("skipped"):
         lines.append(f"remedies: {rm['skipped']}")
@@ -282,3 +310,23 @@ def findings(report: dict[str, Any], opts: Options) -> list[str]:
 
 def _fmt_at(at: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in at.items())
+
+
+def reproducer(report: dict[str, Any], opts: Options) -> dict[str, Any] | None:
+    """The smallest failing input as a command the user can run (one memprobe trial at that value: glue
+    deploy has no per-run config override), and whether the fixed part alone exceeds the memory."""
+    s = report["searches"][0]
+    if s["smallest_fail"] is None:
+        return None
+    var, value = s["vary"], s["smallest_fail"]
+    where = f"--run {opts.run}" if opts.run else "--config RUN.yaml"
+    model = report.get("model") or {}
+    fixed = sum(float(model.get(k) or 0) for k in ("weights_mb", "expected_gradients_mb"))
+    fixed += float(model.get("optimizer_state_mb") or model.get("expected_optimizer_state_mb") or 0)
+    limit = opts.memory_limit_mb
+    return {
+        "at": {var: value},
+        "command": f"glue memprobe {where} --vary {var} --range {value}:{value} --no-breakdown --no-remedies",
+        "fixed_mb": round(fixed, 3), "limit_mb": limit,
+        "fixed_exceeds_limit": bool(limit and fixed > limit),
+    }

@@ -50,6 +50,9 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     rm = report.get("remedies")
     if rm and rm.get("items"):
         _print_remedies(console, rm)
+    rp = report.get("reproducer")
+    if rp:
+        console.print(f"reproducer: {rp['command']}", highlight=False, soft_wrap=True)
     for line in report.get("findings", []):
         console.print(f"• {line}", highlight=False)
 
@@ -93,8 +96,10 @@ def _print_breakdown(console: Console, bd: dict[str, Any]) -> None:
     res = bd.get("resident") or {}
     direct = {"weights": res.get("weights_mb"), "gradients": res.get("gradients_mb"),
               "optimizer_state": res.get("optimizer_state_mb")}
-    for part in ("weights", "gradients", "optimizer_state", "activations", "inputs", "other"):
-        t.add_row(part.replace("_", " "), _f(b["at_peak_mb"].get(part), 2), _f(b["part_max_mb"].get(part), 2),
+    own_max = b.get("part_max_mb") or {}
+    for part in [p for p in ("weights", "gradients", "optimizer_state", "activations", "inputs", "runtime", "other")
+                 if p in b["at_peak_mb"]]:
+        t.add_row(part.replace("_", " "), _f(b["at_peak_mb"].get(part), 2), _f(own_max.get(part), 2),
                   _f(direct.get(part), 2))
     t.add_row("[bold]peak (tensors)[/]", f"[bold]{_f(b['peak_mb'], 2)}[/]", "", f"in {b['peak_phase']}")
     console.print(t)

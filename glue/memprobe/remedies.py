@@ -66,3 +66,22 @@ def accepted(loss: float | None, reference: float | None, tolerance: float) -> b
     if loss is None or reference is None:
         return None
     return abs(loss - reference) <= tolerance * abs(reference)
+
+
+def implied(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Remedies a framework job takes without declaring them: a Hugging Face Trainer job (its
+    TrainingArguments in `config:`, per_device_train_batch_size among them) turns on gradient
+    checkpointing or bf16 by those arguments' own names."""
+    if "per_device_train_batch_size" not in cfg:
+        return {}
+    return {"gradient_checkpointing": {"gradient_checkpointing": True}, "bf16": {"bf16": True}}
+
+
+def declared(names_changes: dict[str, dict[str, Any]], cfg: dict[str, Any]) -> list[Remedy]:
+    """A run's own remedies (run.yaml `memprobe: {remedies: {NAME: {KEY: VALUE}}}`), each its config changes."""
+    out: list[Remedy] = []
+    for name, change in names_changes.items():
+        same = all(cfg.get(k) == v for k, v in change.items())
+        desc = "the run's declared remedy: " + ", ".join(f"{k}={v}" for k, v in change.items())
+        out.append(Remedy(name, desc, dict(change), "already so in the config" if same else None))
+    return out

@@ -86,42 +86,50 @@ def run_trial(spec: dict[str, Any], changed: dict[str, Any], *, limit_mb: int | 
     """Start `python -m glue.memprobe.worker` with `spec`, under a host-memory limit when the device is
     the CPU (on CUDA the limit travels in the spec as a cap on the GPU allocator), and classify."""
     device = str(spec.get("device", "cpu"))
-    host_limit = TrialLimit(limit_mb, mechanism) if (limit_mb and device == "cpu") else None
     if limit_mb and device != "cpu":
         spec = {**spec, "gpu_limit_mb": limit_mb}
     with tempfile.TemporaryDirectory(prefix="memprobe-trial-") as tmp:
         work = Path(tmp)
-        spec_path, result_path, log_path = work / "spec.json", work / "result.json", work / "trial.log"
+        spec_path, result_path = work / "spec.json", work / "result.json"
         spec_path.write_text(json.dumps(spec))
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        threads = str(spec.get("cfg", {}).get("threads") or 1)
-        env.setdefault("OMP_NUM_THREADS", threads)
-        started = time.monotonic()
-        try:
-            with open(log_path, "wb") as log:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "glue.memprobe.worker", str(spec_path), str(result_path)],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                    preexec_fn=host_limit.preexec if host_limit else None,
-                )
-            code, maxrss, timed_out = _wait(proc.pid, timeout_s)
-            proc.returncode = code
-            wall = round(time.monotonic() - started, 2)
-            outcome = _classify(code, timed_out, result_path, log_path, host_limit, timeout_s)
-            outcome.changed = dict(changed)
-            outcome.wall_s = wall
-            outcome.exit = code
-            outcome.peak_rss_mb = max(x for x in (outcome.peak_rss_mb, maxrss) if x is not None) \
-                if (outcome.peak_rss_mb or maxrss) else None
-            if host_limit is not None:
-                outcome.cgroup_peak_mb = host_limit.peak_mb()
-                outcome.limit = host_limit.describe()
-            elif limit_mb:
-                outcome.limit = f"CUDA allocator cap {limit_mb} MB"
-            return outcome
-        finally:
-            if host_limit is not None:
-                host_limit.remove()
+        env.setdefault("OMP_NUM_THREADS", str(spec.get("cfg", {}).get("threads") or 1))
+        argv = [sys.executable, "-m", "glue.memprobe.worker", str(spec_path), str(result_path)]
+        return run_command(argv, changed, env=env, result_path=result_path,
+                           limit_mb=limit_mb if device == "cpu" else None, mechanism=mechanism, timeout_s=timeout_s,
+                           gpu_cap=limit_mb if device != "cpu" else None)
+
+
+def run_command(argv: list[str], changed: dict[str, Any], *, env: dict[str, str], result_path: Path,
+                limit_mb: int | None, mechanism: str = "auto", timeout_s: float = 600.0, cwd: str | None = None,
+                gpu_cap: int | None = None) -> TrialOutcome:
+    """Run one trial process (the memprobe worker, or the user's own command in probe mode: both write
+    `result_path`), under a host-memory limit of limit_mb when given, and classify how it ended."""
+    host_limit = TrialLimit(limit_mb, mechanism) if limit_mb else None
+    log_path = result_path.with_name("trial.log")
+    started = time.monotonic()
+    try:
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    cwd=cwd, preexec_fn=host_limit.preexec if host_limit else None)
+        code, maxrss, timed_out = _wait(proc.pid, timeout_s)
+        proc.returncode = code
+        wall = round(time.monotonic() - started, 2)
+        outcome = _classify(code, timed_out, result_path, log_path, host_limit, timeout_s)
+        outcome.changed = dict(changed)
+        outcome.wall_s = wall
+        outcome.exit = code
+        outcome.peak_rss_mb = max(x for x in (outcome.peak_rss_mb, maxrss) if x is not None) \
+            if (outcome.peak_rss_mb or maxrss) else None
+        if host_limit is not None:
+            outcome.cgroup_peak_mb = host_limit.peak_mb()
+            outcome.limit = host_limit.describe()
+        elif gpu_cap:
+            outcome.limit = f"CUDA allocator cap {gpu_cap} MB"
+        return outcome
+    finally:
+        if host_limit is not None:
+            host_limit.remove()
 
 
 def _classify(code: int, timed_out: bool, result_path: Path, log_path: Path, limit: TrialLimit | None,

@@ -19,6 +19,8 @@ from glue.memprobe.limits import safety_limit_mb, total_mb
 from glue.memprobe.runner import TrialOutcome
 from glue.runs.store import RunStore, utc_iso
 
+# What a run's own job is probed by when --vary is not given: its batch size, by the usual names.
+DEFAULT_VARY = ("batch_size", "per_device_train_batch_size", "micro_batch_size")
 # A trial is a fresh process that imports torch and builds the model before its first step (seconds on
 # its own): a shorter limit would only time every trial out.
 MIN_TRIAL_TIMEOUT_S = 10.0
@@ -47,6 +49,7 @@ class Request:
     remedies_at: int | None = None
     trial_timeout: float = 600.0
     out_path: Path | None = None
+    vm: str | None = None  # a run's own job: the VM its trials run on
     command: str | None = None  # as typed, for the report
 
 
@@ -127,7 +130,8 @@ class Session:
     def summary(self) -> str:
         o = self.opts
         limit = f"{o.memory_limit_mb} MB" if o.memory_limit_mb else "none"
-        return f"{self.src.description} on {o.device}; limit: {limit} ({o.limit_source}); varying {', '.join(o.vary)}"
+        where = f"{o.job.host.name} ({o.device}): {' '.join(o.job.rc.command)}" if o.job is not None else o.device
+        return f"{self.src.description} on {where}; limit: {limit} ({o.limit_source}); varying {', '.join(o.vary)}"
 
     def run(self) -> Result:
         report = self._header()
@@ -145,7 +149,8 @@ class Session:
         return {
             "kind": "gpukit.memprobe", "version": investigate.REPORT_VERSION, "created_at": utc_iso(),
             "command": self.req.command,
-            "source": {"run": self.src.run, "config": self.src.config_path, "failure": self.src.failure or None},
+            "source": {"run": self.src.run, "config": self.src.config_path, "failure": self.src.failure or None,
+                       "job": {"vm": o.job.host.name, "command": list(o.job.rc.command)} if o.job else None},
             "device": o.device, "memory_limit_mb": o.memory_limit_mb, "limit_source": o.limit_source,
             "torch": torch.__version__, "config": self.cfg,
             "options": {"vary": o.vary, "ranges": o.ranges, "grid": o.grid, "trial_steps": o.trial_steps,
@@ -202,11 +207,21 @@ def prepare(home: Path, req: Request, progress: Callable[[str, TrialOutcome | No
     else:
         assert req.config_path is not None
         src = source.from_config_file(req.config_path)
+    if src.job:
+        return _prepare_job(home, req, src, store, progress)
     cfg = source.trainer_config(src.trainer_cfg, source.parse_set(req.sets), where=src.description)
     device = _device(req, src, cfg)
     cfg["device"] = device
     limit, limit_source = _limit(req, src, device)
     varied = unique(req.vary) or ["batch_size"]
+    for var in varied:
+        if var not in investigate.VARIABLES:
+            raise GlueError(f"cannot vary {var!r} of {source.TRAINER_MODULE}; choose from "
+                            f"{', '.join(investigate.VARIABLES)}")
+    unknown = [r for r in req.remedy_names if r not in remedies.NAMES]
+    if unknown:
+        raise GlueError(f"--remedy {unknown[0]}: not a remedy memprobe knows for {source.TRAINER_MODULE}; "
+                        f"choose from {', '.join(remedies.NAMES)}")
     stamp = report_out.utc_stamp()
     default_out = Path(f"memprobe-{stamp}.json")
     local_out = req.out_path or (default_out if store is None else None)
@@ -225,3 +240,46 @@ def prepare(home: Path, req: Request, progress: Callable[[str, TrialOutcome | No
         snapshot_path=snapshot, progress=progress,
     )
     return Session(req, src, store, cfg, opts, stamp, local_out)
+
+
+def _prepare_job(home: Path, req: Request, src: source.Source, store: RunStore | None,
+                 progress: Callable[[str, TrialOutcome | None], None]) -> Session:
+    """A run's own job: its config and declared remedies checked, its workspace prepared on a VM."""
+    from glue.memprobe import job
+
+    assert store is not None and src.manifest is not None and src.run is not None
+    rc = job.run_config(src.run, src.manifest, store.info.name)
+    varied = unique(req.vary) or [next((k for k in DEFAULT_VARY if k in src.trainer_cfg), "batch_size")]
+    cfg = source.job_config(src.trainer_cfg, source.parse_set(req.sets), varied, f"run {src.run}")
+    declared = dict(rc.memprobe.remedies) if rc.memprobe else {}
+    declared.update({k: v for k, v in remedies.implied(cfg).items() if k not in declared})
+    unknown = [r for r in req.remedy_names if r not in declared]
+    if unknown:
+        have = ", ".join(declared) or "none: declare them in run.yaml as memprobe: {remedies: {NAME: {KEY: VALUE}}}"
+        raise GlueError(f"--remedy {unknown[0]}: run {src.run} declares no such remedy (declared: {have})")
+    chosen = unique(req.remedy_names) or list(declared)
+    device = "cuda" if (req.device or ("cuda" if src.failure.get("failure_class") == "oom_gpu" else "cpu")
+                        ).startswith("cuda") else "cpu"
+    if req.memory_limit_mb is not None:
+        limit, limit_source = req.memory_limit_mb, "--memory-limit-mb"
+    elif src.memory_limit_mb:
+        limit, limit_source = src.memory_limit_mb, f"the limit of run {src.run}'s attempt {src.failure.get('attempt')}"
+    else:
+        limit, limit_source = None, "the VM's own memory" if device == "cpu" else "the GPU's own capacity"
+    host = job.pick_host(home, req.vm, src.failure.get("vm"))
+    stamp = report_out.utc_stamp()
+    if req.out_path is not None:
+        check_out(req.out_path)
+    snapshot = Path(tempfile.gettempdir()) / f"memprobe-{stamp}.snapshot.pickle" \
+        if device == "cuda" and not req.no_breakdown else None
+    opts = investigate.Options(
+        vary=varied, ranges=source.parse_ranges(req.ranges, varied), grid=req.grid, device=device,
+        memory_limit_mb=limit, limit_source=limit_source, mechanism=req.limit_mechanism,
+        trial_steps=req.trial_steps, accept_steps=req.accept_steps, tolerance=req.tolerance, accum=req.accum,
+        remedies=() if req.no_remedies else tuple(chosen), breakdown=not req.no_breakdown,
+        remedies_at=req.remedies_at, trial_timeout_s=req.trial_timeout, progress=progress, snapshot_path=snapshot,
+        declared={k: declared[k] for k in chosen}, run=src.run,
+    )
+    progress(f"preparing run {src.run}'s code and requirements on {host.name}", None)
+    opts.job = job.JobTrials.prepare(home, store, src.manifest, rc, host)
+    return Session(req, src, store, cfg, opts, stamp, req.out_path)

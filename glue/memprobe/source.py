@@ -26,13 +26,25 @@ class Source:
     config_path: str | None = None
     memory_limit_mb: int | None = None         # what the failed attempt ran under
     failure: dict[str, Any] = field(default_factory=dict)  # the attempt/incident that sent us here
+    manifest: dict[str, Any] | None = None     # a run's own job (not tiny_gpt): trials of its command on a VM
+
+    @property
+    def job(self) -> bool:
+        return self.manifest is not None
+
+
+def is_tiny_gpt(command: Any) -> bool:
+    argv = command.split() if isinstance(command, str) else list(command or [])
+    return any(str(a) == TRAINER_MODULE or str(a).endswith("tiny_gpt.py") for a in argv)
 
 
 def _check_command(command: Any, where: str) -> None:
-    argv = command.split() if isinstance(command, str) else list(command or [])
-    if not any(str(a) == TRAINER_MODULE or str(a).endswith("tiny_gpt.py") for a in argv):
-        raise GlueError(f"{where} runs {' '.join(map(str, argv)) or '(no command)'}; memprobe builds the step of "
-                        f"{TRAINER_MODULE} only (its config keys size the model and batch)")
+    """A run.yaml is probed in-process only for tiny_gpt; any other job runs as deployed, on a VM."""
+    if not is_tiny_gpt(command):
+        argv = command.split() if isinstance(command, str) else list(command or [])
+        raise GlueError(f"{where} runs {' '.join(map(str, argv)) or '(no command)'}: memprobe runs your own job as "
+                        "deployed (its code and requirements from the bucket, on a VM): deploy it with "
+                        "`glue deploy --run X --config ...`, then `glue memprobe --run X`")
 
 
 def from_config_file(path: Path) -> Source:
@@ -61,14 +73,18 @@ def from_config_file(path: Path) -> Source:
 
 def from_manifest(run: str, manifest: dict[str, Any], attempts: list[dict[str, Any]]) -> Source:
     run_cfg = manifest.get("config") or {}
-    _check_command(run_cfg.get("command") or manifest.get("command"), f"run {run}")
+    job = not is_tiny_gpt(run_cfg.get("command") or manifest.get("command"))
+    if job and not run_cfg.get("config"):
+        raise GlueError(f"run {run} has no `config:` in its run config: memprobe changes one config value per "
+                        "trial (--vary KEY); give the trainer its sizes through `config:` (read as ctx.config)")
     failed = [a for a in attempts if str(a.get("failure_class") or "").startswith("oom")]
     last = failed[-1] if failed else (attempts[-1] if attempts else {})
     limit = last.get("memory_limit_mb")
     return Source(trainer_cfg=dict(run_cfg.get("config") or {}), description=f"run {run} (bucket manifest)",
                   run=run, memory_limit_mb=int(limit) if limit else None,
                   failure={k: last.get(k) for k in ("attempt", "vm", "failure_class", "last_step", "incident",
-                                                    "memory_limit_mb") if k in last})
+                                                    "memory_limit_mb") if k in last},
+                  manifest=manifest if job else None)
 
 
 def from_run(home: Path, run: str) -> tuple[Source, Any]:
@@ -113,6 +129,20 @@ def parse_ranges(items: tuple[str, ...], vary: list[str]) -> dict[str, tuple[int
             raise GlueError(f"--range {item}: a range for {name} was given twice; give one")
         out[name] = (int(m.group(1)), int(m.group(2)))
     return out
+
+
+def job_config(source_cfg: dict[str, Any], overrides: dict[str, Any], vary: list[str], where: str) -> dict[str, Any]:
+    """A run's own config with --set applied; every varied key must be one of its whole-number sizes."""
+    cfg = {**source_cfg, **overrides}
+    for key in vary:
+        if key not in cfg:
+            raise GlueError(f"--vary {key}: {where}'s config has no {key!r}; vary one of its keys: "
+                            f"{', '.join(sorted(cfg)) or '(none)'}")
+        value = cfg[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise GlueError(f"--vary {key}: {where}'s {key} is {value!r}, not a whole number of 1 or more; "
+                            "vary a size (a batch size, a length, a width)")
+    return cfg
 
 
 def trainer_config(source_cfg: dict[str, Any], overrides: dict[str, Any],

@@ -23,6 +23,7 @@ workdir: .                                # your code: packed, pinned in the buc
 requirements: requirements.txt            # a file in the workdir, or a list; installed from a pinned wheelhouse
 execution: {type: gpu.a100, timeout: 600, timeout_unit_seconds: 1, save_margin_seconds: 60}   # lyceum-run
 resources: {gpus_per_node: 1, nodes: 1, cpus_per_gpu: 2, mem_per_gpu: 8G, time: "02:00:00"}   # a Slurm cluster
+memprobe: {remedies: {grad_accum: {grad_accum: 4}}}   # how your code takes a memory remedy (glue memprobe)
 ```
 """
 
@@ -51,6 +52,7 @@ from pydantic import (
 from glue import yamlfile
 from glue.errors import GlueError, yaml_problem
 from glue.runs.config_errors import one_line
+from glue.runs.config_memprobe import MemprobeSpec
 from glue.runs.config_resources import ResourcesSpec
 
 RUN_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
@@ -252,6 +254,7 @@ class RunConfig(_Strict):
     requirements: NonEmpty | tuple[NonEmpty, ...] | None = None
     execution: ExecutionSpec | None = None
     resources: ResourcesSpec | None = None
+    memprobe: MemprobeSpec | None = None
 
     @field_validator("workdir", mode="before")
     @classmethod

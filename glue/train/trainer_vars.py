@@ -31,9 +31,15 @@ EVAL_SHA256 = "GPUKIT_EVAL_SHA256"
 HOLD_AT = "GPUKIT_HOLD_AT"  # `glue drill`: "<attempt>:<step>", the step the attempt holds after
 WORKDIR = "GPUKIT_WORKDIR"  # the run's unpacked code package on this node
 CODE_SHA256 = "GPUKIT_CODE_SHA256"
+# `glue memprobe` trials of the user's own command (glue.train.run.probe): records go to this folder on the VM,
+# never to the bucket, and the trainer stops itself after PROBE_STEPS whole steps.
+PROBE_DIR = "GPUKIT_PROBE_DIR"
+PROBE_STEPS = "GPUKIT_PROBE_STEPS"
+PROBE_MODE = "GPUKIT_PROBE_MODE"  # "trial" (default) or "breakdown" (on CUDA: a memory snapshot of the last step)
 # A Slurm batch job's start (glue.train.run.slurm_job): its JSON, in the job's environment as sbatch keeps it
 SLURM_SPEC = "GPUKIT_SLURM_SPEC"
 
 ALL = (RUN, ATTEMPT, RESUME, CONFIG, CHECKPOINT, CHECKPOINT_INTERVAL, KEEP_LAST, OUTPUTS, HEARTBEAT_SECONDS, SCRATCH,
        BUCKET_NAME, BUCKET_ENDPOINT, BUCKET_REGION, CREDENTIALS_FILE, BUCKET_VIA, BUCKET_MOUNT, VM, NODE, STOP_AT,
-       NOTICE_FILE, EVAL_URI, EVAL_SHA256, HOLD_AT, WORKDIR, CODE_SHA256, SLURM_SPEC)
+       NOTICE_FILE, EVAL_URI, EVAL_SHA256, HOLD_AT, WORKDIR, CODE_SHA256, SLURM_SPEC,
+       PROBE_DIR, PROBE_STEPS, PROBE_MODE)

@@ -57,6 +57,8 @@ class GlueCallback(_trainer_callback()):  # type: ignore[misc]
         if self.ctx is not None and args.logging_steps != 1:
             raise CheckpointError(f"logging_steps is {args.logging_steps}: glue checks a resume step by step, "
                                   "so set TrainingArguments(logging_steps=1)")
+        if self.ctx is not None:  # measured in a memprobe trial
+            self.ctx.probe_watch(kwargs.get("model"), kwargs.get("optimizer"))
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                **kwargs: Any) -> None:
@@ -66,6 +68,8 @@ class GlueCallback(_trainer_callback()):  # type: ignore[misc]
                 self.ctx.record_step(state.global_step, float(logs["loss"]))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.ctx is not None and self.ctx.probe_stop_due(state.global_step):
+            control.should_training_stop = True  # a memprobe trial ran its steps
         if self.ctx is not None and self.ctx.notice_pending():
             self._stopping = True
             control.should_save = True

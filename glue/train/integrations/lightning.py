@@ -89,6 +89,8 @@ class GlueCallback(_base("callback")):  # type: ignore[misc]
         self._rng = checkpoint.get(RNG_KEY)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.ctx is not None:  # measured in a memprobe trial
+            self.ctx.probe_watch(pl_module, *trainer.optimizers)
         if self._rng is not None:  # after Lightning restored everything else, before the first batch
             RNGState().load_state_dict(self._rng)
             self._rng = None
@@ -102,6 +104,8 @@ class GlueCallback(_base("callback")):  # type: ignore[misc]
         if self.ctx is None:
             return
         self.ctx.record_step(step, float(loss))
+        if self.ctx.probe_stop_due():
+            trainer.should_stop = True  # a memprobe trial ran its steps
         if self.ctx.notice_pending():
             ckpt = next((c for c in trainer.checkpoint_callbacks if getattr(c, "dirpath", None)), None)
             folder = Path(ckpt.dirpath) if ckpt is not None else Path(trainer.default_root_dir)

@@ -38,6 +38,7 @@ from glue.train.layout import carried_metrics_key, error_key, heartbeat_key, met
 from glue.train.run import process_group as group
 from glue.train.run.launch import TrainerEnv
 from glue.train.run.notice import PREEMPTED_EXIT, TerminationNotice
+from glue.train.run.probe import Probe
 from glue.train.storage.credentials import credentials_from_file
 from glue.train.storage.mount import bucket_url, mount_path
 from glue.train.storage.target import Storage, open_target
@@ -73,7 +74,14 @@ class _MetricsFirstCheckpointer(Checkpointer):
         super().__init__(target, **kwargs)
         self._ctx = ctx
 
+    def register(self, name: str, obj: Any, *, per_rank: bool | None = None) -> Any:
+        if self._ctx.probe is not None:  # a memprobe trial measures what the trainer registers
+            self._ctx.probe.watch(obj)
+        return super().register(name, obj, per_rank=per_rank)
+
     def save(self, step: int, *, blocking: bool = False) -> None:
+        if self._ctx.probe is not None:
+            return  # a memprobe trial keeps nothing (and a save's host copy would blur its memory)
         self._ctx._flush_metrics()  # one small PUT per checkpoint, on the training thread
         super().save(step, blocking=blocking)
 
@@ -102,7 +110,10 @@ class RunContext:
         bucket = spec.bucket_name
         self.bucket, self.mount = bucket, spec.mount
         self.via_mount = spec.via_mount  # a serverless run: the bucket only at the mount
-        self.store: Storage = self._open(run_uri(bucket, self.run))
+        # A memprobe trial (glue.train.run.probe): its records stay in the probe folder, never the run's.
+        self.probe = Probe.from_env(env)
+        self.store: Storage = self._open(run_uri(bucket, self.run) if self.probe is None
+                                         else str(self.probe.folder / "records"))
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._last: dict[str, Any] = {}
@@ -193,6 +204,15 @@ class RunContext:
         self._notice.install()
         return sealed
 
+    def probe_watch(self, *objs: Any) -> None:
+        """A framework integration's model and optimizer, measured in a memprobe trial (no-op otherwise)."""
+        if self.probe is not None:
+            self.probe.watch(*(o for o in objs if o is not None))
+
+    def probe_stop_due(self, steps_done: int | None = None) -> bool:
+        """A memprobe trial has run its steps: the integration stops training (False outside a probe)."""
+        return self.probe is not None and self.probe.stop_due(steps_done)
+
     def notice_pending(self) -> bool:
         """A termination notice is pending (agreed by every rank): the trainer should save now and stop."""
         return self._notice_agreed()
@@ -208,6 +228,8 @@ class RunContext:
         is acted on here: checkpoint at this step, exit PREEMPTED_EXIT. Under torchrun every rank calls
         this at every step (each records its own metrics), so the ranks agree on the notice here."""
         self.record_step(step, loss, **extra)
+        if self.probe is not None and self.probe.stop_due():
+            raise SystemExit(0)  # the memprobe trial ran its steps (recorded by record_step)
         if self._notice_agreed():
             self._stop_on_notice(step)
 
@@ -220,6 +242,8 @@ class RunContext:
         with self._lock:
             self._last = rec
             self._metrics.append(json.dumps(rec))
+        if self.probe is not None and not self.probe.stop_due():
+            self.probe.on_step(loss)
         if step == self._hold_at:
             self._hold()
 
@@ -329,6 +353,8 @@ class RunContext:
         self._open(self.outputs_target).put(name, data)
 
     def close(self) -> None:
+        if self.probe is not None:
+            self.probe.finish()
         self._notice.close()
         self._stop.set()
         self._thread.join(timeout=5)
@@ -340,6 +366,8 @@ class RunContext:
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc is not None and not isinstance(exc, KeyboardInterrupt | SystemExit):
+            if self.probe is not None:
+                self.probe.fail(exc)
             self._record_error(typ, exc, tb)
         self.close()
 

@@ -47,17 +47,50 @@ with RunContext.from_env() as ctx:
     raise SystemExit("the probe did not stop the trainer")
 '''
 
+HF_TRAINER = '''
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
-def _trial(tmp_path: Path, cfg: dict[str, Any], steps: int = 3) -> tuple[TrialOutcome, dict[str, Any]]:
+from glue.train import RunContext
+from glue.train.integrations.hf import GlueCallback
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self, n, seq):
+        self.x = torch.randint(0, 64, (n, seq), generator=torch.Generator().manual_seed(0))
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.x[i], "labels": self.x[i]}
+
+
+with RunContext.from_env() as ctx:
+    cfg = ctx.config
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=64, n_layer=2, n_head=4,
+                                       bos_token_id=0, eos_token_id=0))
+    args = TrainingArguments(output_dir=str(ctx.scratch / "hf"), max_steps=50, logging_steps=1, report_to=[],
+                             use_cpu=True, save_steps=1000, seed=0,
+                             per_device_train_batch_size=int(cfg["per_device_train_batch_size"]),
+                             gradient_checkpointing=bool(cfg.get("gradient_checkpointing", False)))
+    Trainer(model=model, args=args, train_dataset=Tokens(512, 32), callbacks=[GlueCallback(ctx)]).train()
+    print("trainer returned", flush=True)
+'''
+
+
+def _trial(tmp_path: Path, cfg: dict[str, Any], steps: int = 3,
+           trainer: str = TRAINER) -> tuple[TrialOutcome, dict[str, Any]]:
     script = tmp_path / "train.py"
-    script.write_text(TRAINER)
+    script.write_text(trainer)
     folder = tmp_path / "probe"
     folder.mkdir()
     env = {**TrainerEnv(run="r", checkpoint=str(tmp_path / "ckpt"), outputs=str(tmp_path / "out"),
-                        bucket_name="no-such-bucket", config=cfg).to_env(),
+                        bucket_name="no-such-bucket", config=cfg, scratch=str(tmp_path / "scratch")).to_env(),
            V.PROBE_DIR: str(folder), V.PROBE_STEPS: str(steps), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
            "MALLOC_MMAP_THRESHOLD_": "131072"}
-    out = run_command([sys.executable, str(script)], {"batch_size": cfg["batch_size"]}, env=env,
+    out = run_command([sys.executable, str(script)], {}, env=env,
                       result_path=folder / "result.json", limit_mb=None, timeout_s=300)
     return out, json.loads((folder / "result.json").read_text())
 
@@ -86,6 +119,17 @@ def test_a_probed_trainer_reports_out_of_memory_and_other_errors(tmp_path: Path)
     assert out.status == OOM and "can't allocate memory" in (out.error or "") and res["steps_run"] == 1
     out, res = _trial(tmp_path / "b", {"batch_size": 64, "lr": "oops"})
     assert out.status == ERROR and "ValueError" in (out.error or "") and res["status"] == "error"
+
+
+def test_a_probed_hf_trainer_job_stops_through_its_callback_with_its_model_watched(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    out, res = _trial(tmp_path, {"per_device_train_batch_size": 16}, steps=2, trainer=HF_TRAINER)
+    assert out.status == FIT and res["steps_run"] == 2, (out, res)  # Trainer.train() stopped after 2 of 50 steps
+    assert "trainer returned" in (tmp_path / "probe" / "trial.log").read_text()  # and the script went on, cleanly
+    model = res["model"]  # handed over by GlueCallback.on_train_begin: the model and the (unwrapped) optimizer
+    assert model["parameters"] > 100_000 and model["optimizer_state_mb"] == pytest.approx(2 * model["weights_mb"],
+                                                                                          rel=0.01)
+    assert sum(res["breakdown"]["at_peak_mb"].values()) == pytest.approx(res["breakdown"]["peak_mb"], abs=0.01)
 
 
 def test_probe_steps_must_be_a_whole_number(tmp_path: Path) -> None:

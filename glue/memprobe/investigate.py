@@ -45,7 +45,7 @@ class Options:
     progress: Callable[[str, TrialOutcome | None], None] = field(default=lambda msg, outcome: None)
     on_stage: Callable[[dict[str, Any]], None] = field(default=lambda partial: None)  # after each stage
     job: JobTrials | None = None  # a run's own job: trials of its command on a VM (else tiny_gpt's worker here)
-    declared: dict[str, dict[str, Any]] = field(default_factory=dict)  # a job's remedies: NAME -> config changes
+    declared: dict[str, dict[str, Any]] = field(default_factory=dict)  # a run's own remedies: NAME -> config changes
     run: str | None = None
 
 
@@ -167,8 +167,11 @@ class Prober:
                            what=f"baseline at {var}={value}")
             baseline = _row(b)
         rows: list[dict[str, Any]] = []
-        chosen = rem.declared(self.opts.declared, at) if self.opts.job is not None \
-            else rem.remedies(at, self.opts.accum, self.opts.remedies)
+        if self.opts.job is not None:  # the run's declared remedies, and its framework's, at this input
+            available = {**rem.implied(at, self.opts.accum), **self.opts.declared}
+            chosen = rem.declared({k: available[k] for k in self.opts.remedies if k in available}, at)
+        else:
+            chosen = rem.remedies(at, self.opts.accum, self.opts.remedies)
         for remedy in chosen:
             row: dict[str, Any] = {"name": remedy.name, "description": remedy.description, "change": remedy.change}
             if remedy.skipped:

@@ -68,13 +68,27 @@ def accepted(loss: float | None, reference: float | None, tolerance: float) -> b
     return abs(loss - reference) <= tolerance * abs(reference)
 
 
-def implied(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Remedies a framework job takes without declaring them: a Hugging Face Trainer job (its
-    TrainingArguments in `config:`, per_device_train_batch_size among them) turns on gradient
-    checkpointing or bf16 by those arguments' own names."""
-    if "per_device_train_batch_size" not in cfg:
-        return {}
-    return {"gradient_checkpointing": {"gradient_checkpointing": True}, "bf16": {"bf16": True}}
+def implied(cfg: dict[str, Any], accum: int = 4) -> dict[str, dict[str, Any]]:
+    """Remedies a framework job takes without declaring them, by its framework's own argument names in its
+    `config:`, computed at `cfg` (the failing input): a Hugging Face Trainer job (TrainingArguments, with
+    per_device_train_batch_size) gets gradient_checkpointing, bf16 and gradient_accumulation_steps; a Lightning
+    job (accumulate_grad_batches / precision beside batch_size) gets accumulate_grad_batches and bf16-mixed."""
+    out: dict[str, dict[str, Any]] = {}
+    if "per_device_train_batch_size" in cfg:
+        out["gradient_checkpointing"] = {"gradient_checkpointing": True}
+        out["bf16"] = {"bf16": True}
+        out.update(_accumulate(cfg, "per_device_train_batch_size", "gradient_accumulation_steps", accum))
+    if "accumulate_grad_batches" in cfg and "batch_size" in cfg:
+        out.update(_accumulate(cfg, "batch_size", "accumulate_grad_batches", accum))
+    if "precision" in cfg:
+        out["bf16"] = {"precision": "bf16-mixed"}
+    return out
+
+
+def _accumulate(cfg: dict[str, Any], batch_key: str, steps_key: str, accum: int) -> dict[str, dict[str, Any]]:
+    batch, have = int(cfg[batch_key]), max(1, int(cfg.get(steps_key) or 1))
+    split = accumulation_split(batch, accum)
+    return {} if split is None else {"grad_accum": {batch_key: batch // split, steps_key: have * split}}
 
 
 def declared(names_changes: dict[str, dict[str, Any]], cfg: dict[str, Any]) -> list[Remedy]:

@@ -252,12 +252,12 @@ def _prepare_job(home: Path, req: Request, src: source.Source, store: RunStore |
     varied = unique(req.vary) or [next((k for k in DEFAULT_VARY if k in src.trainer_cfg), "batch_size")]
     cfg = source.job_config(src.trainer_cfg, source.parse_set(req.sets), varied, f"run {src.run}")
     declared = dict(rc.memprobe.remedies) if rc.memprobe else {}
-    declared.update({k: v for k, v in remedies.implied(cfg).items() if k not in declared})
-    unknown = [r for r in req.remedy_names if r not in declared]
+    available = {**remedies.implied(cfg, req.accum), **declared}  # the run's own declaration wins
+    unknown = [r for r in req.remedy_names if r not in available]
     if unknown:
-        have = ", ".join(declared) or "none: declare them in run.yaml as memprobe: {remedies: {NAME: {KEY: VALUE}}}"
-        raise GlueError(f"--remedy {unknown[0]}: run {src.run} declares no such remedy (declared: {have})")
-    chosen = unique(req.remedy_names) or list(declared)
+        have = ", ".join(available) or "none: declare them in run.yaml as memprobe: {remedies: {NAME: {KEY: VALUE}}}"
+        raise GlueError(f"--remedy {unknown[0]}: run {src.run} has no such remedy (it has: {have})")
+    chosen = unique(req.remedy_names) or list(available)
     device = "cuda" if (req.device or ("cuda" if src.failure.get("failure_class") == "oom_gpu" else "cpu")
                         ).startswith("cuda") else "cpu"
     if req.memory_limit_mb is not None:
@@ -278,7 +278,7 @@ def _prepare_job(home: Path, req: Request, src: source.Source, store: RunStore |
         trial_steps=req.trial_steps, accept_steps=req.accept_steps, tolerance=req.tolerance, accum=req.accum,
         remedies=() if req.no_remedies else tuple(chosen), breakdown=not req.no_breakdown,
         remedies_at=req.remedies_at, trial_timeout_s=req.trial_timeout, progress=progress, snapshot_path=snapshot,
-        declared={k: declared[k] for k in chosen}, run=src.run,
+        declared=declared, run=src.run,
     )
     progress(f"preparing run {src.run}'s code and requirements on {host.name}", None)
     opts.job = job.JobTrials.prepare(home, store, src.manifest, rc, host)

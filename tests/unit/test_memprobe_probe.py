@@ -155,7 +155,12 @@ def test_a_jobs_config_remedies_and_reproducer() -> None:
     [r] = remedies.declared({"grad_accum": {"grad_accum": 8}}, {"grad_accum": 1})
     assert r.change == {"grad_accum": 8} and r.skipped is None
     assert remedies.declared({"x": {"grad_accum": 1}}, {"grad_accum": 1})[0].skipped
-    assert set(remedies.implied({"per_device_train_batch_size": 8})) == {"gradient_checkpointing", "bf16"}
+    hf = remedies.implied({"per_device_train_batch_size": 64, "gradient_accumulation_steps": 2}, accum=4)
+    assert hf == {"gradient_checkpointing": {"gradient_checkpointing": True}, "bf16": {"bf16": True},
+                  "grad_accum": {"per_device_train_batch_size": 16, "gradient_accumulation_steps": 8}}
+    pl = remedies.implied({"batch_size": 6, "accumulate_grad_batches": 1, "precision": "32-true"}, accum=4)
+    assert pl == {"grad_accum": {"batch_size": 2, "accumulate_grad_batches": 3}, "bf16": {"precision": "bf16-mixed"}}
+    assert remedies.implied({"batch_size": 8}) == {}  # a plain job: only what it declares
     report = {"searches": [{"vary": "batch_size", "smallest_fail": 128}],
               "model": {"weights_mb": 100.0, "expected_gradients_mb": 100.0, "optimizer_state_mb": 200.0}}
     rp = investigate.reproducer(report, investigate.Options(run="r", memory_limit_mb=300))

@@ -104,6 +104,10 @@ def show_run(run_id: str, as_json: bool) -> None:
     if sched is not None and not store.attempts():  # a queued job: no attempt for the monitor to judge yet
         show_queued(store, sched, as_json)
         return
+    if sched is not None:
+        from glue.scheduler.slurm import requeue
+
+        requeue.settle(home(), store)  # a Slurm restart's resume, checked like a recovery's
     summary = run_summary(monitor.check(home(), store))
     if sched is not None:
         summary["slurm"] = {k: v for k, v in slurm_jobs.run_row(store, sched, _queued()).items() if k != "run"}

@@ -18,10 +18,10 @@ from glue.errors import GlueError
 from glue.runs import config
 from glue.runs.config_resources import slurm_time_seconds
 from glue.runs.vm_group import GroupSpec
-from glue.scheduler.slurm.batch import BatchScript, SbatchOptions, run_of_job
+from glue.scheduler.slurm.batch import BatchScript, SbatchOptions, gpus_of, run_of_job
 from glue.scheduler.slurm.nodes import NodeState
-from glue.scheduler.slurm.queue import parse_job_id, parse_squeue
-from glue.scheduler.slurm.submit import check_fits, gpus_of, refuse_flags
+from glue.scheduler.slurm.queue import gpus_held, parse_job_id, parse_squeue
+from glue.scheduler.slurm.submit import check_fits, refuse_flags
 from glue.train import trainer_vars as V
 from glue.train.run.launch import SpecBucket, TrainerEnv
 from glue.train.run.slurm_job import Allocation, SlurmJobSpec, attempt_record, launch_spec, notice_file
@@ -84,12 +84,13 @@ def test_what_slurm_decides_is_refused_as_a_flag() -> None:
 
 
 def test_squeue_lines_and_sbatch_ids() -> None:
-    text = ("12|gpukit-a|RUNNING|None|gpukit-1|gres/gpu:1\n13|gpukit-b|PENDING|Resources|(null)|gres/gpu:1\n"
-            "14|gpukit-c|PENDING|Priority||gres/gpu:1\n15|theirs|RUNNING|None|gpukit-2|N/A\n")
+    text = ("12|gpukit-a|RUNNING|None|gpukit-1|gres/gpu:1|1\n13|gpukit-b|PENDING|Resources|(null)|gres/gpu:1|1\n"
+            "14|gpukit-c|PENDING|Priority||gres/gpu:1|1\n15|theirs|RUNNING|None|gpukit-2|N/A|1\n")
     jobs = parse_squeue(text)
     assert [(j.job_id, j.run, j.state, j.reason, j.nodes) for j in jobs] == [
         ("12", "a", "RUNNING", "", "gpukit-1"), ("13", "b", "PENDING", "Resources", ""),
         ("14", "c", "PENDING", "Priority", "")]
+    assert [gpus_held(j) for j in jobs] == [1, 0, 0]  # only a running job holds its GPUs
     assert parse_job_id("42\n") == "42" and parse_job_id("43;cluster") == "43"
     with pytest.raises(GlueError, match="sbatch did not print a job id"):
         parse_job_id("sbatch: error: Batch job submission failed")

@@ -10,6 +10,7 @@ the next attempt, resumed from the newest valid checkpoint.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -20,6 +21,13 @@ from glue.train.run.slurm_job import notice_file, output_file
 
 JOB_PREFIX = "gpukit-"  # every job glue submits is named gpukit-<run>
 EARLY_OUTPUT = "/tmp/gpukit-slurm-%j.out"  # what slurmd itself says before the script moves its output
+_GPUS = re.compile(r"gpu(?::[^:(,]+)?:(\d+)")
+
+
+def gpus_of(gres: str) -> int:
+    """GPUs in a GRES as Slurm shows it (gpu:1, gpu:a100:2, gpu:2(S:0-1), gres/gpu:1); 0 without any."""
+    found = _GPUS.search(gres)
+    return int(found.group(1)) if found else 0
 
 
 def job_name(run: str) -> str:
@@ -87,7 +95,7 @@ class BatchScript:
             f"exec >>\"{out}\" 2>&1\n"
             f"notice=\"{notice}\"\n"
             "rm -f \"$notice\"\n"
-            "echo \"gpukit: job $SLURM_JOB_ID start $SLURM_RESTART_COUNT on $SLURMD_NODENAME "
+            "echo \"gpukit: job $SLURM_JOB_ID start ${SLURM_RESTART_COUNT:-0} on $SLURMD_NODENAME "
             "(nodes $SLURM_JOB_NODELIST, CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-})\"\n"
             "trap 'echo \"gpukit: USR1 from Slurm: termination notice\"; touch \"$notice\"' USR1\n"
             f"{q(self.python)} -m glue.train.run.slurm_job \"$notice\" &\n"

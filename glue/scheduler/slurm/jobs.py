@@ -12,8 +12,9 @@ from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.runs.store import RunStore, all_run_ids
-from glue.scheduler.slurm import queue
-from glue.scheduler.slurm.nodes import gpus_total_and_used
+from glue.scheduler.slurm import queue, requeue
+from glue.scheduler.slurm.batch import gpus_of
+from glue.scheduler.slurm.nodes import node_states
 from glue.train.run.slurm_job import output_file
 
 
@@ -57,10 +58,14 @@ def queue_view(home: Path) -> dict[str, Any]:
     """The Slurm part of `glue status`: {"gpus": {total, used, free}, "runs": [run_row...]}; {"error": line}
     when slurmctld does not answer."""
     try:
-        total, used = gpus_total_and_used(home)
+        nodes = node_states(home)
         queued = {j.job_id: j for j in queue.jobs(home)}
     except GlueError as exc:
         return {"error": str(exc)}
+    # Counted from sinfo's GRES and squeue's requests: scontrol's CfgTRES/AllocTRES name GPUs only where
+    # slurm.conf's AccountingStorageTRES lists gres/gpu.
+    total = sum(gpus_of(n.gres) for n in nodes if n.in_service)
+    used = sum(queue.gpus_held(j) for j in queued.values())
     rows = []
     for run in all_run_ids(home):
         store = RunStore.open(home, run)
@@ -69,6 +74,7 @@ def queue_view(home: Path) -> dict[str, Any]:
         except GlueError:
             continue  # a run whose manifest is not there (yet) is no Slurm run to show
         if sched is not None:
+            requeue.settle(home, store)  # a restart that has run far enough: its resume checked and recorded
             rows.append(run_row(store, sched, queued))
     return {"gpus": {"total": total, "used": used, "free": max(total - used, 0)}, "runs": rows}
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
-from glue.scheduler.slurm.batch import run_of_job
+from glue.scheduler.slurm.batch import gpus_of, run_of_job
 from glue.scheduler.slurm.nodes import head
 
 TIMEOUT_S = 20  # each Slurm client gives up after this; SSH waits a little longer
-SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%b"
+SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%b|%D"
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,18 @@ class Job:
     reason: str  # why it waits (Resources, Priority, BeginTime, ...); "" when none
     nodes: str  # the node list it runs on; "" while pending
     gres: str  # what it asked per node (gres/gpu:1, gpu:1)
+    node_count: int = 1
 
     def as_dict(self) -> dict[str, str]:
         return {"job_id": self.job_id, "run": self.run, "state": self.state, "reason": self.reason,
                 "nodes": self.nodes, "gres": self.gres}
+
+
+def gpus_held(job: Job) -> int:
+    """GPUs a job holds now: its GPUs per node on each of its nodes while it runs (or is ending)."""
+    if job.state not in ("RUNNING", "COMPLETING", "SUSPENDED") or not job.nodes:
+        return 0
+    return gpus_of(job.gres) * job.node_count
 
 
 def parse_squeue(text: str) -> list[Job]:
@@ -38,14 +46,15 @@ def parse_squeue(text: str) -> list[Job]:
     jobs = []
     for line in text.splitlines():
         fields = line.strip().split("|")
-        if len(fields) != 6:
+        if len(fields) != 7:
             continue
-        job_id, name, state, reason, nodes, gres = fields
+        job_id, name, state, reason, nodes, gres, count = fields
         run = run_of_job(name)
         if run is None:
             continue
         jobs.append(Job(job_id, run, state.upper(), "" if reason in ("None", "(null)") else reason,
-                        "" if nodes == "(null)" else nodes, "" if gres in ("N/A", "(null)") else gres))
+                        "" if nodes == "(null)" else nodes, "" if gres in ("N/A", "(null)") else gres,
+                        int(count) if count.isdigit() else 1))
     return jobs
 
 

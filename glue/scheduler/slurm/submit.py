@@ -10,7 +10,6 @@ options); every (re)start of the job records its own attempt on its node (glue.t
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from glue.runs.records import Manifest
 from glue.runs.store import RunStore, utc_iso
 from glue.runs.vm_group import GroupSpec
 from glue.scheduler.slurm import queue
-from glue.scheduler.slurm.batch import BatchScript, SbatchOptions
+from glue.scheduler.slurm.batch import BatchScript, SbatchOptions, gpus_of
 from glue.scheduler.slurm.nodes import NodeState, head, node_states
 from glue.train import trainer_vars as V
 from glue.train.run.launch import SpecBucket
@@ -37,14 +36,6 @@ from glue.train.state_paths import StatePaths
 from glue.train.storage.credentials import credentials_doc
 from glue.workdir import plan as wplan
 from glue.workdir.pin import Workspace
-
-_GPUS = re.compile(r"gpu(?::[^:(,]+)?:(\d+)")
-
-
-def gpus_of(gres: str) -> int:
-    """GPUs in a node's GRES as sinfo shows it (gpu:1, gpu:a100:2, gpu:2(S:0-1)); 0 without any."""
-    found = _GPUS.search(gres)
-    return int(found.group(1)) if found else 0
 
 
 def check_fits(options: SbatchOptions, states: list[NodeState]) -> None:

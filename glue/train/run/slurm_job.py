@@ -17,13 +17,13 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from glue.train import trainer_vars as V
 from glue.train.layout import attempt_key, run_uri
-from glue.train.run import supervise
 from glue.train.run.launch import LaunchSpec, SpecBucket, TrainerEnv, node_vars, workdir_vars
 from glue.train.state_paths import RUN_STATE_ROOT, StatePaths
 from glue.train.storage.credentials import credentials_from_file
@@ -149,31 +149,60 @@ def prepare_workspace(spec_path: str) -> dict[str, Any]:
     return dict(json.loads(res.stdout.strip().splitlines()[-1]))
 
 
+def newest_valid_checkpoint(spec: SlurmJobSpec) -> int | None:
+    """The checkpoint this start resumes from (the trainer takes the newest valid one), read before it starts:
+    recorded so the resume check knows it even once keep_last has pruned it."""
+    from glue.train.checkpoint.format import check_checkpoints
+
+    target = TrainerEnv.from_env(spec.env).checkpoint
+    storage = open_target(target, endpoint_url=spec.bucket.endpoint, region=spec.bucket.region,
+                          credentials=lambda: credentials_from_file(spec.credentials_file), check=False)
+    return next((st.step for st in check_checkpoints(storage, deep=False) if st.valid), None)
+
+
+def _supervise(spec_path: str, pids_path: str) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """The same supervisor a VM attempt runs, started; returns it with its pids once it started the trainer."""
+    proc = subprocess.Popen([sys.executable, "-m", "glue.train.run.supervise", spec_path])
+    pids = Path(pids_path)
+    while proc.poll() is None:
+        try:
+            return proc, dict(json.loads(pids.read_text()))
+        except (OSError, ValueError):
+            time.sleep(0.1)  # not written yet (or half written)
+    return proc, {}
+
+
 def start(spec: SlurmJobSpec, alloc: Allocation, notice: str) -> int:
-    """This start of the job: records it, prepares the workspace, runs the supervisor. Its exit code."""
+    """This start of the job: prepares the workspace, starts the supervisor, records the attempt once the
+    trainer runs (a record without a trainer reads as one that never started). Its exit code."""
     number = spec.first_attempt + alloc.restart_count
+    paths = StatePaths.of(spec.run, number)
     _write_private(spec.credentials_file, spec.credentials)
     record = attempt_record(spec, alloc, number)
     records = _records(spec)
     ready = None
     if spec.workspace:
-        paths = StatePaths.of(spec.run, number)
         ws = {**spec.workspace, "attempt": number, "bucket": spec.bucket.as_dict(),
               "credentials_file": spec.credentials_file}
         _write_private(paths.workspace_spec, json.dumps(ws))
         try:
             ready = prepare_workspace(paths.workspace_spec)
         except RuntimeError as exc:
-            records.put(attempt_key(number), json.dumps({**record, "prepare_error": str(exc)}).encode())
+            record.update(failure_class="user_error", reason=f"preparing the run's workspace failed: {exc}",
+                          ended_at=iso(utc_now()))
+            records.put(attempt_key(number), json.dumps(record).encode())
             print(f"gpukit: preparing the run's workspace failed: {exc}", file=sys.stderr)
             return 2
         record["nodes"][0].update(code_sha256=ready["package_sha256"], requirements_set=ready["requirements_set"])
-    records.put(attempt_key(number), json.dumps(record).encode())
-    launch = launch_spec(spec, alloc, number, ready, notice)
-    path = StatePaths.of(spec.run, number).spec
-    _write_private(path, launch.to_json().decode())
+    if alloc.restart_count:
+        record["scheduler"]["resume_from"] = newest_valid_checkpoint(spec)
+    _write_private(paths.spec, launch_spec(spec, alloc, number, ready, notice).to_json().decode())
     Path(spec.scratch).mkdir(parents=True, exist_ok=True)
-    return supervise.main(path)
+    proc, pids = _supervise(paths.spec, paths.pids)
+    record["nodes"][0].update(pids)
+    record.update(pids)
+    records.put(attempt_key(number), json.dumps(record).encode())
+    return proc.wait()
 
 
 def main(argv: list[str]) -> int:

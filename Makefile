@@ -58,10 +58,12 @@ lint: bootstrap ## ruff, mypy, import layers, bucket keys (glue/train/layout.py 
 	@shellcheck $$(grep -lE '^#!/bin/(ba)?sh' ansible/roles/*/files/*)
 	@if [ -d ansible/roles ] && [ -n "$$(ls -A ansible/roles)" ]; then \
 	  $(VENV)/bin/yamllint -s ansible && (cd ansible && ../$(VENV)/bin/ansible-lint --profile production -q); fi
-	@d=$$(mktemp -d); NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q -d $$d; rc=$$?; rm -rf $$d; exit $$rc
+	@# not -q: mkdocs counts --strict's warnings only when it logs them
+	@d=$$(mktemp -d); out=$$(NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d $$d 2>&1); rc=$$?; rm -rf $$d; \
+	  [ $$rc -eq 0 ] || { grep -v '^INFO' <<<"$$out" >&2; echo "make lint: the docs site does not build (mkdocs build --strict)" >&2; exit $$rc; }
 
 docs: bootstrap ## Build the documentation site into site/ (its reference pages generated from the code)
-	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q
+	@out=$$(NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict 2>&1) || { grep -v '^INFO' <<<"$$out" >&2; exit 1; }
 	@echo "docs: site/index.html (or: $(VENV)/bin/mkdocs serve)"
 
 bench: bootstrap ## Benchmarks (each prints a ratio against a baseline measured in the same run)

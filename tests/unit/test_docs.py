@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -207,3 +208,22 @@ def test_the_designs_backend_excerpt_names_every_member_of_the_protocol() -> Non
         members = [*proto.__annotations__, *methods]
         missing = [m for m in members if not re.search(rf"\b{m}\b", excerpt)]
         assert not missing, f"docs/design.md's Backend excerpt lacks {missing}"
+
+
+def test_a_broken_link_fails_the_strict_site_build(tmp_path: Path) -> None:
+    """make lint's site build is strict for real: a link to a missing page fails it (mkdocs counts strict's
+    warnings only when it logs them, so the Makefile must not pass -q)."""
+    lint = (ROOT / "Makefile").read_text().split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    build = next(line for line in lint.splitlines() if "mkdocs build" in line)
+    assert "--strict" in build and " -q" not in build, build
+    for part in ("mkdocs.yml", "docs", "scripts"):
+        src = ROOT / part
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / part)
+    for part in ("glue", "terraform"):  # what the generated reference pages are made from
+        (tmp_path / part).symlink_to(ROOT / part)
+    with (tmp_path / "docs" / "index.md").open("a") as page:
+        page.write("\nSee [a page that is not there](no-such-page.md).\n")
+    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "mkdocs"), "build", "--strict", "-d", str(tmp_path / "site")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)})
+    assert proc.returncode != 0 and "no-such-page.md" in proc.stderr, proc.stderr[-2000:]

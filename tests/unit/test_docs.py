@@ -227,3 +227,12 @@ def test_a_broken_link_fails_the_strict_site_build(tmp_path: Path) -> None:
                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)})
     assert proc.returncode != 0 and "no-such-page.md" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_every_make_target_is_in_the_readme_and_the_commands_page() -> None:
+    targets = re.findall(r"^([a-z-]+):.*## ", (ROOT / "Makefile").read_text(), re.M)
+    assert "docs" in targets
+    for page in ("README.md", "docs/commands.md"):
+        text = (ROOT / page).read_text()
+        missing = [t for t in targets if f"`make {t}" not in text]
+        assert not missing, f"{page} does not list make {missing}"

@@ -50,7 +50,7 @@ test-all: bootstrap ## The suite including the long `stress` tests (kill -9 stor
 	@$(PY) -m pytest $(XDIST) -m "" $(PYTEST_ARGS)
 
 lint: bootstrap ## ruff, mypy, import layers, bucket keys (glue/train/layout.py only), terraform fmt, ansible-lint, yamllint, the docs site (mkdocs build --strict)
-	@$(VENV)/bin/ruff check glue tests bench
+	@$(VENV)/bin/ruff check glue tests bench scripts
 	@$(VENV)/bin/mypy
 	@$(VENV)/bin/lint-imports --no-cache
 	@$(PY) -m tests.lint_bucket_keys

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from safetensors.torch import save as save_safetensors
 
-from glue.operations.recovery.checkpoint_diff import Comparison, compare, load
+from glue.operations.recovery.checkpoint_diff import Comparison, Difference, compare, load
 from glue.train.checkpoint.format import Commit, ObjectRef
 
 
@@ -114,3 +114,11 @@ def test_a_truncated_safetensors_file_cannot_be_read() -> None:
     else:
         raise AssertionError("a truncated safetensors file was read")
     assert load("files/model.safetensors", good)["w"].shape == (3,)
+
+
+def test_only_a_random_streams_state_counts_as_one_not_a_tensor_named_random() -> None:
+    a = {"model.safetensors": save_safetensors({"random_proj.weight": torch.zeros(2)})}
+    b = {"model.safetensors": save_safetensors({"random_proj.weight": torch.ones(2)})}
+    [diff] = _compare(a, b).differences
+    assert diff.where == "files/model.safetensors:random_proj.weight" and not diff.rng
+    assert Difference("rng.rank0.numpy.keys").rng and Difference("files/x.ckpt:gpukit_rng.torch").rng

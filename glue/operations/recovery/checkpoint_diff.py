@@ -29,7 +29,9 @@ _VOLATILE = re.compile(r"time|per_second|timestamp|date|path|dir|checkpoint$|_at
 # Files that hold a framework's settings, not training state, and that only an unrestricted unpickle reads.
 SETTINGS_FILES = {"training_args.bin": "the Trainer's arguments: settings, not state; a pickle, not loaded"}
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".tar")
-_RNG = re.compile(r"rng|random|generator", re.IGNORECASE)
+# A random stream's state: a path segment named like one (gpukit's `rng.rank0`, the Trainer's rng_state.pth,
+# Lightning's gpukit_rng, a sampler's `generator`); not any name containing "random" (a model's random_proj).
+_RNG = re.compile(r"(^|[./:\[])(rng[^./:\[]*|[^./:\[]*_rng|generator)($|[./:\[\]])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ class Options:
     job: JobTrials | None = None  # a run's own job: trials of its command on a VM (else tiny_gpt's worker here)
     declared: dict[str, dict[str, Any]] = field(default_factory=dict)  # a run's own remedies: NAME -> config changes
     run: str | None = None
+    config_path: str | None = None  # --config: the run.yaml the reproducer names
 
 
 def default_range(var: str, cfg: dict[str, Any]) -> tuple[int, int]:
@@ -322,7 +323,7 @@ def reproducer(report: dict[str, Any], opts: Options) -> dict[str, Any] | None:
     if s["smallest_fail"] is None:
         return None
     var, value = s["vary"], s["smallest_fail"]
-    where = f"--run {opts.run}" if opts.run else "--config RUN.yaml"
+    where = f"--run {opts.run}" if opts.run else f"--config {opts.config_path or 'run.yaml'}"
     model = report.get("model") or {}
     fixed = sum(float(model.get(k) or 0) for k in ("weights_mb", "expected_gradients_mb"))
     fixed += float(model.get("optimizer_state_mb") or model.get("expected_optimizer_state_mb") or 0)

@@ -30,6 +30,7 @@ from glue.train.run.probe import SNAPSHOT
 from glue.train.state_paths import StatePaths
 from glue.workdir.pin import Workspace
 
+CONFIG_RUN = "memprobe"  # `--config run.yaml`: the name its trials' workspace goes by (no run records are written)
 PROBE_ATTEMPT = 0  # the workspace folder of memprobe trials on the VM: no attempt of the run has number 0
 PROBE_ROOT = "/var/lib/gpukit/memprobe"
 SPEC_NAME = "memprobe-trial.json"
@@ -54,6 +55,21 @@ def pick_host(home: Path, vm: str | None, failed_on: str | None) -> Host:
         raise GlueError("memprobe runs the run's own command on a VM of the cluster, and there is none; "
                         "run `glue up` first")
     return next((h for h in hosts if h.name == failed_on), hosts[0])
+
+
+def ship(home: Path, host: Host, store: RunStore, rc: runconfig.RunConfig, config_path: Path) -> dict[str, Any]:
+    """`--config run.yaml` of your own job: its workdir and requirements into the bucket as glue deploy puts them
+    (content-addressed: code/<sha256>.tar, the wheelhouse), for the VM to prepare. Returns the manifest's pins."""
+    from rich.console import Console
+
+    from glue.workdir import plan as wplan
+
+    plan = wplan.make(rc, config_path, None)
+    try:
+        ws = workspace.ship(home, host, store, plan, Console(stderr=True))
+    finally:
+        plan.close()
+    return {"workdir": ws.package, "requirements": ws.requirements}
 
 
 @dataclass

@@ -247,8 +247,9 @@ def _prepare_job(home: Path, req: Request, src: source.Source, store: RunStore |
     """A run's own job: its config and declared remedies checked, its workspace prepared on a VM."""
     from glue.memprobe import job
 
-    assert store is not None and src.manifest is not None and src.run is not None
-    rc = job.run_config(src.run, src.manifest, store.info.name)
+    assert src.manifest is not None
+    trials_store = store if store is not None else RunStore.open(home, job.CONFIG_RUN)
+    rc = job.run_config(src.run or job.CONFIG_RUN, src.manifest, trials_store.info.name)
     varied = unique(req.vary) or [next((k for k in DEFAULT_VARY if k in src.trainer_cfg), "batch_size")]
     cfg = source.job_config(src.trainer_cfg, source.parse_set(req.sets), varied, f"run {src.run}")
     declared = dict(rc.memprobe.remedies) if rc.memprobe else {}
@@ -268,8 +269,9 @@ def _prepare_job(home: Path, req: Request, src: source.Source, store: RunStore |
         limit, limit_source = None, "the VM's own memory" if device == "cpu" else "the GPU's own capacity"
     host = job.pick_host(home, req.vm, src.failure.get("vm"))
     stamp = report_out.utc_stamp()
-    if req.out_path is not None:
-        check_out(req.out_path)
+    local_out = req.out_path or (Path(f"memprobe-{stamp}.json") if store is None else None)
+    if local_out is not None:
+        check_out(local_out)
     snapshot = Path(tempfile.gettempdir()) / f"memprobe-{stamp}.snapshot.pickle" \
         if device == "cuda" and not req.no_breakdown else None
     opts = investigate.Options(
@@ -278,8 +280,11 @@ def _prepare_job(home: Path, req: Request, src: source.Source, store: RunStore |
         trial_steps=req.trial_steps, accept_steps=req.accept_steps, tolerance=req.tolerance, accum=req.accum,
         remedies=() if req.no_remedies else tuple(chosen), breakdown=not req.no_breakdown,
         remedies_at=req.remedies_at, trial_timeout_s=req.trial_timeout, progress=progress, snapshot_path=snapshot,
-        declared=declared, run=src.run,
+        declared=declared, run=src.run, config_path=src.config_path,
     )
-    progress(f"preparing run {src.run}'s code and requirements on {host.name}", None)
-    opts.job = job.JobTrials.prepare(home, store, src.manifest, rc, host)
-    return Session(req, src, store, cfg, opts, stamp, req.out_path)
+    manifest = src.manifest
+    if store is None and req.config_path is not None:  # a run.yaml: its workdir and requirements shipped first
+        manifest = {**manifest, **job.ship(home, host, trials_store, rc, req.config_path)}
+    progress(f"preparing {src.description}'s code and requirements on {host.name}", None)
+    opts.job = job.JobTrials.prepare(home, trials_store, manifest, rc, host)
+    return Session(req, src, store, cfg, opts, stamp, local_out)

@@ -38,15 +38,6 @@ def is_tiny_gpt(command: Any) -> bool:
     return any(str(a) == TRAINER_MODULE or str(a).endswith("tiny_gpt.py") for a in argv)
 
 
-def _check_command(command: Any, where: str) -> None:
-    """A run.yaml is probed in-process only for tiny_gpt; any other job runs as deployed, on a VM."""
-    if not is_tiny_gpt(command):
-        argv = command.split() if isinstance(command, str) else list(command or [])
-        raise GlueError(f"{where} runs {' '.join(map(str, argv)) or '(no command)'}: memprobe runs your own job as "
-                        "deployed (its code and requirements from the bucket, on a VM): deploy it with "
-                        "`glue deploy --run X --config ...`, then `glue memprobe --run X`")
-
-
 def from_config_file(path: Path) -> Source:
     if path.exists() and not path.is_file():  # a device or a pipe: reading may never end
         raise GlueError(f"{path} is not a regular file; give a run config file (run.yaml)")
@@ -67,8 +58,14 @@ def from_config_file(path: Path) -> Source:
     raw = {"outputs": {"destination": "s3://gpukit/memprobe"}, "checkpoint": {"target": "s3://gpukit/memprobe"},
            **raw}
     rc = runconfig.parse(raw, "memprobe", "gpukit")
-    _check_command(rc.command, str(path))
-    return Source(trainer_cfg=dict(rc.config), description=str(path), config_path=str(path))
+    if is_tiny_gpt(rc.command):
+        return Source(trainer_cfg=dict(rc.config), description=str(path), config_path=str(path))
+    if not rc.config:
+        raise GlueError(f"{path} has no `config:`: memprobe changes one config value per trial (--vary KEY); give "
+                        "the trainer its sizes through `config:` (read as ctx.config)")
+    # Your own job from its run.yaml: its workdir and requirements are shipped as glue deploy ships them.
+    return Source(trainer_cfg=dict(rc.config), description=str(path), config_path=str(path),
+                  manifest={"config": rc.as_dict()})
 
 
 def from_manifest(run: str, manifest: dict[str, Any], attempts: list[dict[str, Any]]) -> Source:

@@ -2,7 +2,8 @@
 `deploy --memory-limit-mb`; memprobe runs the run's own command as deployed on a VM, one config value changed per
 trial, each trial stopped by the RunContext after K steps (glue.train.run.probe), finds the boundary within the
 trial bound, names a reproducer that fails the same way, breaks the step's memory into parts that add up to the
-peak, and tries the run's declared remedy. Bad input: one line each, the run's records unchanged."""
+peak, and tries the run's declared remedy. `--config run.yaml` probes the same job undeployed. Bad input: one
+line each, the run's records unchanged."""
 
 from __future__ import annotations
 
@@ -124,6 +125,13 @@ def test_memprobe_of_an_own_job_finds_boundary_reproducer_parts_and_remedy(clust
     [one] = json.loads(again.stdout)["searches"][0]["trials"]
     assert one["status"] == "oom" and one["changed"] == {"batch_size": s["smallest_fail"]}
     assert records(store) == before  # trials wrote nothing into the run's records
+    # The same job from its run.yaml (not deployed): shipped as deploy ships it, one trial at the failing value.
+    out = tmp_path / "from-config.json"
+    own = kit.glue("memprobe", "--config", str(cfg), "--vm", "gpukit-2", "--memory-limit-mb", str(LIMIT_MB),
+                   "--range", f"{s['smallest_fail']}:{s['smallest_fail']}", "--no-breakdown", "--no-remedies",
+                   "--out", str(out), timeout=600)
+    [one] = json.loads(out.read_text())["searches"][0]["trials"]
+    assert one["status"] == "oom" and str(out) in own.stderr
 
     # Bad input: one line each, nothing changed in the run's records.
     bad = kit.glue("memprobe", "--run", "mp-own", "--vary", "depth", check=False)

@@ -38,8 +38,11 @@ def test_config_sources(tmp_path: Path) -> None:
     assert cfg["d_model"] == 64  # tiny_gpt's default fills the rest
     other = tmp_path / "other.yaml"
     other.write_text("command: [python, train.py]\nconfig: {}\n")
-    with pytest.raises(GlueError, match=r"deploy it with `glue deploy --run X --config \.\.\.`, then `glue memprobe"):
+    with pytest.raises(GlueError, match="has no `config:`"):  # your own job: it needs sizes to vary
         source.from_config_file(other)
+    other.write_text("command: [python, train.py]\nconfig: {batch_size: 8}\n")
+    own = source.from_config_file(other)
+    assert own.job and own.manifest is not None and own.manifest["config"]["command"] == ["python", "train.py"]
     with pytest.raises(GlueError, match=r"not a glue\.examples\.tiny_gpt setting"):
         source.trainer_config({}, {"batchsize": 3})
     with pytest.raises(GlueError, match="key=value"):

@@ -42,13 +42,16 @@ def _check_prefix(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--spares", type=click.IntRange(0, current.MAX_SPARES), default=None,
               help=f"Warm spares, 0 to {current.MAX_SPARES} (default: as last time, else 0): VMs configured, verified "
                    "and kept idle; a recovery takes one at once and the pool is refilled in the background.")
+@click.option("--scheduler", type=click.Choice(list(current.SCHEDULERS)), default=None,
+              help="Job scheduler on the cluster (default: as last time, else none). slurm: slurmctld on the first "
+                   "VM, slurmd on every VM, a partition `gpu` (docs/slurm.md); none again stops it.")
 @click.option("--no-configure", is_flag=True, help="Only create the VMs; skip the Ansible playbook.")
 @click.option("--converge", "converge_all", is_flag=True,
               help="Run the playbook on every VM, even those whose configuration did not change.")
 @click.option("--force", is_flag=True, help="Remove VMs (fewer --vms, another --name-prefix) even with runs "
                                             "unfinished or uploads pending on them.")
-def up(vms: int | None, backend: str | None, name_prefix: str | None, spares: int | None, no_configure: bool,
-       converge_all: bool, force: bool) -> None:
+def up(vms: int | None, backend: str | None, name_prefix: str | None, spares: int | None, scheduler: str | None,
+       no_configure: bool, converge_all: bool, force: bool) -> None:
     """Create (or repair) the cluster: terraform apply, pin host keys, run the playbook on the VMs whose
     configuration changed (each named with the reason). With nothing changed and every VM alive, it applies
     and converges nothing: it checks that each VM answers with its bucket mount live, and says so."""
@@ -62,6 +65,8 @@ def up(vms: int | None, backend: str | None, name_prefix: str | None, spares: in
         cfg.name_prefix = name_prefix
     if spares is not None:
         cfg.spares = spares
+    if scheduler is not None:
+        cfg.scheduler = scheduler
     if no_configure and converge_all:
         raise click.UsageError("--converge and --no-configure contradict each other: pick one")
     hosts = lifecycle.up(h, cfg, err, configure=not no_configure, force=force, converge_all=converge_all)

@@ -144,6 +144,8 @@ def capture_seed(home: Path, console: Console, converged: list[inventory.Host],
     hosts = [*converged, *(earlier or [])]
     if not hosts or not current.backend(home).takes_config_seed:
         return
+    if current.ClusterConfig.load(home).scheduler != "none":
+        return  # a scheduler's node is made by the playbook (its config names every node, its key is not seeded)
     first = hosts[0]
     image = vm_seed.carried_elsewhere(home, first.name)
     if image:
@@ -220,4 +222,6 @@ def configure_hosts(home: Path, console: Console, limit: list[str] | None = None
         raise GlueError(f"configuring the VMs failed: {failures}")
     bad = [h for h, v in summary.items() if not v.get("ready")]
     if bad:
-        raise GlueError(f"verify.yml: {', '.join(bad)} not ready; see `glue status`")
+        said = sorted({str(sched["error"]) for h in bad  # the scheduler's check names its failing node
+                       if isinstance(sched := summary[h].get("scheduler"), dict) and sched.get("error")})
+        raise GlueError(f"verify.yml: {', '.join(bad)} not ready{''.join('; ' + s for s in said)}; see `glue status`")

@@ -18,6 +18,7 @@ from glue.images import build, disk, recipe
 from glue.infra import inventory, preflight, ssh
 from glue.infra.terraform import Terraform, is_spare
 from glue.operations import converge, convergence, down_guard, spare_state
+from glue.scheduler.slurm import cluster_vars
 from glue.storage import bucket as bucket_store
 
 
@@ -54,6 +55,7 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True,
             remove_orphans(home, cfg.backend, outputs, console, spare={k.id for k in kept(home)})
         written = inventory.write(home, outputs, also_known=kept_host_keys(home))
     if configure:
+        cluster_vars.write(home, cfg, written)  # the scheduler's group vars: a change converges every VM
         converge_changed(home, console, written, image, converge_all)
     return written
 

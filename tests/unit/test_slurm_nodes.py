@@ -17,14 +17,12 @@ gpukit-spare-1|drained|gpu:1|gpukit spare
 gpukit-3|down*|gpu:1|Not responding
 """
 
-SHOW_NODE = (
-    "NodeName=gpukit-1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=1 Gres=gpu:1 State=MIXED ThreadsPerCore=1 "
-    "CfgTRES=cpu=2,mem=1000M,billing=2,gres/gpu=2 AllocTRES=cpu=1,gres/gpu=1 Reason=x\n"
-    "NodeName=gpukit-2 Gres=gpu:1 State=IDLE CfgTRES=cpu=2,mem=1000M,billing=2,gres/gpu=1 AllocTRES=\n"
-    "NodeName=gpukit-spare-1 Gres=gpu:1 State=IDLE+DRAIN CfgTRES=cpu=2,gres/gpu=1 AllocTRES= Reason=gpukit spare "
-    "[root@2026-12-06T13:00:00]\n"
-    "NodeName=gpukit-3 Gres=gpu:1 State=DOWN* CfgTRES=cpu=2,gres/gpu=1 AllocTRES=\n"
-)
+GRES_USED = """gpukit-1            |mixed               |gpu:2               |gpu:1(IDX:0)        |
+gpukit-2            |idle                |gpu:1               |gpu:0                |
+gpukit-2            |idle                |gpu:1               |gpu:0                |
+gpukit-spare-1      |drained             |gpu:1               |gpu:0                |
+gpukit-3            |down*               |gpu:a100:1          |gpu:0                |
+"""
 
 
 def test_sinfo_lines_become_one_state_per_node() -> None:
@@ -36,7 +34,7 @@ def test_sinfo_lines_become_one_state_per_node() -> None:
 
 
 def test_gpus_count_the_nodes_in_service_and_every_allocation() -> None:
-    assert nodes.parse_gpus(SHOW_NODE) == (3, 1)
+    assert nodes.parse_gpus(GRES_USED) == (3, 1)
 
 
 def test_a_cluster_without_slurm_has_no_head(tmp_path: Path) -> None:

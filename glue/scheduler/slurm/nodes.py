@@ -17,7 +17,7 @@ from glue.scheduler.slurm import PARTITION
 COMMAND_TIMEOUT_S = 30  # each Slurm client below gives up after TIMEOUT_S; SSH waits a little longer
 TIMEOUT_S = 20
 _OUT_OF_SERVICE = ("down", "drain", "fail", "maint", "future", "unknown", "inval", "not_responding")
-_GPUS = re.compile(r"gres/gpu=(\d+)")
+_GPUS = re.compile(r"\bgpu(?::[^:,(]+)?:(\d+)")  # gpu:2, gpu:a100:2, gpu:1(IDX:0)
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -100,22 +100,30 @@ def drain(home: Path, name: str, reason: str) -> None:
     _ask(home, f"timeout {TIMEOUT_S} scontrol update nodename={name} state=drain reason={shlex.quote(reason)}")
 
 
+def _gpus(gres: str) -> int:
+    return sum(int(n) for n in _GPUS.findall(gres))
+
+
 def parse_gpus(text: str) -> tuple[int, int]:
-    """`scontrol show node -o` -> (GPUs of the nodes in service, GPUs allocated to jobs on any node)."""
+    """`sinfo -N -h -O NodeList,StateLong,Gres,GresUsed` (each field ended by |) -> (GPUs of the nodes in
+    service, GPUs allocated to jobs on any node)."""
     total = used = 0
+    seen: set[str] = set()
     for line in text.splitlines():
-        fields = {key: value for key, _, value in (part.partition("=") for part in line.split(" "))}
-        cfg, alloc = _GPUS.search(fields.get("CfgTRES", "")), _GPUS.search(fields.get("AllocTRES", ""))
-        state = fields.get("State", "").lower()
-        if cfg and not any(word in state for word in _OUT_OF_SERVICE) and "*" not in state:
-            total += int(cfg.group(1))
-        used += int(alloc.group(1)) if alloc else 0
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) < 4 or fields[0] in seen:
+            continue
+        seen.add(fields[0])
+        node = NodeState(fields[0], fields[1].lower(), fields[2], "")
+        total += _gpus(node.gres) if node.in_service else 0
+        used += _gpus(fields[3])
     return total, used
 
 
 def gpus_total_and_used(home: Path) -> tuple[int, int]:
     """(GPUs on the nodes in service, GPUs allocated now): the cluster's GPUs in use and free."""
-    return parse_gpus(_ask(home, f"timeout {TIMEOUT_S} scontrol show node -o"))
+    fields = ",".join(f"{name}:200|" for name in ("NodeList", "StateLong", "Gres", "GresUsed"))
+    return parse_gpus(_ask(home, f"timeout {TIMEOUT_S} sinfo -N -h -O '{fields}'"))
 
 
 __all__ = ["PARTITION", "NodeState", "drain", "gpus_total_and_used", "head", "node_states", "resume"]

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +121,16 @@ def test_the_lint_finds_a_spelled_variable(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text('"""GPUKIT_RUN in a docstring is fine."""\nimport os\nrun = os.environ["GPUKIT_RUN"]\n')
     assert _spelled(bad) == [f"{bad}:3 GPUKIT_RUN"]
+
+
+def test_a_trainer_run_by_hand_outside_a_deployment_exits_in_one_line(tmp_path: Path) -> None:
+    """The user's script run without `glue deploy`: one line naming the missing variable and where the
+    docs say how to give it, exit 1, no KeyError traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUKIT_")}
+    script = "from glue.train import RunContext\nwith RunContext.from_env() as ctx:\n    pass\n"
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "gpukit: GPUKIT_RUN is not set: this trainer runs under `glue deploy`, which sets gpukit's environment; "
+        "to try the loop without a cluster give it that environment (docs/guides/trainer-contract.md)"]

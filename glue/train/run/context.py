@@ -36,7 +36,7 @@ from glue.train.checkpoint.sealed import FolderCheckpoints
 from glue.train.errors import StorageError
 from glue.train.layout import carried_metrics_key, error_key, heartbeat_key, metrics_key, notice_key, run_uri
 from glue.train.run import process_group as group
-from glue.train.run.launch import TrainerEnv
+from glue.train.run.launch import MissingTrainerEnv, TrainerEnv
 from glue.train.run.notice import PREEMPTED_EXIT, TerminationNotice
 from glue.train.run.probe import Probe
 from glue.train.storage.credentials import credentials_from_file
@@ -159,7 +159,12 @@ class RunContext:
 
     @classmethod
     def from_env(cls) -> RunContext:
-        return cls(dict(os.environ))
+        """The attempt's context from the environment `glue deploy` gives; outside one, a one-line exit
+        (the user's script ran by hand), not a KeyError's traceback."""
+        try:
+            return cls(dict(os.environ))
+        except MissingTrainerEnv as exc:
+            raise SystemExit(f"gpukit: {exc}") from None
 
     def _direct(self, target: str) -> str:
         """Under the bucket mount: the same keys through the S3 API (glue.train.storage.mount says why); with

@@ -86,10 +86,10 @@ class TrainerEnv:
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> TrainerEnv:
-        """Raises KeyError naming the first required variable that is missing."""
+        """Raises MissingTrainerEnv naming the first required variable that is missing."""
         for name in REQUIRED:
             if _ENV_NAMES[name] not in env:
-                raise KeyError(_ENV_NAMES[name])
+                raise MissingTrainerEnv(_ENV_NAMES[name])
 
         def get(name: str) -> str | None:
             return env.get(_ENV_NAMES[name]) or None
@@ -111,6 +111,16 @@ class TrainerEnv:
             eval_sha256=get("eval_sha256"), hold_at=get("hold_at"), workdir=get("workdir"),
             code_sha256=get("code_sha256"),
         )
+
+
+class MissingTrainerEnv(LookupError):
+    """The trainer runs outside a deployment: `glue deploy` (or a test giving the same environment) sets it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"{name} is not set: this trainer runs under `glue deploy`, which sets gpukit's "
+                         "environment; to try the loop without a cluster give it that environment "
+                         "(docs/guides/trainer-contract.md)")
+        self.name = name
 
 
 def node_vars(node: int, vm: str) -> dict[str, str]:

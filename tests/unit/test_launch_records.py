@@ -16,7 +16,7 @@ import pytest
 from glue.paths import PROJECT_ROOT
 from glue.runs.records import AttemptRecord, Manifest
 from glue.train import trainer_vars
-from glue.train.run.launch import LaunchSpec, SpecBucket, TrainerEnv, node_vars
+from glue.train.run.launch import LaunchSpec, MissingTrainerEnv, SpecBucket, TrainerEnv, node_vars
 from glue.train.state_paths import StatePaths
 
 # A launch spec as glue deploy wrote it before the types (an attempt started by an older controller).
@@ -49,8 +49,9 @@ def test_trainer_env_defaults_are_the_trainers() -> None:
 
 
 def test_trainer_env_names_the_missing_variable() -> None:
-    with pytest.raises(KeyError, match="GPUKIT_OUTPUTS"):
+    with pytest.raises(MissingTrainerEnv, match=r"^GPUKIT_OUTPUTS is not set") as info:
         TrainerEnv.from_env({"GPUKIT_RUN": "r", "GPUKIT_CHECKPOINT": "c", "GPUKIT_BUCKET_NAME": "b"})
+    assert info.value.name == "GPUKIT_OUTPUTS"
 
 
 def test_node_vars_are_what_the_trainer_reads() -> None:

@@ -178,6 +178,7 @@ def live_problems(home: Path, vms: list[inventory.Host]) -> dict[str, str]:
     from glue.infra import ansible
 
     checks = (ansible.last_verify(home) or {}).get("hosts", {})
+    slurm = current.ClusterConfig.load(home).scheduler == "slurm"
 
     def problem(h: inventory.Host) -> str | None:
         last = checks.get(h.name) or {}
@@ -189,7 +190,12 @@ def live_problems(home: Path, vms: list[inventory.Host]) -> dict[str, str]:
                                    ">/dev/null && timeout 5 ls /mnt/s3 >/dev/null", timeout=15)
         except GlueError:
             return "not reachable over SSH"
-        return None if res.exit_code == 0 else "its bucket mount is not active"
+        if res.exit_code != 0:
+            return "its bucket mount is not active"
+        if slurm and ssh.run(home, h, "systemctl is-active --quiet slurmd && systemctl is-active --quiet munge",
+                                       timeout=15).exit_code != 0:
+            return "slurmd or munge is not active"  # a node Slurm cannot use: the slurm role starts them again
+        return None
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         found = dict(zip([h.name for h in vms], pool.map(problem, vms), strict=True))

@@ -82,6 +82,12 @@ def test_slurm_cluster_up_with_a_drained_spare_then_none(kit: Kit) -> None:
     processes.append(os.popen("ps -eo args").read())
     assert leaks(home, key, secret, [up.stdout + up.stderr, *processes]) == []
 
+    # A node whose slurmd died is converged again by the next `glue up` (its live check) and back in service.
+    on_vm(home, "gpukit-2", "systemctl stop slurmd")
+    again = kit.glue("up", timeout=UP_TIMEOUT_S)
+    assert "converging gpukit-2:" in again.stderr, again.stderr
+    assert {n.name: n.state for n in nodes.node_states(home)}["gpukit-2"] == "idle"
+
     # --scheduler none: the role stops Slurm everywhere; the cluster has no head any more.
     kit.glue("up", "--scheduler", "none", timeout=UP_TIMEOUT_S)
     assert json.loads((home / "cluster.json").read_text())["scheduler"] == "none"

@@ -30,6 +30,7 @@ from typing import Any
 from glue.memprobe import search
 from glue.memprobe.runner import FIT, OOM, run_command
 from glue.train import trainer_vars as V
+from glue.train.layout import run_uri
 from glue.train.run.launch import TrainerEnv
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -45,9 +46,9 @@ def _project(root: Path) -> Path:
 
 
 def _env(root: Path, cfg: dict[str, Any], probe: bool) -> dict[str, str]:
-    env = TrainerEnv(run="bench", checkpoint="s3://gpukit/runs/bench", outputs="s3://gpukit/runs/bench/outputs",
-                     bucket_name="gpukit", config=cfg, via_mount=True, bucket_mount=str(root / "mnt"),
-                     scratch=str(root / "scratch")).to_env()
+    records = run_uri("gpukit", "bench")
+    env = TrainerEnv(run="bench", checkpoint=records, outputs=f"{records}/outputs", bucket_name="gpukit", config=cfg,
+                     via_mount=True, bucket_mount=str(root / "mnt"), scratch=str(root / "scratch")).to_env()
     out = {**os.environ, **env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
     if probe:
         out.update({V.PROBE_DIR: str(root / "probe"), V.PROBE_STEPS: "2"})

@@ -108,6 +108,18 @@ def oom_run(cluster_kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> str:
     return "oom-host"
 
 
+def stop_live_runs(kit: Kit) -> None:
+    """No run of an earlier test still live on the session's cluster. A test's cleanup that kills only a
+    supervisor leaves its trainer training, and a live run makes its VM busy: deploy places around it and a
+    recovery moves off it rather than replace it (docs/placement.md). `glue stop` ends each one."""
+    from glue.cluster import current
+    from glue.runs import occupancy
+
+    for runs in occupancy.live_on(kit.home, current.hosts(kit.home)).runs.values():
+        for run in runs:
+            kit.glue("stop", "--run", run, check=False)
+
+
 def vm_ssh(home: Path, vm: VMRecord, command: str) -> tuple[int, str]:
     """Run a command as root on a VM straight from its backend record, trusting only its pinned host key."""
     client = paramiko.SSHClient()

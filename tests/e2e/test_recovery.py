@@ -18,6 +18,7 @@ from glue.cluster import current
 from glue.runs import guard
 from glue.storage import bucket as bucket_store
 from tests.integration.test_runs import here, run_config, s3, wait_for
+from tests.kit import stop_live_runs
 
 from .conftest import Kit
 
@@ -249,6 +250,7 @@ def test_a_mount_lost_mid_run_is_storage_lost_and_recovers_without_force(cluster
     # as a user's logs or artifacts would.
     cfg = run_config(tmp_path, config={"steps": 3000, "step_sleep": 0.05, "checkpoint_interval": 10,
                                        "log_dir": "/mnt/s3/mount-lost-logs"}, checkpoint={"interval_steps": 10})
+    stop_live_runs(fast)  # its recovery replaces gpukit-2: no other test's trainer may live there
     kit.glue("deploy", "--run", "mount-lost", "--config", str(cfg), "--vm", "gpukit-2")
     try:
         wait_for(fast, "mount-lost", lambda s: (s["step"] or 0) >= 25)

@@ -20,7 +20,7 @@ from glue.cloud.local.backend import LocalBackend
 from glue.cloud.local.bucket import LocalBucket
 from glue.runs.store import RunStore
 from tests.integration.test_runs import run_config
-from tests.kit import GLUE
+from tests.kit import GLUE, stop_live_runs
 
 from .conftest import Kit
 
@@ -104,6 +104,7 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
                          notify=notify)
     keep_cfg = run_config(tmp_path, "keep.yaml", config={"steps": 3000, "step_sleep": 0.1},
                           recovery={"max_failures": 1, "keep_failed": True}, notify=notify)
+    stop_live_runs(kit)  # w-keep's recovery replaces gpukit-2: no other test's trainer may live there
     kit.glue("deploy", "--run", "w-keep", "--config", str(keep_cfg), "--vm", "gpukit-2")
     kit.glue("deploy", "--run", "w-oom", "--config", str(oom_cfg), "--vm", "gpukit-2", "--memory-limit-mb", "350")
     kit.glue("deploy", "--run", "w-main", "--config", str(main_cfg), "--vm", "gpukit-1")

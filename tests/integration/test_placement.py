@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from glue.cluster import current
+from glue.errors import NoCapacity
 from glue.runs import occupancy
 from tests.integration.test_runs import here, run_config, run_objects, status, vm_exec, wait_for
+from tests.kit import stop_live_runs
 
 from .conftest import Kit
 
@@ -30,18 +32,11 @@ def _vm_id(kit: Kit, name: str) -> str:
     return next(v["id"] for v in json.loads(kit.glue("status", "--json").stdout)["vms"] if v["name"] == name)
 
 
-def _quiet(kit: Kit) -> None:
-    """No live run of an earlier test on the cluster (a trainer left running by a test's cleanup): stopped."""
-    for runs in occupancy.live_on(kit.home, current.hosts(kit.home)).runs.values():
-        for run in runs:
-            kit.glue("stop", "--run", run, check=False)
-    assert occupancy.live_on(kit.home, current.hosts(kit.home)).runs == {}
-
-
 @pytest.mark.timeout(600)
 def test_runs_go_to_free_vms_and_a_recovery_moves_off_a_shared_vm(cluster_kit: Kit, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
-    _quiet(fast)
+    stop_live_runs(fast)  # a trainer an earlier test's cleanup left running
+    assert occupancy.live_on(fast.home, current.hosts(fast.home)).runs == {}
     short = run_config(tmp_path, "short.yaml", config={"steps": 3000, "step_sleep": 0.1, "checkpoint_interval": 5},
                        **CKPT)
     # The neighbour: long enough to be running when the recovery starts (asserted there), then to complete.
@@ -74,6 +69,7 @@ def test_runs_go_to_free_vms_and_a_recovery_moves_off_a_shared_vm(cluster_kit: K
         line = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else ""
         assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
         assert "gpukit-1 also runs live run pl-c" in line and "no other VM is free" in line, res.stderr
+        assert NoCapacity.said_in(line)  # `glue watch` waits for a VM instead of counting a failed recovery
         assert "gpukit-2 (run pl-b)" in line and "glue up --vms 3" in line, line
         res = kit.glue("recover", "--run", "pl-a", "--same-vm", check=False)
         assert res.returncode == 1 and "--same-vm: gpukit-1 also runs live run pl-c" in res.stderr, res.stderr

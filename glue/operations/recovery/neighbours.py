@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from glue.cluster import current
-from glue.errors import GlueError
+from glue.errors import GlueError, NoCapacity
 from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.runs import occupancy
@@ -22,12 +22,12 @@ def elsewhere(home: Path, store: RunStore, console: Console, nodes: list[dict[st
               keep_failed: bool) -> Host | None:
     """The free VM the run moves to when its VM is alive and used by other live runs; None when the usual
     path (replace the VM, or re-create a lost one) harms no one: a group (it keeps its live VMs), a lost VM
-    (nothing lives on it any more), a VM only this run used."""
+    or one that answers nothing (whatever ran there is lost alike), a VM only this run used."""
     if len(nodes) != 1:
         return None
     host = current.host_of_node(home, nodes[0])
-    if host is None or current.backend(home).read_vm(host.id) is None:
-        return None
+    if host is None or current.backend(home).read_vm(host.id) is None or not ssh.reachable(home, host):
+        return None  # lost (or frozen: it answers nothing) for every run on it alike
     others = occupancy.live_on(home, [host], exclude=store.run).busy(host.name)
     if not others:
         return None
@@ -40,10 +40,13 @@ def elsewhere(home: Path, store: RunStore, console: Console, nodes: list[dict[st
     free = [h for h in occ.free(hosts) if ssh.reachable(home, h)]
     if not free:
         busy = occ.describe([h.name for h in hosts])
-        raise GlueError(f"run {store.run}'s VM {host.name} also runs live {theirs}: replacing it would kill "
-                        f"{'it' if len(others) == 1 else 'them'}, and no other VM is free"
-                        f"{f' (live runs use {busy})' if busy else ''}; `glue up --vms {len(hosts) + 2}` adds one "
-                        f"(then recover again), or recover once {others[0]} has ended (`glue stop --run {others[0]}`)")
+        # No capacity for now (`glue watch` waits and asks again, spending no budget): the neighbour ends, or
+        # another VM frees up.
+        raise NoCapacity(f"run {store.run}'s VM {host.name} also runs live {theirs}: replacing it would kill "
+                         f"{'it' if len(others) == 1 else 'them'}, and there is no capacity elsewhere, no other VM "
+                         f"is free{f' (live runs use {busy})' if busy else ''}; `glue up --vms {len(hosts) + 2}` adds "
+                         f"one (then recover again), or recover once {others[0]} has ended (`glue stop --run "
+                         f"{others[0]}`)")
     if keep_failed:
         console.print(f"--keep-failed: {host.name} is not kept apart (live {theirs} on it); the failed attempt is "
                       "stopped there")

@@ -15,6 +15,7 @@ import yaml
 from glue.cloud.local.bucket import LocalBucket
 from glue.runs.store import RunStore
 from glue.storage import bucket as bucket_store
+from tests.kit import stop_live_runs
 
 from .conftest import Kit
 
@@ -479,6 +480,7 @@ def test_a_watcher_whose_recovery_resumes_wrongly_stops_the_run_as_a_bad_restart
     cfg = run_config(tmp_path, config={"steps": 80, "step_sleep": 0.1, "broken_resume": "skip_rng"},
                      checkpoint={"interval_steps": 5, "keep_last": 30}, monitor={"heartbeat_seconds": 0.5},
                      env={"OMP_NUM_THREADS": "1", "GPUKIT_HOLD_AT": "1:27"})
+    stop_live_runs(fast)  # its recovery replaces gpukit-2: no other test's trainer may live there
     kit.glue("deploy", "--run", "wbad", "--config", str(cfg), "--vm", "gpukit-2")
     wait_for(fast, "wbad", lambda s: (s["step"] or 0) >= 27)
     rec = RunStore.open(kit.home, "wbad").attempt(1)
@@ -512,6 +514,7 @@ def test_a_watcher_killed_after_recording_the_new_attempt_is_retried_on_its_budg
     kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 60, "step_sleep": 0.1, "checkpoint_interval": 10},
                      checkpoint={"interval_steps": 10}, monitor={"heartbeat_seconds": 0.5})
+    stop_live_runs(fast)  # its recovery replaces gpukit-2: no other test's trainer may live there
     kit.glue("deploy", "--run", "wint", "--config", str(cfg), "--vm", "gpukit-2")
     wait_for(fast, "wint", lambda s: (s["step"] or 0) >= 15)
     store = RunStore.open(kit.home, "wint")

@@ -46,19 +46,22 @@ def local_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BucketHan
     server.stop()
 
 
-# `make test` runs two lanes on two pytest-xdist workers (-n 2 --lanes). The side lane: the files
-# here, long and CPU-bound but with no timing to miss, the qemu e2e (minutes of emulation) above all.
-# The serial lane: every other test, in order. Two workers sharing the local-VM tests would starve
-# the timing-sensitive ones (stall detection, the 2-node group) on a 2-core machine, so the side
-# lane's worker is reniced and takes only the CPU the serial lane leaves.
-# The memprobe run and the chained serverless run (no step timing either) went back to the serial lane on
-# 2026-12-06: in a quiet clean-clone run the side lane took 1594 s against the serial lane's 1309 s.
+# `make test` runs three lanes on three pytest-xdist workers (-n 3 --lanes). Most of the suite's time is
+# waiting on VMs (its CPU time is about a third of two cores' wall time), so lanes overlap the waits.
+# The serial lane: every test not listed below, in order, at normal priority: the timing-sensitive
+# ones (stall detection, the 2-node group) must not be starved on a 2-core machine. The two side lanes
+# are long and CPU-bound tests with no timing to miss, their workers reniced (and what they start:
+# torch, qemu, the VMs), so they take only the CPU the serial lane leaves:
+# - the side lane: the qemu e2e (minutes of emulation), the checkpoint library, the unit tests;
+# - the own-VMs lane: tests with local VMs or clusters of their own (no step timing; waits bounded by
+#   deadlines of minutes): Ansible, the cluster's lifecycle, Lyceum's emulator, Slurm, memprobe on a VM.
+# (2026-12-06, two lanes: the side lane took 1594 s against the serial lane's 1309 s in a quiet clean clone.)
 SIDE_LANE = frozenset({
     "tests/integration/test_qemu.py",
     "tests/integration/test_qemu_seed.py",  # `stress`: only in `make test-all`
     "tests/integration/test_ckpt_kill.py",
     "tests/integration/test_ckpt_workers.py",
-    # The checkpoint library against a local S3 server: no VMs, no step timing (~35 s off the serial lane).
+    # The checkpoint library against a local S3 server: no VMs, no step timing.
     "tests/integration/test_ckpt_s3.py",
     "tests/integration/test_ckpt_resume.py",
     "tests/integration/test_ckpt_transfer.py",
@@ -72,8 +75,8 @@ SIDE_LANE = frozenset({
     "tests/integration/test_ckpt_sharded_kill.py",
     "tests/integration/test_hf_trainer.py",
     "tests/integration/test_lightning_trainer.py",
-    # Local VMs of their own (no shared cluster), waits bounded by deadlines of minutes, no stall or step
-    # timing: ~480 s off the serial lane, the longer one.
+})
+OWN_VMS_LANE = frozenset({
     "tests/integration/test_ansible.py",
     "tests/integration/test_cluster.py",
     "tests/integration/test_doctor.py",
@@ -87,17 +90,30 @@ SIDE_LANE = frozenset({
     "tests/integration/test_provider.py",
     "tests/integration/test_up_converge.py",
     "tests/integration/test_config_seed.py",
+    # Slurm clusters of their own: jobs wait on Slurm's states under deadlines of minutes.
+    "tests/integration/test_slurm_cluster.py",
+    "tests/e2e/test_slurm_runs.py",
+    # memprobe's trials of a user's job on a VM under a memory cgroup: OOM or not, no clock.
+    "tests/e2e/test_memprobe_own_job.py",
 })
-# The unit tests too (~100 s, no VMs), first: they run while the serial lane's first test bakes the VM
-# image (a minute from a fresh clone), which every other test of both lanes waits for.
+# The unit tests too (no VMs), first: they run while the serial lane's first test bakes the VM image
+# (a minute from a fresh clone), which every other test of every lane waits for.
 SIDE_LANE_DIRS = ("tests/unit/",)
 SIDE_LANE_NICE = 10
 
 
+def _lane(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    if path in SIDE_LANE or path.startswith(SIDE_LANE_DIRS):
+        return "side"
+    return "own-vms" if path in OWN_VMS_LANE else "serial"
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--lanes", action="store_true", default=False,
-                     help="with -n 2: the side lane (the qemu e2e, a few long CPU-bound files, the unit tests) on one "
-                          "worker, reniced; the rest of the suite in order on the other")
+                     help="with -n 3: the side lane (the qemu e2e, the checkpoint library, the unit tests) and the "
+                          "own-VMs lane (tests with VMs of their own) on reniced workers; the rest of the suite in "
+                          "order on the third")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -107,11 +123,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 class Lanes(LoadScopeScheduling):
-    """xdist's scope scheduling with two scopes: the side lane's files, and the serial lane."""
+    """xdist's scope scheduling with one scope per lane (side, own-vms, serial): each lane's tests on one
+    worker, in order."""
 
     def _split_scope(self, nodeid: str) -> str:
-        path = nodeid.split("::", 1)[0]
-        return "side" if path in SIDE_LANE or path.startswith(SIDE_LANE_DIRS) else "serial"
+        return _lane(nodeid)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Lanes | None:
@@ -123,8 +139,7 @@ def _side_lane_yields_the_cpu(request: pytest.FixtureRequest) -> None:
     """Renice this worker (and what it starts: torch, qemu) before its first side-lane test; for good:
     the worker's lane is decided once."""
     if (request.config.getoption("lanes") and os.environ.get("PYTEST_XDIST_WORKER")
-            and (request.node.nodeid.split("::", 1)[0] in SIDE_LANE
-                 or request.node.nodeid.startswith(SIDE_LANE_DIRS))):
+            and _lane(request.node.nodeid) != "serial"):
         now = os.getpriority(os.PRIO_PROCESS, 0)
         if now < SIDE_LANE_NICE:
             os.nice(SIDE_LANE_NICE - now)

@@ -11,14 +11,13 @@ from typing import Any
 from rich.console import Console
 
 from glue.cloud import get_backend
-from glue.cluster import current, spare_roles
+from glue.cluster import current, slurm_vars, spare_roles
 from glue.cluster.current import ClusterConfig, all_hosts, bucket_info, hosts, tf_vars
 from glue.errors import GlueError
 from glue.images import build, disk, recipe
 from glue.infra import inventory, preflight, ssh
 from glue.infra.terraform import Terraform, is_spare
 from glue.operations import converge, convergence, down_guard, spare_state
-from glue.scheduler.slurm import cluster_vars
 from glue.storage import bucket as bucket_store
 
 
@@ -55,7 +54,7 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True,
             remove_orphans(home, cfg.backend, outputs, console, spare={k.id for k in kept(home)})
         written = inventory.write(home, outputs, also_known=kept_host_keys(home))
     if configure:
-        cluster_vars.write(home, cfg, written)  # the scheduler's group vars: a change converges every VM
+        slurm_vars.write(home, cfg, written)  # the scheduler's group vars: a change converges every VM
         converge_changed(home, console, written, image, converge_all)
     return written
 

@@ -1,4 +1,4 @@
-"""The scheduler's group vars `glue up` writes for the slurm role (glue.scheduler.slurm.cluster_vars)."""
+"""The scheduler's group vars `glue up` writes for the slurm role (glue.cluster.slurm_vars)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import yaml
 
+from glue.cluster import slurm_vars as cluster_vars
 from glue.cluster.current import ClusterConfig
 from glue.infra.inventory import Host
-from glue.scheduler.slurm import cluster_vars
 
 
 def host(name: str, address: str = "127.0.0.1", gpus: int = 0) -> Host:

@@ -1,7 +1,8 @@
-"""The scheduler's part of the playbook's input: <home>/ansible/group_vars/all/gpukit_scheduler.yml,
+"""The scheduler's part of the playbook's input, <home>/ansible/group_vars/all/gpukit_scheduler.yml,
 written by `glue up` from the cluster config (`--scheduler`), beside the user's group vars (whose hash
 is part of every VM's configuration: changing the scheduler converges every VM). ansible/roles/slurm
-reads it: the head, the nodes of the partition, the spares held out, and the ports.
+reads it: the head, the nodes of the partition, the spares held out, and the ports. (Here, below
+glue.operations, which writes it; glue.scheduler.slurm, which talks to the running Slurm, sits above.)
 
 Ports: VMs reached on a loopback address share this machine's network (local nspawn VMs: one network
 namespace; qemu: forwarded from it), where another kit home's Slurm may run too: slurmctld and each
@@ -21,8 +22,9 @@ import yaml
 
 from glue.cluster.current import ClusterConfig
 from glue.infra.inventory import Host
-from glue.scheduler.slurm import PARTITION, SPARE_REASON
 
+PARTITION = "gpu"
+SPARE_REASON = "gpukit spare"  # the reason a warm spare is drained with until a lost node's place needs it
 SLURMCTLD_PORT, SLURMD_PORT = 6817, 6818
 _PORT_RANGE = (20000, 32000)  # below Linux's ephemeral range: no outgoing connection takes one meanwhile
 
@@ -100,7 +102,7 @@ def write(home: Path, cfg: ClusterConfig, hosts: list[Host]) -> None:
     path = vars_path(home)
     if cfg.scheduler == "none" and not path.exists():
         return
-    text = ("# Written by `glue up` (glue/scheduler/slurm/cluster_vars.py) from the cluster config; "
+    text = ("# Written by `glue up` (glue/cluster/slurm_vars.py) from the cluster config; "
             "edits are overwritten.\n" + yaml.safe_dump(settings(home, cfg, hosts), sort_keys=True))
     if path.is_file() and path.read_text() == text:
         return

@@ -97,7 +97,8 @@ def memprobe(config_path: Path | None, run_id: str | None, vm: str | None, vary:
     else:
         # a pipe or file gets the whole table, not 80 columns of it
         report_mod.print_report(Console() if sys.stdout.isatty() else Console(width=160), result.report)
-    err.print("saved: " + "; ".join(result.saved))
+    # Paths whole on one line (copied into the next command), however narrow the terminal.
+    err.print("saved: " + "; ".join(result.saved), soft_wrap=True)
     if result.unsaved is not None:
         raise GlueError(result.unsaved)
 

@@ -46,14 +46,14 @@ def local_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BucketHan
     server.stop()
 
 
-# `make test` runs three lanes on three pytest-xdist workers (-n 3 --lanes). Most of the suite's time is
+# `make test` runs two lanes on two pytest-xdist workers (-n 2 --lanes). Most of the suite's time is
 # waiting on VMs (its CPU time is about a third of two cores' wall time), so lanes overlap the waits.
 # The serial lane: every test not listed below, in order, at normal priority: the timing-sensitive
-# ones (stall detection, the 2-node group) must not be starved on a 2-core machine. The two side lanes
-# are long and CPU-bound tests with no timing to miss, their workers reniced (and what they start:
-# torch, qemu, the VMs), so they take only the CPU the serial lane leaves:
-# - the side lane: the qemu e2e (minutes of emulation), the checkpoint library, the unit tests;
-# - the own-VMs lane: tests with local VMs or clusters of their own (no step timing; waits bounded by
+# ones (stall detection, the 2-node group) must not be starved on a 2-core machine. The side lane's two
+# sets are long and CPU-bound tests with no timing to miss, on one worker, reniced (and what it starts:
+# torch, qemu, the VMs), so it takes only the CPU the serial lane leaves:
+# - SIDE_LANE: the qemu e2e (minutes of emulation), the checkpoint library, the unit tests;
+# - OWN_VMS_LANE: tests with local VMs or clusters of their own (no step timing; waits bounded by
 #   deadlines of minutes): Ansible, the cluster's lifecycle, Lyceum's emulator, Slurm, memprobe on a VM.
 # (2026-12-06, two lanes: the side lane took 1594 s against the serial lane's 1309 s in a quiet clean clone.)
 SIDE_LANE = frozenset({
@@ -106,14 +106,16 @@ def _lane(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     if path in SIDE_LANE or path.startswith(SIDE_LANE_DIRS):
         return "side"
-    return "own-vms" if path in OWN_VMS_LANE else "serial"
+    # Its own worker (-n 3) starved the serial lane's 2-process group into a false `stall` in one of two
+    # clean-clone runs (2026-12-06): one reniced side worker for both sets until that test is sturdier.
+    return "side" if path in OWN_VMS_LANE else "serial"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--lanes", action="store_true", default=False,
-                     help="with -n 3: the side lane (the qemu e2e, the checkpoint library, the unit tests) and the "
-                          "own-VMs lane (tests with VMs of their own) on reniced workers; the rest of the suite in "
-                          "order on the third")
+                     help="with -n 2: the side lane (the qemu e2e, the checkpoint library, the unit tests, the "
+                          "tests with VMs of their own) on one worker, reniced; the rest of the suite in order on "
+                          "the other")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -64,6 +64,11 @@ def kit(tmp_path: Path) -> Iterator[Kit]:
     home.mkdir()
     env = {**os.environ, "GPUKIT_HOME": str(home)}
     yield Kit(home=home, env=env)
+    remove_kit_home_machines(home)
+
+
+def remove_kit_home_machines(home: Path) -> None:
+    """Whatever a kit home started, gone: the spare refill, every VM, the bucket server, the short dirs."""
     stop_spare_refill(home)
     backend = LocalBackend(home)
     if backend.vms_dir.is_dir():

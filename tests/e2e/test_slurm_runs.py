@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 
 from glue.cloud.local.backend import LocalBackend
-from glue.cloud.local.bucket import LocalBucket
 from glue.runs.store import RunStore
 from tests.integration.test_runs import here, run_config, s3
-from tests.kit import GLUE, forget_short_dirs, stop_spare_refill
+from tests.kit import GLUE, remove_kit_home_machines
 
 from .conftest import Kit
 
@@ -37,13 +36,7 @@ def slurm_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
     kit.glue("up", "--vms", "3", "--scheduler", "slurm", timeout=900)
     yield kit
     kit.glue("down", "--force", check=False, timeout=300)
-    stop_spare_refill(home)
-    backend = LocalBackend(home)
-    if backend.vms_dir.is_dir():
-        for vm_dir in backend.vms_dir.iterdir():
-            backend.delete_vm(vm_dir.name)
-    LocalBucket(home).stop()
-    forget_short_dirs(home)
+    remove_kit_home_machines(home)
 
 
 def on_head(kit: Kit, command: str) -> str:

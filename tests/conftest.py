@@ -69,6 +69,7 @@ SIDE_LANE = frozenset({
     "tests/integration/test_ckpt_mount.py",
     "tests/integration/test_restore_pipeline.py",
     "tests/integration/test_bucket_reads.py",
+    "tests/integration/test_controller_install.py",  # a wheel into a fresh venv, offline: no VMs
     # Sharded checkpoints (ranks on gloo, kill -9 at hold points) and the framework integrations: CPU-bound
     # library tests, no VM, no timing.
     "tests/integration/test_ckpt_sharded.py",

@@ -7,7 +7,7 @@ from pathlib import Path
 from glue.cloud.base import Backend
 from glue.errors import GlueError
 
-BACKENDS = ("local", "lyceum", "qemu")
+BACKENDS = ("local", "lyceum", "qemu", "ssh")
 
 
 def get_backend(name: str, home: Path) -> Backend:
@@ -24,4 +24,8 @@ def get_backend(name: str, home: Path) -> Backend:
         from glue.cloud.qemu.backend import QemuBackend
 
         return QemuBackend(home)
+    if name == "ssh":
+        from glue.cloud.ssh.backend import SshBackend
+
+        return SshBackend(home)
     raise GlueError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")

@@ -6,6 +6,7 @@ import json
 import re
 import shlex
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -45,13 +46,19 @@ def _check_prefix(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--scheduler", type=click.Choice(list(current.SCHEDULERS)), default=None,
               help="Job scheduler on the cluster (default: as last time, else none). slurm: slurmctld on the first "
                    "VM, slurmd on every VM, a partition `gpu` (docs/slurm.md); none again stops it.")
+@click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The ssh backend's hosts file (YAML: address, port, user, identity_file, labels per host; "
+                   "docs/guides/ssh-hosts.md); default: as last time. Hosts beyond --vms are the spares.")
+@click.option("--accept-new-host-keys", is_flag=True,
+              help="ssh backend: pin a host key seen for the first time without asking (its fingerprint is shown).")
 @click.option("--no-configure", is_flag=True, help="Only create the VMs; skip the Ansible playbook.")
 @click.option("--converge", "converge_all", is_flag=True,
               help="Run the playbook on every VM, even those whose configuration did not change.")
 @click.option("--force", is_flag=True, help="Remove VMs (fewer --vms, another --name-prefix) even with runs "
                                             "unfinished or uploads pending on them.")
 def up(vms: int | None, backend: str | None, name_prefix: str | None, spares: int | None, scheduler: str | None,
-       no_configure: bool, converge_all: bool, force: bool) -> None:
+       hosts_file: Path | None, accept_new_host_keys: bool, no_configure: bool, converge_all: bool,
+       force: bool) -> None:
     """Create (or repair) the cluster: terraform apply, pin host keys, run the playbook on the VMs whose
     configuration changed (each named with the reason). With nothing changed and every VM alive, it applies
     and converges nothing: it checks that each VM answers with its bucket mount live, and says so."""
@@ -69,6 +76,7 @@ def up(vms: int | None, backend: str | None, name_prefix: str | None, spares: in
         cfg.scheduler = scheduler
     if no_configure and converge_all:
         raise click.UsageError("--converge and --no-configure contradict each other: pick one")
+    _ssh_hosts(cfg, hosts_file, accept_new_host_keys)
     hosts = lifecycle.up(h, cfg, err, configure=not no_configure, force=force, converge_all=converge_all)
     table = Table(title=f"cluster ({cfg.backend})", box=None)
     for col in ("vm", "ssh", "gpu"):
@@ -78,6 +86,23 @@ def up(vms: int | None, backend: str | None, name_prefix: str | None, spares: in
                       f"{host.ssh_user}@{host.ssh_host}:{host.ssh_port}",
                       f"{host.gpu_count}x {host.gpu_type}" + (" (spot)" if host.market == "spot" else ""))
     err.print(table)
+
+
+def _ssh_hosts(cfg: current.ClusterConfig, hosts_file: Path | None, accept_new: bool) -> None:
+    """The ssh backend: every host of the file checked (keys pinned or asked) before terraform runs."""
+    if cfg.backend != "ssh":
+        if hosts_file is not None or accept_new:
+            raise click.UsageError("--hosts and --accept-new-host-keys are for --backend ssh")
+        return
+    from glue.cloud.ssh import setup
+
+    if hosts_file is not None:
+        cfg.hosts = str(hosts_file.expanduser().resolve())
+    if not cfg.hosts:
+        raise click.UsageError("--backend ssh needs --hosts FILE: the machines to use (docs/guides/ssh-hosts.md)")
+    confirm = (lambda q: click.confirm(q, default=False, err=True)) if sys.stdin.isatty() else None
+    setup.prepare(home(), Path(cfg.hosts), cfg.vms, setup.Asking(accept_new, confirm),
+                  lambda line: err.print(line, highlight=False, markup=False))
 
 
 @click.command()

@@ -96,6 +96,8 @@ OWN_VMS_LANE = frozenset({
     "tests/e2e/test_slurm_runs.py",
     # memprobe's trials of a user's job on a VM under a memory cgroup: OOM or not, no clock.
     "tests/e2e/test_memprobe_own_job.py",
+    # Machines of their own, started outside gpukit (the ssh backend's hosts).
+    "tests/e2e/test_ssh_hosts.py",
 })
 # The unit tests too (no VMs), first: they run while the serial lane's first test bakes the VM image
 # (a minute from a fresh clone), which every other test of every lane waits for.

@@ -34,7 +34,8 @@ def test_a_hosts_file_reads_as_written() -> None:
 
 
 @pytest.mark.parametrize(("text", "said"), [
-    ("hosts:\n  - address: a\n    identity_file: k\n    prot: 22\n", "host 1 (a): prot: Extra inputs are not permitted"),
+    ("hosts:\n  - address: a\n    identity_file: k\n    prot: 22\n",
+     "host 1 (a): prot: Extra inputs are not permitted"),
     ("hosts:\n  - address: a\n    identity_file: k\n  - address: b\n    port: 70000\n    identity_file: k\n",
      "host 2 (b): port: Input should be less than or equal to 65535"),
     ("hosts:\n  - address: a\n", "host 1 (a): identity_file: Field required"),

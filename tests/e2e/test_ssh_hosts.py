@@ -1,0 +1,171 @@
+"""Machines the user already has (`glue up --backend ssh --hosts FILE`): three machines started outside gpukit,
+as a third party would (the local backend's nspawn machinery under a home of their own, with their owner's
+SSH key, not the kit's), in a hosts file. `glue up --vms 2` configures two; a run's host stops answering;
+`glue recover` moves the run onto the third, verified; the lost host, back, is released of gpukit's leftovers
+by the next `glue up`; `glue down` leaves all three machines running with gpukit's units and files gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from glue.cloud.base import VMRecord, VMSpec
+from glue.cloud.local.backend import LocalBackend
+from glue.cloud.ssh.claim import KEY_MARK
+from tests.integration.test_runs import here, run_config, s3, wait_for
+from tests.kit import Kit, remove_kit_home_machines
+
+pytestmark = pytest.mark.e2e
+
+LEFT = ("/etc/gpukit", "/usr/local/sbin/gpukit-mount", "/etc/systemd/system/gpukit-mount.service",
+        "/var/cache/gpukit-rclone")
+
+
+class Owner:
+    """The machines' owner: their own home for the machines, their own SSH key."""
+
+    def __init__(self, root: Path) -> None:
+        self.home = root / "owner"
+        self.home.mkdir()
+        self.key = root / "owner_id"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)], check=True)
+        self.backend = LocalBackend(self.home)
+        self.boxes: list[VMRecord] = []
+
+    def start(self, n: int) -> None:
+        pub = (self.key.with_suffix(".pub")).read_text().strip()
+        self.boxes = [self.backend.create_vm(VMSpec(f"box-{i}", "none", 0, 10, pub)) for i in range(1, n + 1)]
+
+    def ssh(self, box: VMRecord, command: str, user: str = "root") -> tuple[int, str]:
+        client = paramiko.SSHClient()
+        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # the owner's own machine, just booted
+        client.connect(box.ssh_host, port=box.ssh_port, username=user, key_filename=str(self.key),
+                       look_for_keys=False, allow_agent=False, timeout=10)
+        try:
+            _, out, err = client.exec_command(command, timeout=60)
+            return out.channel.recv_exit_status(), out.read().decode() + err.read().decode()
+        finally:
+            client.close()
+
+    def processes(self, box: VMRecord) -> list[int]:
+        """Every process of the machine (nspawn and all below it), as this host sees them."""
+        state = json.loads((self.backend.vms_dir / box.id / "state.json").read_text())
+        todo, seen = [int(state["unshare_pid"])], []
+        while todo:
+            pid = todo.pop()
+            seen.append(pid)
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                try:
+                    todo += [int(c) for c in (task / "children").read_text().split()]
+                except OSError:
+                    continue
+        return seen
+
+    def hosts_file(self, path: Path, user: str = "root") -> Path:
+        path.write_text("hosts:\n" + "".join(
+            f"  - name: {b.name}\n    address: {b.ssh_host}\n    port: {b.ssh_port}\n    user: {user}\n"
+            f"    identity_file: {self.key}\n" for b in self.boxes))
+        return path
+
+
+@pytest.fixture(scope="module")
+def owner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Owner]:
+    who = Owner(tmp_path_factory.mktemp("ssh-hosts"))
+    try:
+        who.start(3)
+        yield who
+    finally:
+        for box in who.boxes:
+            for pid in who.processes(box):  # a test that failed while a machine was stopped
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except OSError:
+                    pass
+        remove_kit_home_machines(who.home)
+
+
+def _kit(root: Path) -> Kit:
+    home = root / "kit"
+    home.mkdir()
+    # These machines share this host's network (as the local backend's do): no group firewall rules here.
+    (home / "ansible" / "group_vars").mkdir(parents=True)
+    (home / "ansible" / "group_vars" / "all.yml").write_text("group_firewall_enabled: false\n")
+    return Kit(home=home, env={**os.environ, "GPUKIT_HOME": str(home)})
+
+
+def test_a_host_without_passwordless_sudo_is_one_line(owner: Owner, tmp_path: Path) -> None:
+    box = owner.boxes[0]
+    rc, out = owner.ssh(box, "id alice >/dev/null 2>&1 || useradd -m -s /bin/sh alice; "
+                             "install -d -o alice -m 700 ~alice/.ssh; "
+                             "install -o alice -m 600 /root/.ssh/authorized_keys ~alice/.ssh/authorized_keys")
+    assert rc == 0, out
+    kit = _kit(tmp_path)
+    hosts = owner.hosts_file(tmp_path / "hosts.yaml", user="alice")
+    res = kit.glue("up", "--backend", "ssh", "--hosts", str(hosts), "--vms", "1", "--accept-new-host-keys",
+                   check=False)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    assert f"FAIL box-1 (alice@127.0.0.1:{box.ssh_port}): alice cannot sudo without a password" in res.stderr
+    assert "NOPASSWD" in res.stderr and "nothing was configured" in res.stderr
+    assert not (kit.home / "terraform").exists()  # terraform never ran
+    remove_kit_home_machines(kit.home)
+
+
+@pytest.mark.timeout(900)
+def test_runs_recover_onto_another_host_of_the_file(owner: Owner, tmp_path: Path) -> None:
+    kit, fast = _kit(tmp_path), None
+    hosts = owner.hosts_file(tmp_path / "hosts.yaml")
+    try:
+        t0 = time.monotonic()
+        res = kit.glue("up", "--backend", "ssh", "--hosts", str(hosts), "--vms", "2", "--accept-new-host-keys",
+                       timeout=600)
+        print(f"glue up of 2 of 3 ssh hosts: {time.monotonic() - t0:.1f} s")
+        assert [ln.split()[1] for ln in res.stderr.splitlines() if ln.startswith("ok ")] == ["box-1", "box-2",
+                                                                                               "box-3"], res.stderr
+        fast = here(kit)
+        vms = {v["name"]: v["id"] for v in json.loads(fast.glue("status", "--json").stdout)["vms"]}
+        assert vms == {"gpukit-1": "box-1", "gpukit-2": "box-2"}
+        assert owner.ssh(owner.boxes[2], "ls /etc/gpukit")[0] != 0  # the spare host is not configured
+
+        cfg = run_config(tmp_path, config={"steps": 80, "step_sleep": 0.1, "checkpoint_interval": 10},
+                         checkpoint={"interval_steps": 10})
+        kit.glue("deploy", "--run", "mine", "--config", str(cfg), "--vm", "gpukit-2")
+        wait_for(fast, "mine", lambda s: (s["step"] or 0) >= 25, timeout=240)
+        lost = owner.processes(owner.boxes[1])
+        for pid in lost:  # box-2 stops answering (as a machine that hangs or drops off the network)
+            os.kill(pid, signal.SIGSTOP)
+        t1 = time.monotonic()
+        res = kit.glue("recover", "--run", "mine", timeout=600)
+        print(f"glue recover onto another host: {time.monotonic() - t1:.1f} s")
+        rec = json.loads(s3(fast).get_object(Bucket="gpukit", Key="runs/mine/recoveries/1.json")["Body"].read())
+        assert rec["verified"] and rec["failure_class"] == "vm_lost", rec
+        assert rec["old_vm"]["id"] == "box-2" and rec["new_vm"]["id"] == "box-3", rec
+        assert rec["first_resumed_step"] == rec["checkpoint_step"] + 1
+        print("recovery phases (s):", rec["seconds"])
+        st = wait_for(fast, "mine", lambda s: s["state"] != "running", timeout=300)
+        assert st["state"] == "completed", st
+
+        for pid in lost:  # box-2 is back; the next `glue up` releases what gpukit left on it
+            os.kill(pid, signal.SIGCONT)
+        res = kit.glue("up", timeout=600)
+        assert "box-2: answers again; released what gpukit left on it" in res.stderr, res.stderr
+        assert owner.ssh(owner.boxes[1], "ls /etc/gpukit")[0] != 0
+
+        kit.glue("down", timeout=600)
+        for box in owner.boxes:
+            assert owner.backend.read_vm(box.id) is not None, f"{box.name} must keep running"
+            _, out = owner.ssh(box, "systemctl list-units --all --plain --no-legend 'gpukit-mount*'; "
+                                     "mountpoint -q /mnt/s3 && echo MOUNTED; "
+                                     f"ls -d {' '.join(LEFT)} 2>/dev/null; grep -c {KEY_MARK} ~/.ssh/authorized_keys")
+            assert out.split() == ["0"], f"{box.name} still has gpukit's: {out}"
+    finally:
+        if fast is not None:
+            kit.glue("down", "--force", check=False)
+        remove_kit_home_machines(kit.home)  # here: the bucket server and the short dirs

@@ -16,11 +16,13 @@ from glue.errors import GlueError
 
 KEY_MARK = "gpukit-kit-key"
 # What the playbook and the runs leave on a host (ansible/roles/*, glue/runs/remote.py, glue.train's state).
-PATHS = ("/etc/gpukit", "/usr/local/sbin/gpukit-mount", "/opt/gpukit", "/var/lib/gpukit", "/var/cache/gpukit-rclone",
+PATHS = ("/etc/gpukit", "/usr/local/sbin/gpukit-mount", "/opt/gpukit", "/var/lib/gpukit/work",
+         "/var/lib/gpukit/scratch", "/var/lib/gpukit/configured-from", "/var/lib/gpukit", "/var/cache/gpukit-rclone",
          "/etc/systemd/system/gpukit-*.service", "/etc/systemd/system/gpukit-*.socket",
          "/etc/tmpfiles.d/gpukit-*.conf", "/etc/ansible/facts.d/gpukit.fact", "/run/gpukit", "/mnt/s3")
 MOUNT = "/mnt/s3"
 VENV = "/opt/gpukit/venv"
+WORK = "/var/lib/gpukit/work"  # runs' code and virtualenvs (glue.train.workspace.paths)
 
 _EXISTING = "for p in " + " ".join(PATHS) + '; do [ -e "$p" ] && echo "$p"; done; true'
 
@@ -48,7 +50,12 @@ def _release(before: list[str]) -> str:
         "for u in $(systemctl list-units --all --plain --no-legend 'gpukit*' 2>/dev/null | awk '{print $1}'); do "
         'case "$kept" in *" /etc/systemd/system/$u "*) continue;; esac; '
         'systemctl disable --now "$u" >/dev/null 2>&1 || systemctl stop "$u" >/dev/null 2>&1 || true; done',
-        f"for p in $(pgrep -f '^{VENV}/bin/' || true); do kill -9 $p 2>/dev/null; done",
+        # The attempts' supervisors and trainers (their pids files, and whatever runs from gpukit's venvs), with
+        # their children and grandchildren (torchrun's workers run in sessions of their own).
+        "all=$( (cat /run/gpukit/runs/*/attempt-*.pids.json 2>/dev/null | grep -o '_pid\": *[0-9]*' "
+        f"| grep -o '[0-9]*$'; pgrep -f '^({VENV}|{WORK})/') | sort -u | tr '\\n' ' ')",
+        "for p in $all; do for c in $(pgrep -P $p); do all=\"$all $c $(pgrep -P $c | tr '\\n' ' ')\"; done; done",
+        '[ -z "${all# }" ] || kill -9 $all 2>/dev/null || true',
         "if command -v docker >/dev/null 2>&1; then ids=$(docker ps -aq --filter name=^gpukit- 2>/dev/null); "
         '[ -z "$ids" ] || docker rm -f $ids >/dev/null 2>&1; fi',
         f"if mountpoint -q {MOUNT}; then umount {MOUNT} 2>/dev/null || umount -l {MOUNT}; fi",

@@ -66,13 +66,18 @@ class SshBackend:
                         host_key=key, gpu_type="none", gpu_count=0, backend="ssh", status="running")
 
     def _reserve(self, name: str) -> tuple[HostEntry, str] | None:
-        """A free, pinned, healthy host (the one released longest ago first), marked taken as `name`."""
+        """A free, pinned, healthy host, marked taken as `name`: the one released longest ago (never: first),
+        then <prefix>-N's own, the N-th of the file (VMs created together land where the file says), then
+        in the file's order."""
         pool = self._hosts()
+        index = name.rpartition("-")[2]
+        own = int(index) - 1 if index.isdigit() else -1
         with state.changing(self.home) as st:
-            free = [h for i, h in pool.items() if i not in st.taken and i not in st.lost and i in st.pins]
+            free = [(k, h) for k, (i, h) in enumerate(pool.items())
+                    if i not in st.taken and i not in st.lost and i in st.pins]
             if not free:
                 return None
-            host = min(free, key=lambda h: st.released_at.get(h.id, 0.0))
+            _, host = min(free, key=lambda kh: (st.released_at.get(kh[1].id, 0.0), kh[0] != own, kh[0]))
             st.taken[host.id] = name
             return host, st.pins[host.id]
 

@@ -37,7 +37,8 @@ def _check_prefix(ctx: click.Context, param: click.Parameter, value: str | None)
               help=f"Number of VMs, 1 to {MAX_VMS} (default: as last time, else 2).")
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default=None,
               help="Where VMs run (default: as last time, else local). Local VMs boot the baked image "
-                   "(`glue image build`) as systemd-nspawn machines; qemu VMs boot it with their own kernel.")
+                   "(`glue image build`) as systemd-nspawn machines; qemu VMs boot it with their own kernel; ssh "
+                   "takes machines you already have from --hosts.")
 @click.option("--name-prefix", default=None, callback=_check_prefix,
               help="VM name prefix (default: gpukit): 2-32 lowercase letters, digits and dashes.")
 @click.option("--spares", type=click.IntRange(0, current.MAX_SPARES), default=None,
@@ -102,7 +103,7 @@ def _ssh_hosts(cfg: current.ClusterConfig, hosts_file: Path | None, accept_new: 
         raise click.UsageError("--backend ssh needs --hosts FILE: the machines to use (docs/guides/ssh-hosts.md)")
     confirm = (lambda q: click.confirm(q, default=False, err=True)) if sys.stdin.isatty() else None
     setup.prepare(home(), Path(cfg.hosts), cfg.vms, setup.Asking(accept_new, confirm),
-                  lambda line: err.print(line, highlight=False, markup=False))
+                  lambda line: err.print(line, highlight=False, markup=False, soft_wrap=True))
 
 
 @click.command()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
+
+# datetime.UTC is Python 3.11+: the VM side runs on 3.10 too (make lint: tests/lint_vm_python.py).
+UTC = timezone.utc
 
 
 def utc_now() -> datetime:

@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import traceback
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -42,7 +42,7 @@ from glue.train.run.probe import Probe
 from glue.train.storage.credentials import credentials_from_file
 from glue.train.storage.mount import bucket_url, mount_path
 from glue.train.storage.target import Storage, open_target
-from glue.train.utc import iso, utc_now
+from glue.train.utc import UTC, iso, utc_now
 
 log = logging.getLogger("glue.train")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 import boto3
@@ -20,7 +20,7 @@ from botocore.credentials import CredentialProvider, Credentials, RefreshableCre
 
 from glue.train.errors import TargetError
 from glue.train.storage import s3_errors
-from glue.train.utc import iso
+from glue.train.utc import UTC, iso
 
 
 class CredentialsLike(Protocol):

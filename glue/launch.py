@@ -49,9 +49,9 @@ def main() -> None:
         if (exc.name or "glue").split(".")[0] == "glue":
             raise
         missing = missing_controller_packages()
-        what = f"the packages {', '.join(missing)}" if missing else f"the module {exc.name}"
-        sys.exit(f"glue: {what} of gpukit's controller are not installed (no module named {exc.name!r}); "
-                 f"install them: {INSTALL}")
+        what = f"the controller's packages {', '.join(missing)} are" if missing else \
+            "a module the controller needs is"
+        sys.exit(f"glue: {what} not installed (no module named {exc.name!r}); install them: {INSTALL}")
 
 
 if __name__ == "__main__":

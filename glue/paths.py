@@ -1,22 +1,41 @@
-"""Where kit state lives: `.gpukit/` in the project root, or $GPUKIT_HOME."""
+"""Where kit state lives: `.gpukit/` in the project root (~/.gpukit for a pip-installed glue), or $GPUKIT_HOME;
+where the kit's own files are (the checkout, or what the wheel installed)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import site
 import sys
 from pathlib import Path
 
 from glue.errors import GlueError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _kit_root() -> Path:
+    """The checkout glue runs from; a pip-installed glue: where the wheel put the kit's ansible/, terraform/
+    and images/ (<prefix>/share/gpukit, setup.py), beside the venv's or the user's site-packages."""
+    if (SOURCE_ROOT / "terraform").is_dir():
+        return SOURCE_ROOT
+    for prefix in (sys.prefix, site.getuserbase()):
+        if (Path(prefix) / "share" / "gpukit" / "terraform").is_dir():
+            return Path(prefix) / "share" / "gpukit"
+    return SOURCE_ROOT
+
+
+PROJECT_ROOT = _kit_root()
+INSTALLED = PROJECT_ROOT != SOURCE_ROOT
 
 
 def home() -> Path:
-    """Kit state directory (VM disks, bucket data, terraform working copy, keys). Created on demand;
-    one that cannot be (a file there, a path that cannot exist, no permission) is one GlueError line."""
+    """Kit state directory (VM disks, bucket data, terraform working copy, keys): $GPUKIT_HOME, else .gpukit/
+    in the project, or ~/.gpukit for a pip-installed glue (a reinstall must not take the state with it).
+    Created on demand; one that cannot be (a file there, a path that cannot exist, no permission) is one
+    GlueError line."""
     base = os.environ.get("GPUKIT_HOME")
-    path = Path(base).resolve() if base else PROJECT_ROOT / ".gpukit"
+    path = Path(base).resolve() if base else (Path.home() if INSTALLED else PROJECT_ROOT) / ".gpukit"
     try:
         path.mkdir(parents=True, exist_ok=True)
         if not os.access(path, os.W_OK | os.X_OK):

@@ -11,16 +11,27 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from glue.paths import PROJECT_ROOT
+from glue.paths import INSTALLED, PROJECT_ROOT, SOURCE_ROOT
 
 # The wheel is a product of the checkout, not of a cluster: kept beside setuptools' own build/.
 WHEEL_DIR = PROJECT_ROOT / "build" / "gpukit-wheels"
 WHEEL_DIRS_KEPT = 5  # a converge still running on an older tree keeps its wheel
 
 
+def link_installed_package() -> None:
+    """A pip-installed glue: the trainer role builds the VM's wheel from the kit's share/gpukit (pyproject.toml,
+    README.md, setup.py's data files), where glue/ is a link to the installed package, made here."""
+    link = PROJECT_ROOT / "glue"
+    if INSTALLED and not (link.is_symlink() and link.resolve() == (SOURCE_ROOT / "glue").resolve()):
+        link.unlink(missing_ok=True)
+        link.symlink_to(SOURCE_ROOT / "glue", target_is_directory=True)
+
+
 def source_hash(root: Path = PROJECT_ROOT) -> str:
     """16 hex digits over every file under glue/ (bytecode excluded), pyproject.toml and README.md (the
     wheel's long description: a wheel reused by this hash holds the same bytes as one built now)."""
+    if root == PROJECT_ROOT:
+        link_installed_package()
     digest = hashlib.sha256()
     files = [root / "pyproject.toml", root / "README.md", *(root / "glue").rglob("*")]
     for path in sorted(p for p in files if p.is_file() and "__pycache__" not in p.parts):

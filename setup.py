@@ -33,4 +33,5 @@ def kit_data_files() -> list[tuple[str, list[str]]]:
     return out
 
 
-setup(data_files=kit_data_files())
+# The trainer role's wheel for a VM (GPUKIT_WHEEL_FOR_VM=1): the code only; a VM drives nothing.
+setup(data_files=[] if os.environ.get("GPUKIT_WHEEL_FOR_VM") == "1" else kit_data_files())

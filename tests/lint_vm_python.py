@@ -65,6 +65,10 @@ def vm_side() -> dict[str, Path]:
     return found
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def stdlib_versions() -> dict[str, tuple[tuple[int, int], tuple[int, int] | None]]:
     """typeshed's stdlib/VERSIONS, as mypy ships it: module -> (first, last or None) Python version."""
     text = (Path(mypy.api.__file__).parent / "typeshed" / "stdlib" / "VERSIONS").read_text()
@@ -100,7 +104,7 @@ def stdlib_problems(files: dict[str, Path]) -> list[str]:
                 first, last = versions[known]
                 if first > low or (last is not None and last < high):
                     span = f"{first[0]}.{first[1]}-" + (f"{last[0]}.{last[1]}" if last else "")
-                    problems.append(f"{path.relative_to(ROOT)}:{node.lineno}: imports {name}, which Python has "
+                    problems.append(f"{_shown(path)}:{node.lineno}: imports {name}, which Python has "
                                     f"only in {span} (the VM side runs on {low[0]}.{low[1]} to {high[0]}.{high[1]})")
     return problems
 
@@ -109,16 +113,16 @@ def ruff_coverage_problems(files: dict[str, Path]) -> list[str]:
     """Every VM-side file under one of pyproject.toml's per-file-target-version patterns for py310."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]
     patterns = [p for p, v in config.get("per-file-target-version", {}).items() if v == "py310"]
-    return [f"{path.relative_to(ROOT)} runs on the VM but no [tool.ruff] per-file-target-version pattern sets it "
-            "to py310: add it there" for path in files.values()
-            if not any(fnmatch.fnmatch(str(path.relative_to(ROOT)), p) for p in patterns)]
+    return [f"{_shown(path)} runs on the VM but no [tool.ruff] per-file-target-version pattern sets it "
+            "to py310: add it there" for path in files.values() if not any(fnmatch.fnmatch(_shown(path), p)
+                                                                          for p in patterns)]
 
 
 def mypy_problems(files: dict[str, Path]) -> list[str]:
     problems = []
     for major, minor in VM_PYTHONS:
         out, err, code = mypy.api.run(["--python-version", f"{major}.{minor}", "--no-error-summary",
-                                       *(str(p.relative_to(ROOT)) for p in sorted(files.values()))])
+                                       *(_shown(p) for p in sorted(files.values()))])
         if code != 0:
             problems += [f"{line} (as Python {major}.{minor})" for line in (out + err).splitlines() if line.strip()]
     return problems

@@ -11,6 +11,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
+from glue.errors import GlueError
 from glue.paths import INSTALLED, PROJECT_ROOT, SOURCE_ROOT
 
 # The wheel is a product of the checkout, not of a cluster: kept beside setuptools' own build/.
@@ -23,8 +24,12 @@ def link_installed_package() -> None:
     README.md, setup.py's data files), where glue/ is a link to the installed package, made here."""
     link = PROJECT_ROOT / "glue"
     if INSTALLED and not (link.is_symlink() and link.resolve() == (SOURCE_ROOT / "glue").resolve()):
-        link.unlink(missing_ok=True)
-        link.symlink_to(SOURCE_ROOT / "glue", target_is_directory=True)
+        try:
+            link.unlink(missing_ok=True)
+            link.symlink_to(SOURCE_ROOT / "glue", target_is_directory=True)
+        except OSError as exc:
+            raise GlueError(f"cannot link {link} to the installed glue package ({exc.strerror}): install gpukit "
+                            "into a venv you own (python3 -m venv; pip install 'gpukit[controller]')") from None
 
 
 def source_hash(root: Path = PROJECT_ROOT) -> str:

@@ -8,6 +8,7 @@ carries what the trainer role builds a VM's gpukit wheel from: that build works 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -157,3 +158,31 @@ def test_the_trainer_wheel_builds_from_the_installed_kit(install: Install) -> No
     names = set(zipfile.ZipFile(next(out.glob("gpukit-*.whl"))).namelist())
     assert {"glue/train/run/supervise.py", "glue/train/workspace/__main__.py", "glue/launch.py"} <= names
     assert not any("share/gpukit" in n for n in names)  # the VM gets the code, not the kit's data files
+
+
+# `stress` (make test-all): VMs of the emulator's own; make test covers the install, doctor and the VM wheel.
+@pytest.mark.stress
+@pytest.mark.timeout(900)
+def test_glue_up_and_down_on_lyceum_from_the_installed_controller(install: Install, tmp_path: Path) -> None:
+    """The user path end to end, still without root on the controller: `glue up` of one emulated Lyceum VM
+    configured by the playbooks from the installed kit (the VM's gpukit wheel built from it), verified
+    ready (the trainer runtime imports glue.train), then `glue down`."""
+    if not (install.venv / "bin" / "ansible-playbook").exists():
+        pytest.skip("the controller install above failed")
+    group_vars = install.folder / ".gpukit" / "ansible" / "group_vars"
+    group_vars.mkdir(parents=True, exist_ok=True)  # the emulator's VMs cannot run nft (docs/lyceum.md)
+    (group_vars / "all.yml").write_text("group_firewall_enabled: false\n")
+    subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(install.folder / ".gpukit")], check=True)
+    with Emulator(tmp_path / "emu", pending_s=0.5) as emu:
+        env = {**emu.env(), "LYCEUM_HARDWARE_PROFILE": "cpu", "LYCEUM_POLL_INTERVAL": "0.2",
+               "LYCEUM_CREATE_TIMEOUT": "60"}
+        try:
+            res = install.run("glue", "up", "--backend", "lyceum", "--vms", "1", timeout=800, **env)
+            assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+            res = install.run("glue", "status", "--json", **env)
+            [vm] = json.loads(res.stdout)["vms"]
+            assert vm["reachable"] and vm["verify"]["ready"], vm
+        finally:
+            down = install.run("glue", "down", timeout=300, **env)
+        assert down.returncode == 0, down.stderr
+        assert emu.live_vms() == []

@@ -49,9 +49,11 @@ def main() -> None:
         if (exc.name or "glue").split(".")[0] == "glue":
             raise
         missing = missing_controller_packages()
-        what = f"the controller's packages {', '.join(missing)} are" if missing else \
-            "a module the controller needs is"
-        sys.exit(f"glue: {what} not installed (no module named {exc.name!r}); install them: {INSTALL}")
+        if missing:
+            sys.exit(f"glue: the controller's packages {', '.join(missing)} are not installed (no module named "
+                     f"{exc.name!r}); install them: {INSTALL}")
+        sys.exit(f"glue: this command needs the module {exc.name!r}, which is not installed in {sys.prefix}: "
+                 f"install its package there ({sys.executable} -m pip install ...)")
 
 
 if __name__ == "__main__":

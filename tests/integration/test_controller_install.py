@@ -128,6 +128,10 @@ def test_doctor_for_a_cloud_backend_from_the_installed_kit(install: Install, tmp
             "✓ provider mirror"], res.stdout
         # The kit's state in the user's home, not in the venv a reinstall replaces.
         assert f"{install.folder}/.gpukit/terraform/mirror" in res.stdout
+        # The ssh backend's checks from the same install: its env and the provider too (no hosts given yet).
+        res = install.run("glue", "doctor", "--backend", "ssh")
+        assert "Traceback" not in res.stderr and "✓ terraform: terraform" in res.stdout, res.stdout + res.stderr
+        assert "✓ provider mirror" in res.stdout and "✗ SSH hosts" in res.stdout, res.stdout
 
         # terraform not on PATH: its own line with the fix, doctor fails; `glue up` says the same, creates nothing.
         bare_path = f"{install.venv}/bin:/usr/bin:/bin"

@@ -84,14 +84,14 @@ def deploy(run_id: str, config_path: Path, vm: str | None, resume: bool, memory_
 def run_summary(report: monitor.Report) -> dict[str, Any]:
     beat = report.heartbeat or {}
     return {
-        "attempt": report.attempt.get("attempt"), "vm": report.attempt.get("vm"),
+        "attempt": report.attempt.attempt, "vm": report.attempt.vm,
         "state": str(report.diagnosis.outcome), "reason": report.diagnosis.reason, "policy": report.diagnosis.policy,
         "step": beat.get("step"), "loss": beat.get("loss"), "step_at": beat.get("step_at"),
         "heartbeat_age_s": report.evidence.heartbeat_age_s, "incident": report.incident_key,
         "memory": beat.get("memory"),
-        "nodes": [n.get("vm") for n in report.attempt.get("nodes") or []] or None,
-        "rendezvous": report.attempt.get("rendezvous"),
-        "execution": (report.attempt.get("execution") or {}).get("id"),  # runtime lyceum-run: the Lyceum execution
+        "nodes": [n.get("vm") for n in report.attempt.nodes] or None,
+        "rendezvous": report.attempt.rendezvous,
+        "execution": report.attempt.execution_id,  # runtime lyceum-run: the Lyceum execution
     }
 
 
@@ -100,7 +100,7 @@ def show_run(run_id: str, as_json: bool) -> None:
     from glue.runs.acceptance import run_acceptance
 
     store = RunStore.open(home(), run_id)
-    sched = slurm_jobs.job_of(store.manifest())
+    sched = slurm_jobs.job_of(store.read_manifest())
     if sched is not None and not store.attempts():  # a queued job: no attempt for the monitor to judge yet
         show_queued(store, sched, as_json)
         return
@@ -113,7 +113,7 @@ def show_run(run_id: str, as_json: bool) -> None:
         summary["slurm"] = {k: v for k, v in slurm_jobs.run_row(store, sched, _queued()).items() if k != "run"}
     verdict = run_acceptance(store, summary["state"])
     summary["verdict"] = verdict.as_dict()
-    recoveries = store.recoveries()
+    recoveries = store.read_recoveries()
     summary["last_recovery"] = resume_check_text(recoveries[-1]) if recoveries else None
     if as_json:
         click.echo(json.dumps({"run": run_id, **summary}, indent=2))
@@ -190,14 +190,15 @@ def logs(run_id: str, follow: bool, attempt: int | None, platform: bool, job_out
         click.echo(slurm_jobs.job_output(h, run_id), nl=False)
         return
     store = RunStore.open(h, run_id)
-    store.manifest()
+    store.read_manifest()
     known = store.attempts()
     if attempt is not None and attempt not in known:
         raise GlueError(f"run {run_id} has no attempt {attempt}; its attempts: {', '.join(map(str, known)) or 'none'}")
     if platform:
-        rec = store.attempt(attempt or max(known or [0]))
-        if not serverless_state.is_serverless(rec):
-            raise GlueError(f"--platform reads a Lyceum execution's log; attempt {rec.get('attempt')} of run {run_id} "
+        n = attempt or max(known or [0])
+        rec = store.read_attempt(n)
+        if rec is None or not serverless_state.is_serverless(rec):
+            raise GlueError(f"--platform reads a Lyceum execution's log; attempt {n} of run {run_id} "
                             "ran on a VM (drop --platform)")
         click.echo("".join(line + "\n" for line in serverless_state.logs(rec)), nl=False)
         return
@@ -218,7 +219,7 @@ def logs(run_id: str, follow: bool, attempt: int | None, platform: bool, job_out
             # A lost or stalled attempt never writes its exit record: ask the monitor instead.
             checked = time.monotonic()
             report = monitor.check(h, store)
-            now = int(report.attempt.get("attempt") or 0)
+            now = report.attempt.attempt
             if now != last:
                 why = f"attempt {now} replaced it"
             elif report.diagnosis.outcome is not AttemptClass.RUNNING:
@@ -238,7 +239,7 @@ def stop(run_id: str) -> None:
     leaves it stopped until a new attempt (deploy --resume, recover)."""
     from glue.watch.stop_run import stop_run
 
-    if slurm_jobs.on_slurm(home()) and slurm_jobs.job_of(RunStore.open(home(), run_id).manifest()) is not None:
+    if slurm_jobs.on_slurm(home()) and slurm_jobs.job_of(RunStore.open(home(), run_id).read_manifest()) is not None:
         err.print(slurm_jobs.stop(home(), run_id))  # scancel: Slurm must not requeue it
         return
     err.print(stop_run(home(), run_id))
@@ -246,10 +247,10 @@ def stop(run_id: str) -> None:
 
 def _ended(store: RunStore, n: int) -> str | None:
     """Why attempt n has ended, as its record says (its class, or a later attempt), else None."""
-    rec = store.attempt(n)
-    ended = rec.get("failure_class") or rec.get("outcome")
-    if ended:
-        return f"{ended}: {rec['reason']}" if rec.get("reason") else str(ended)
+    rec = store.read_attempt(n)
+    ended = rec and (rec.failure_class or rec.outcome)
+    if rec and ended:
+        return f"{ended}: {rec.reason}" if rec.reason else str(ended)
     later = [a for a in store.attempts() if a > n]
     return f"attempt {later[0]} replaced it" if later else None
 

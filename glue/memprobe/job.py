@@ -24,6 +24,7 @@ from glue.infra.inventory import Host
 from glue.memprobe.runner import ERROR, TrialOutcome
 from glue.runs import config as runconfig
 from glue.runs import remote, workspace
+from glue.runs.records import Manifest
 from glue.runs.store import RunStore
 from glue.train.run.launch import TrainerEnv
 from glue.train.run.probe import SNAPSHOT
@@ -39,8 +40,8 @@ SPEC_NAME = "memprobe-trial.json"
 BREAKDOWN_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
-def run_config(run: str, manifest: dict[str, Any], bucket: str) -> runconfig.RunConfig:
-    raw = manifest.get("config")
+def run_config(run: str, manifest: Manifest, bucket: str) -> runconfig.RunConfig:
+    raw = manifest.config
     if not isinstance(raw, dict):
         raise GlueError(f"run {run}'s manifest has no run config; it was not deployed by glue deploy")
     return runconfig.parse(raw, run, bucket)
@@ -57,7 +58,7 @@ def pick_host(home: Path, vm: str | None, failed_on: str | None) -> Host:
     return next((h for h in hosts if h.name == failed_on), hosts[0])
 
 
-def ship(home: Path, host: Host, store: RunStore, rc: runconfig.RunConfig, config_path: Path) -> dict[str, Any]:
+def ship(home: Path, host: Host, store: RunStore, rc: runconfig.RunConfig, config_path: Path) -> Workspace:
     """`--config run.yaml` of your own job: its workdir and requirements into the bucket as glue deploy puts them
     (content-addressed: code/<sha256>.tar, the wheelhouse), for the VM to prepare. Returns the manifest's pins."""
     from rich.console import Console
@@ -66,10 +67,9 @@ def ship(home: Path, host: Host, store: RunStore, rc: runconfig.RunConfig, confi
 
     plan = wplan.make(rc, config_path, None)
     try:
-        ws = workspace.ship(home, host, store, plan, Console(stderr=True))
+        return workspace.ship(home, host, store, plan, Console(stderr=True))
     finally:
         plan.close()
-    return {"workdir": ws.package, "requirements": ws.requirements}
 
 
 @dataclass
@@ -86,7 +86,7 @@ class JobTrials:
     base: TrainerEnv
 
     @classmethod
-    def prepare(cls, home: Path, store: RunStore, manifest: dict[str, Any], rc: runconfig.RunConfig,
+    def prepare(cls, home: Path, store: RunStore, manifest: Manifest, rc: runconfig.RunConfig,
                 host: Host) -> JobTrials:
         if rc.runtime != "process":
             raise GlueError(f"run {store.run} runs as `runtime: {rc.runtime}`; memprobe runs trials of "

@@ -4,6 +4,7 @@ turns options into a `Request` and prints what comes back."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -284,7 +285,8 @@ def _prepare_job(home: Path, req: Request, src: source.Source, store: RunStore |
     )
     manifest = src.manifest
     if store is None and req.config_path is not None:  # a run.yaml: its workdir and requirements shipped first
-        manifest = {**manifest, **job.ship(home, host, trials_store, rc, req.config_path)}
+        ws = job.ship(home, host, trials_store, rc, req.config_path)
+        manifest = dataclasses.replace(manifest, workdir=ws.package, requirements=ws.requirements)
     progress(f"preparing {src.description}'s code and requirements on {host.name}", None)
     opts.job = job.JobTrials.prepare(home, trials_store, manifest, rc, host)
     return Session(req, src, store, cfg, opts, stamp, local_out)

@@ -12,6 +12,7 @@ import yaml
 
 from glue import yamlfile
 from glue.errors import GlueError, yaml_problem
+from glue.runs.records import AttemptRecord, Manifest
 from glue.runs.store import RunStore
 
 TRAINER_MODULE = "glue.examples.tiny_gpt"
@@ -26,7 +27,7 @@ class Source:
     config_path: str | None = None
     memory_limit_mb: int | None = None         # what the failed attempt ran under
     failure: dict[str, Any] = field(default_factory=dict)  # the attempt/incident that sent us here
-    manifest: dict[str, Any] | None = None     # a run's own job (not tiny_gpt): trials of its command on a VM
+    manifest: Manifest | None = None     # a run's own job (not tiny_gpt): trials of its command on a VM
 
     @property
     def job(self) -> bool:
@@ -65,31 +66,34 @@ def from_config_file(path: Path) -> Source:
                         "the trainer its sizes through `config:` (read as ctx.config)")
     # Your own job from its run.yaml: its workdir and requirements are shipped as glue deploy ships them.
     return Source(trainer_cfg=dict(rc.config), description=str(path), config_path=str(path),
-                  manifest={"config": rc.as_dict()})
+                  manifest=Manifest.from_dict({"config": rc.as_dict()}))
 
 
-def from_manifest(run: str, manifest: dict[str, Any], attempts: list[dict[str, Any]]) -> Source:
-    run_cfg = manifest.get("config") or {}
-    job = not is_tiny_gpt(run_cfg.get("command") or manifest.get("command"))
+def from_manifest(run: str, manifest: Manifest, attempts: list[AttemptRecord]) -> Source:
+    run_cfg = manifest.config
+    job = not is_tiny_gpt(run_cfg.get("command") or manifest.command)
     if job and not run_cfg.get("config"):
         raise GlueError(f"run {run} has no `config:` in its run config: memprobe changes one config value per "
                         "trial (--vary KEY); give the trainer its sizes through `config:` (read as ctx.config)")
-    failed = [a for a in attempts if str(a.get("failure_class") or "").startswith("oom")]
-    last = failed[-1] if failed else (attempts[-1] if attempts else {})
-    limit = last.get("memory_limit_mb")
+    failed = [a for a in attempts if str(a.failure_class or "").startswith("oom")]
+    last = failed[-1] if failed else (attempts[-1] if attempts else None)
+    limit = last.memory_limit_mb if last else None
     return Source(trainer_cfg=dict(run_cfg.get("config") or {}), description=f"run {run} (bucket manifest)",
                   run=run, memory_limit_mb=int(limit) if limit else None,
-                  failure={k: last.get(k) for k in ("attempt", "vm", "failure_class", "last_step", "incident",
-                                                    "memory_limit_mb") if k in last},
-                  manifest=manifest if job else None)
+                  failure=_failure(last), manifest=manifest if job else None)
+
+
+def _failure(last: AttemptRecord | None) -> dict[str, Any]:
+    """What memprobe reports of the attempt it probes for: the keys of its record that name the failure."""
+    wanted = ("attempt", "vm", "failure_class", "last_step", "incident", "memory_limit_mb")
+    return {k: v for k, v in (last.to_dict() if last else {}).items() if k in wanted}
 
 
 def from_run(home: Path, run: str) -> tuple[Source, Any]:
 
     store = RunStore.open(home, run)
-    manifest = store.manifest()
-    numbers: Any = store.attempts()
-    attempts = [store.attempt(n) for n in numbers]
+    manifest = store.read_manifest()
+    attempts = [a for a in map(store.read_attempt, store.attempts()) if a is not None]
     return from_manifest(run, manifest, attempts), store
 
 

@@ -33,8 +33,8 @@ def blockers(home: Path, only: set[str] | None = None) -> list[str]:
     found: list[str] = []
     for run in run_ids(info, creds):
         store = RunStore(info, creds, run)
-        attempts = store.attempts()
-        on = {str(nd.get("vm_id")) for nd in records.nodes_of(store.attempt(attempts[-1]))} if attempts else set()
+        latest = store.latest_attempt()
+        on = {str(nd.get("vm_id")) for nd in records.nodes_of(latest)} if latest else set()
         if not on & hosts.keys():
             continue  # not on these VMs (anymore)
         rep = monitor.check(home, store)
@@ -43,7 +43,7 @@ def blockers(home: Path, only: set[str] | None = None) -> list[str]:
             vms = ", ".join(hosts[i].name for i in sorted(on & hosts.keys(), key=lambda i: hosts[i].name))
             found.append(f"run {run} is still running on {vms} (step {rep.evidence.heartbeat_step})")
         elif out is not AttemptClass.COMPLETED:
-            missing = monitor.missing_outputs(store, store.manifest())
+            missing = monitor.missing_outputs(store, store.read_manifest())
             if missing:
                 found.append(f"run {run} ({out}) is missing required outputs in the bucket: {', '.join(missing)}")
     # One SSH round trip per VM, all VMs at once: the guard is on the path of every `glue down`.

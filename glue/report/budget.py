@@ -56,7 +56,7 @@ def inputs_from_run(store: RunStore, steps: int, mtbf_hours: float | None,
                     restore_s: float | None) -> tuple[BudgetInputs, dict[str, str]]:
     """The run's measured figures (advise.measure) as budget inputs, and where each came from."""
     m = advise.measure(store)
-    manifest = store.manifest()
+    manifest = store.read_manifest()
     if m.step_s is None:
         raise GlueError(f"run {store.run} has no two consecutive steps recorded yet, so no measured step time")
     if m.saves == 0:
@@ -66,8 +66,8 @@ def inputs_from_run(store: RunStore, steps: int, mtbf_hours: float | None,
     if r is None:
         raise GlueError(f"run {store.run} has no measured restore yet (no `glue recover`); pass --restore-seconds")
     price = price_for(manifest)
-    env = manifest.get("environment") or {}
-    dist = manifest.get("distributed")
+    env = manifest.environment
+    dist = manifest.distributed
     vms = int(dist.get("nodes", 1)) if isinstance(dist, dict) else 1
     sources = {"mtbf": mtbf_src, "restore": "given (--restore-seconds)" if restore_s is not None else
                "measured by glue recover", "price": price.source, "step": "median of the run's steps",

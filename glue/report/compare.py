@@ -20,7 +20,7 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 def eval_set(f: RunFacts) -> str | None:
     """The pinned evaluation set's sha256 (None: the trainer's built-in held-out set)."""
-    pin = (f.manifest.get("evaluation") or {}).get("dataset") or {}
+    pin = f.manifest.evaluation.get("dataset") or {}
     return pin.get("sha256") or None
 
 
@@ -35,7 +35,7 @@ def check_same_eval_set(a: RunFacts, b: RunFacts) -> None:
 
 def config_diff(a: RunFacts, b: RunFacts) -> list[dict[str, Any]]:
     """run.yaml keys whose values differ (run-specific locations aside)."""
-    fa, fb = flatten(a.manifest.get("config") or {}), flatten(b.manifest.get("config") or {})
+    fa, fb = flatten(a.manifest.config), flatten(b.manifest.config)
     out = []
     for key in sorted(set(fa) | set(fb)):
         va, vb = fa.get(key), fb.get(key)
@@ -50,8 +50,8 @@ def side(f: RunFacts) -> dict[str, Any]:
     r = resources(f)
     m = f.manifest
     return {
-        "run": f.run, "code": (m.get("code") or {}).get("git_sha"), "dirty": (m.get("code") or {}).get("dirty"),
-        "input": m.get("input"), "image": m.get("image"), "image_digest": m.get("image_digest"),
+        "run": f.run, "code": (m.code or {}).get("git_sha"), "dirty": (m.code or {}).get("dirty"),
+        "input": m.input, "image": m.image, "image_digest": m.image_digest,
         "eval_set": eval_set(f), "state": f.acceptance.state, "accepted": f.acceptance.accepted,
         "metrics": {c.name: {"value": c.value, "min": c.min, "max": c.max, "passed": c.passed}
                     for c in f.acceptance.metrics},

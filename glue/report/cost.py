@@ -21,6 +21,7 @@ from typing import Any
 
 from glue import paths
 from glue.report.facts import RECOVERY_VM_PHASES, RunFacts
+from glue.runs.records import Manifest
 from glue.runs.store import parse_iso
 
 
@@ -31,11 +32,11 @@ class Price:
     source: str
 
 
-def price_for(manifest: dict[str, Any]) -> Price:
-    override = (manifest.get("config") or {}).get("pricing")
+def price_for(manifest: Manifest) -> Price:
+    override = manifest.config.get("pricing")
     if override:
         return Price(float(override["vm_hour"]), str(override.get("currency") or "EUR"), "run.yaml pricing")
-    env = manifest.get("environment") or {}
+    env = manifest.environment
     backend = str(env.get("backend") or "local")
     try:
         table = importlib.import_module(f"glue.cloud.{backend}.pricing")
@@ -82,10 +83,10 @@ def resources(f: RunFacts) -> Resources:
     price = price_for(f.manifest)
     uses = [_use(f"attempt {a.n}", a.seconds, a.nodes, f.gpu_count, price) for a in f.attempts]
     for k, rec in enumerate(f.recoveries, 1):
-        secs = sum(float((rec.get("seconds") or {}).get(p) or 0) for p in RECOVERY_VM_PHASES)
-        new_vms = sum(1 for n in rec.get("nodes") or [] if n.get("replaced")) or 1
+        secs = sum(float(rec.seconds.get(p) or 0) for p in RECOVERY_VM_PHASES)
+        new_vms = sum(1 for n in rec.nodes if n.get("replaced")) or 1
         uses.append(_use(f"recovery {k}", secs, new_vms, f.gpu_count, price))
-        for spare in rec.get("spares") or []:
+        for spare in rec.spares:
             if spare.get("idle_since") and spare.get("taken_at"):
                 idle = (parse_iso(spare["taken_at"]) - parse_iso(spare["idle_since"])).total_seconds()
                 uses.append(_use(f"spare {spare['spare']} (recovery {k})", max(idle, 0.0), 1, f.gpu_count, price))
@@ -94,8 +95,8 @@ def resources(f: RunFacts) -> Resources:
     return Resources(
         uses=uses, vm_hours=sum(u.vm_hours for u in uses), gpu_hours=sum(u.gpu_hours for u in uses),
         cost=None if price.vm_hour is None else sum(u.cost or 0.0 for u in uses), price=price,
-        replayed_steps=sum(int((r.get("work_lost") or {}).get("steps") or 0) for r in f.recoveries),
-        replayed_s=sum(float((r.get("work_lost") or {}).get("seconds") or 0) for r in f.recoveries),
+        replayed_steps=sum(int(r.work_lost.get("steps") or 0) for r in f.recoveries),
+        replayed_s=sum(float(r.work_lost.get("seconds") or 0) for r in f.recoveries),
         checkpoint_overhead_s=(statistics.mean(stalls) if stalls else 0.0) * saves, saves=saves)
 
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from glue.runs.acceptance import Acceptance, evaluations, final_evaluation, judge, recorded_state, thresholds_of
+from glue.runs.records import AttemptRecord, Manifest, RecoveryRecord
 from glue.runs.store import RunStore, parse_iso
 
 RECOVERY_VM_PHASES = ("provision", "configure", "verify", "prepare")  # the new VM bills from its creation to its start
@@ -71,10 +72,10 @@ class Gap:
 @dataclass
 class RunFacts:
     run: str
-    manifest: dict[str, Any]
+    manifest: Manifest
     attempts: list[AttemptFacts]
     checkpoints: list[CheckpointFacts]
-    recoveries: list[dict[str, Any]]
+    recoveries: list[RecoveryRecord]
     incidents: list[dict[str, Any]]
     evaluations: list[dict[str, Any]]
     acceptance: Acceptance
@@ -84,20 +85,19 @@ class RunFacts:
 
     @property
     def backend(self) -> str:
-        env = self.manifest.get("environment") or {}
-        return str(env.get("backend") or "local")
+        return str(self.manifest.environment.get("backend") or "local")
 
     @property
     def gpu_type(self) -> str:
-        return str((self.manifest.get("environment") or {}).get("gpu_type") or "none")
+        return str(self.manifest.environment.get("gpu_type") or "none")
 
     @property
     def gpu_count(self) -> int:
-        return int((self.manifest.get("environment") or {}).get("gpu_count") or 0)
+        return int(self.manifest.environment.get("gpu_count") or 0)
 
     @property
     def interval_steps(self) -> int:
-        return int((self.manifest.get("checkpoint") or {}).get("interval_steps") or 1)
+        return int(self.manifest.checkpoint.get("interval_steps") or 1)
 
     @property
     def final_step(self) -> int | None:
@@ -149,13 +149,13 @@ def _steps(records: dict[int, dict[str, Any]]) -> list[StepPoint]:
 
 
 def _attempt(store: RunStore, n: int, steps: list[StepPoint]) -> AttemptFacts:
-    rec = store.attempt(n)
+    rec = store.read_attempt(n) or AttemptRecord.from_dict({"attempt": n, "vm": None})
     exit_rec = store.exit_record(n) or {}
     ended, source = when(exit_rec.get("ended_at")), "exit record"
-    state = str(rec.get("outcome") or rec.get("failure_class") or "")
+    state = str(rec.outcome or rec.failure_class or "")
     if ended is None and state:
         # No exit record (a lost VM, a kill): it ran until its last sign of life, not until someone looked.
-        ended, source = (steps[-1].t, "last step") if steps and steps[-1].t else (when(rec.get("ended_at")),
+        ended, source = (steps[-1].t, "last step") if steps and steps[-1].t else (when(rec.ended_at),
                                                                                    "attempt record")
     if ended is None and exit_rec:
         ended, source = when(exit_rec.get("ended_at")), "exit record"
@@ -163,9 +163,9 @@ def _attempt(store: RunStore, n: int, steps: list[StepPoint]) -> AttemptFacts:
         state = "running" if not exit_rec else ("completed" if exit_rec.get("exit_code") == 0 else "exited")
     if ended is None:
         source = "running"
-    return AttemptFacts(n=n, vm=rec.get("vm"), vm_id=rec.get("vm_id"), nodes=len(rec.get("nodes") or []) or 1,
-                        started=when(rec.get("started_at")), ended=ended, end_source=source, state=state,
-                        resume=bool(rec.get("resume")), steps=steps)
+    return AttemptFacts(n=n, vm=rec.vm, vm_id=rec.vm_id, nodes=len(rec.nodes) or 1,
+                        started=when(rec.started_at), ended=ended, end_source=source, state=state,
+                        resume=rec.resume, steps=steps)
 
 
 def _checkpoints(store: RunStore) -> list[CheckpointFacts]:
@@ -184,10 +184,10 @@ def _checkpoints(store: RunStore) -> list[CheckpointFacts]:
 
 def gather(store: RunStore, state: str | None = None, with_reference: bool = True) -> RunFacts:
     """The run's records. `state`: the monitor's live view of the last attempt, when the caller has it."""
-    manifest = store.manifest()
+    manifest = store.read_manifest()
     metrics = store.metrics()
     attempts = [_attempt(store, n, _steps(metrics.get(n, {}))) for n in store.attempts()]
-    recoveries = store.recoveries()
+    recoveries = store.read_recoveries()
     incidents = store.incidents()
     evals = evaluations(store)
     from glue.runs import monitor

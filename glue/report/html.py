@@ -90,14 +90,14 @@ def timeline_chart(f: RunFacts) -> str:
                 marks.append(svg.Mark(vm, at, "checkpoint", f"checkpoint at step {p.step} (attempt {a.n})"))
     by_n = {a.n: a for a in f.attempts}
     for k, rec in enumerate(f.recoveries, 1):
-        new = by_n.get(int(rec.get("new_attempt") or 0))
+        new = by_n.get(rec.new_attempt)
         end = _since(t0, new.started) if new else None
         if end is None:
             continue
-        secs = rec.get("seconds") or {}
+        secs = rec.seconds
         before = sum(float(secs.get(p) or 0) for p in ("detect", "validate", *RECOVERY_VM_PHASES))
         spans.append(svg.Span(lane("recovery"), end - before, end, "recovery",
-                              f"recovery {k}: {rec.get('failure_class')} -> attempt {rec.get('new_attempt')}"))
+                              f"recovery {k}: {rec.failure_class} -> attempt {rec.new_attempt}"))
     horizon = max([s.end for s in spans], default=0.0)
     for ev in f.evaluations:
         at = _since(t0, when(ev.get("at")))
@@ -109,8 +109,8 @@ def timeline_chart(f: RunFacts) -> str:
 def recovery_chart(f: RunFacts) -> str:
     rows = [f"recovery {k}" for k in range(1, len(f.recoveries) + 1)]
     # `prepare` is timed only for a run with a workdir or requirements: a phase no recovery had is not drawn.
-    shown = [p for p in PHASES if any(p in (r.get("seconds") or {}) for r in f.recoveries)]
-    stacks = [svg.Bars(p, [float((r.get("seconds") or {}).get(p) or 0) for r in f.recoveries]) for p in shown]
+    shown = [p for p in PHASES if any(p in r.seconds for r in f.recoveries)]
+    stacks = [svg.Bars(p, [float(r.seconds.get(p) or 0) for r in f.recoveries]) for p in shown]
     return svg.bar_chart("recovery-phases", "Where recovery time went (seconds per phase)", rows, stacks, "seconds")
 
 
@@ -133,10 +133,10 @@ def checkpoint_charts(f: RunFacts) -> str:
 
 
 def work_lost_chart(f: RunFacts) -> str:
-    rows = [f"failure {k} ({r.get('failure_class')})" for k, r in enumerate(f.recoveries, 1)]
-    stacks = [svg.Bars("training replayed", [float((r.get("work_lost") or {}).get("seconds") or 0)
+    rows = [f"failure {k} ({r.failure_class})" for k, r in enumerate(f.recoveries, 1)]
+    stacks = [svg.Bars("training replayed", [float(r.work_lost.get("seconds") or 0)
                                             for r in f.recoveries], color="#d62728"),
-              svg.Bars("restore", [float((r.get("seconds") or {}).get("restore") or 0) for r in f.recoveries],
+              svg.Bars("restore", [float(r.seconds.get("restore") or 0) for r in f.recoveries],
                        color="#ff7f0e")]
     return svg.bar_chart("work-lost", "Work lost per failure", rows, stacks, "seconds")
 
@@ -148,7 +148,7 @@ def gaps_chart(f: RunFacts) -> tuple[str, list[list[str]]]:
     chart = svg.line_chart("step-gaps", "Seconds between consecutive steps (heartbeat gaps show as spikes)",
                            [s for s in series if s.points], "step", "seconds")
     median = statistics.median([g.seconds for g in gaps]) if gaps else 0.0
-    hb = float((((f.manifest.get("config") or {}).get("monitor")) or {}).get("heartbeat_seconds") or 2)
+    hb = float(f.manifest.monitor.get("heartbeat_seconds") or 2)
     limit = max(3 * median, 2 * hb)
     rows = [[f"attempt {g.attempt}", f"after step {g.after_step}", _secs(g.seconds)]
             for g in sorted(gaps, key=lambda g: -g.seconds) if g.seconds > limit][:10]
@@ -166,7 +166,7 @@ def evaluation_section(f: RunFacts) -> str:
                            bands=bands, x_from_zero=True)
     rows = [[escape(m.name), "—" if m.value is None else f"{m.value:.6g}", escape(m.bounds()),
              '<span class="ok">pass</span>' if m.passed else '<span class="bad">fail</span>'] for m in v.metrics]
-    pin = ((f.manifest.get("evaluation") or {}).get("dataset")) or {}
+    pin = f.manifest.evaluation.get("dataset") or {}
     where = f"evaluation set {escape(str(pin.get('uri')))} (sha256 {escape(str(pin.get('sha256'))[:16])}…)" if pin \
         else "evaluation set: the trainer's built-in held-out set (none pinned in run.yaml)"
     return f"<p class='muted'>{where}</p>" + chart + (_table(rows, ["metric", "final", "needs", ""]) if rows else
@@ -190,16 +190,15 @@ def build(f: RunFacts) -> str:
     res = resources(f)
     v = f.acceptance
     m = f.manifest
-    code = m.get("code") or {}
+    code = m.code or {}
     badge = '<span class="badge ok">accepted</span>' if v.accepted else '<span class="badge bad">not accepted</span>'
     head = _table([
         ["verdict", badge + ("" if v.accepted else " " + escape("; ".join(v.reasons)))],
         ["state", escape(v.state)],
         ["code", escape(f"{code.get('git_sha') or '?'}" + (" (dirty)" if code.get("dirty") else ""))],
-        ["input", escape(str((m.get("input") or {}).get("uri")) + " " + str((m.get("input") or {}).get("version")))],
-        ["image", escape(str(m.get("image") or "process runtime") + (f" {m['image_digest']}" if m.get("image_digest")
-                                                                     else ""))],
-        ["created", escape(str(m.get("created_at")))],
+        ["input", escape(str((m.input or {}).get("uri")) + " " + str((m.input or {}).get("version")))],
+        ["image", escape(str(m.image or "process runtime") + (f" {m.image_digest}" if m.image_digest else ""))],
+        ["created", escape(str(m.created_at))],
         ["steps", f"{f.final_step} (final loss {f.final_loss:.6g})" if f.final_loss is not None else "—"],
         ["attempts / recoveries", f"{len(f.attempts)} / {len(f.recoveries)}"],
         ["wall time", _secs(f.wall_s())],

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from glue.runs import monitor
+from glue.runs.records import Manifest
 from glue.runs.store import RunStore
 
 
@@ -49,8 +50,8 @@ class Acceptance:
         return "accepted" if self.accepted else "not accepted: " + "; ".join(self.reasons)
 
 
-def thresholds_of(manifest: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-    return dict(((manifest.get("config") or {}).get("evaluation") or {}).get("metrics") or {})
+def thresholds_of(manifest: Manifest) -> dict[str, dict[str, float | None]]:
+    return dict((manifest.config.get("evaluation") or {}).get("metrics") or {})
 
 
 def judge(state: str, missing_outputs: list[str], thresholds: dict[str, dict[str, float | None]],
@@ -96,9 +97,9 @@ def recorded_state(store: RunStore) -> str:
     attempts = store.attempts()
     if not attempts:
         return "not started"
-    att = store.attempt(attempts[-1])
-    if att.get("outcome") or att.get("failure_class"):
-        return str(att.get("outcome") or att.get("failure_class"))
+    att = store.read_attempt(attempts[-1])
+    if att is not None and att.ended:
+        return str(att.outcome or att.failure_class)
     exit_rec = store.exit_record(attempts[-1])
     if exit_rec is None:
         return "running"
@@ -116,7 +117,7 @@ def latest_final(store: RunStore) -> dict[str, Any] | None:
 
 def run_acceptance(store: RunStore, state: str | None = None) -> Acceptance:
     """The verdict of a run; `state` is the monitor's view when the caller has it (glue status)."""
-    manifest = store.manifest()
+    manifest = store.read_manifest()
     state = state or recorded_state(store)
     missing = monitor.missing_outputs(store, manifest)
     return judge(state, missing, thresholds_of(manifest), latest_final(store))

@@ -106,7 +106,7 @@ class Attempt:
                          if self.ws.needs_prepare else None)
         return ready
 
-    def start(self, argvs: list[list[str]], ready: list[Ready] | None = None) -> dict[str, Any]:
+    def start(self, argvs: list[list[str]], ready: list[Ready] | None = None) -> AttemptRecord:
         """Record the attempt, then start one supervisor per node (with a distributed group each runs the
         command under torchrun at the rendezvous) and wait until each has started the trainer. `ready`:
         the nodes as the caller prepared them (else prepared here). Returns the attempt record."""
@@ -119,26 +119,27 @@ class Attempt:
         env = {**self.rc.env, **{name: os.environ[name] for name in self.rc.secrets},
                **trainer_env.for_vm(self.store, self.rc, self.number, self.resume).to_env(), "PYTHONUNBUFFERED": "1"}
         record = self._record()
-        self.store.put_attempt(record.to_dict())
+        self.store.put_attempt(record)
         for k, host in enumerate(self.hosts):
             self._launch_node(k, host, argvs[k], ready[k], env, record.nodes[k])
         for k, host in enumerate(self.hosts):
             record.nodes[k].update(self._wait_started(host))
-        record.extra.update({key: record.nodes[0][key] for key in ("supervisor_pid", "trainer_pid",
-                                                                   "code_sha256", "requirements_set")
-                             if key in record.nodes[0]})
-        if "started_at" in record.nodes[0]:
-            record.started_at = record.nodes[0]["started_at"]
-        self.store.put_attempt(record.to_dict())
-        return record.to_dict()
+        head = record.nodes[0]
+        record.update(**{key: head[key] for key in ("supervisor_pid", "trainer_pid", "code_sha256", "requirements_set")
+                         if key in head})
+        if "started_at" in head:
+            record.started_at = head["started_at"]
+        self.store.put_attempt(record)
+        return record
 
     def _record(self) -> AttemptRecord:
         head = self.hosts[0]
-        return AttemptRecord(
+        record = AttemptRecord(
             run=self.store.run, attempt=self.number, vm=head.name, vm_id=head.id, backend=head.backend,
             resume=self.resume, memory_limit_mb=self.memory_limit_mb,
-            nodes=[{"node": k, "vm": h.name, "vm_id": h.id} for k, h in enumerate(self.hosts)],
-            extra={"rendezvous": self.rdzv.endpoint if self.rdzv else None})
+            nodes=[{"node": k, "vm": h.name, "vm_id": h.id} for k, h in enumerate(self.hosts)])
+        record.update(rendezvous=self.rdzv.endpoint if self.rdzv else None)  # null without a group, as before
+        return record
 
     def _launch_node(self, k: int, host: Host, argv: list[str], ready: Ready, env: dict[str, str],
                      node: dict[str, Any]) -> None:

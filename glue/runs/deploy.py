@@ -210,7 +210,7 @@ class Deployment:
                             "--resume")
         if self.resume:
             refuse_live_or_done(self.home, store)
-            self.pinned = Workspace.from_manifest(store.manifest())
+            self.pinned = Workspace.from_manifest(store.read_manifest())
         else:
             pinned = self.pinned
             shipped = self.plan.package.sha256 if self.plan.package else \
@@ -258,16 +258,16 @@ class Deployment:
             store.put_manifest(Manifest.of_run(
                 store, self.rc, environment, self.eval_pin, image_digest=digest, code=git_version(),
                 distributed=self.group.as_dict() if self.group.distributed else None,
-                workdir=ws.package, requirements=ws.requirements).to_dict())
+                workdir=ws.package, requirements=ws.requirements))
         record = attempt_mod.Attempt(self.home, store, self.rc, hosts, number, resume=self.resume or number > 1,
                                      memory_limit_mb=self.memory_limit_mb, group=self.group, ws=ws,
                                      rdzv=rdzv).start(argvs)
         names = ", ".join(h.name for h in hosts)
         where = f"{self.group.nodes} nodes ({names}) x {self.group.procs_per_node} processes, rendezvous " \
-                f"{record['rendezvous']}" if self.group.distributed else hosts[0].name
+                f"{record.rendezvous}" if self.group.distributed else hosts[0].name
         self.console.print(f"[green]run {store.run}[/] attempt {number} started on {where} "
-                           f"(trainer pid {record.get('trainer_pid')})")
+                           f"(trainer pid {record.trainer_pid})")
         if self.shared:
             self.console.print(f"[yellow]sharing on purpose (--vm): live runs already use {self.shared}; the runs "
                                "compete for its CPUs, memory and GPUs[/]")
-        return record
+        return record.to_dict()

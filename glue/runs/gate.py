@@ -6,10 +6,10 @@ git commit recorded in the manifests (`code.git_sha`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.runs.acceptance import run_acceptance, thresholds_of
+from glue.runs.records import Manifest
 from glue.runs.store import RunStore, run_ids
 
 
@@ -31,14 +31,14 @@ class Validation:
         return " and ".join(gaps)
 
 
-def _same_code(manifest: dict[str, Any], git_sha: str | None, workdir_sha256: str | None) -> bool:
+def _same_code(manifest: Manifest, git_sha: str | None, workdir_sha256: str | None) -> bool:
     if workdir_sha256:
-        return bool((manifest.get("workdir") or {}).get("sha256") == workdir_sha256)
-    return bool(not manifest.get("workdir") and (manifest.get("code") or {}).get("git_sha") == git_sha)
+        return bool((manifest.workdir or {}).get("sha256") == workdir_sha256)
+    return bool(not manifest.workdir and (manifest.code or {}).get("git_sha") == git_sha)
 
 
-def nodes_of_manifest(manifest: dict[str, object]) -> int:
-    dist = manifest.get("distributed")
+def nodes_of_manifest(manifest: Manifest) -> int:
+    dist = manifest.distributed
     return int(dist.get("nodes", 1)) if isinstance(dist, dict) else 1
 
 
@@ -51,7 +51,7 @@ def validation(info: BucketInfo, creds: BucketCredentials, git_sha: str | None, 
         return found
     for rid in run_ids(info, creds):
         store = RunStore(info, creds, rid)
-        manifest = store.find_manifest()
+        manifest = store.read_manifest_if_any()
         if not manifest or not _same_code(manifest, git_sha, workdir_sha256) or nodes_of_manifest(manifest) >= nodes:
             continue
         if found.passed_drill is None and (store.drill() or {}).get("passed"):

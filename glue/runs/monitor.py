@@ -22,6 +22,7 @@ from glue.infra.inventory import Host
 from glue.runs import guard, lease, records, remote, serverless_state, timeline
 from glue.runs.classify import STORAGE, AttemptClass, Diagnosis, Evidence, classify
 from glue.runs.guard import MOUNT
+from glue.runs.records import AttemptRecord, Manifest
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.storage import bucket as bucket_store
 
@@ -31,15 +32,15 @@ if TYPE_CHECKING:
 
 @dataclass
 class Report:
-    attempt: dict[str, Any]
+    attempt: AttemptRecord
     evidence: Evidence
     diagnosis: Diagnosis
     heartbeat: dict[str, Any] | None
     incident_key: str | None = None
 
 
-def missing_outputs(store: RunStore, manifest: dict[str, Any]) -> list[str]:
-    outputs = manifest.get("outputs", {})
+def missing_outputs(store: RunStore, manifest: Manifest) -> list[str]:
+    outputs = manifest.outputs
     prefix = bucket_store.as_s3_prefix(outputs.get("destination", ""), store.info.name)
     if prefix is None:
         return list(outputs.get("required", []))
@@ -102,7 +103,7 @@ def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str,
     return st
 
 
-def _execution_state(store: RunStore, n: int, attempt: dict[str, Any]) -> NodeState:
+def _execution_state(store: RunStore, n: int, attempt: AttemptRecord) -> NodeState:
     """A serverless attempt: its execution is its VM. One that ended without the supervisor's exit record
     (lost by the platform, killed at its cap, aborted) is gone under the trainer."""
     ex = serverless_state.state_of(attempt)
@@ -162,29 +163,29 @@ def combine(ev: Evidence, states: list[NodeState], errors: list[dict[str, Any]],
     return pick.node if pick is not None else None
 
 
-def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[str, Any],
+def gather(home: Path, store: RunStore, attempt: AttemptRecord, manifest: Manifest,
            unreachable: frozenset[str] = frozenset()) -> tuple[Evidence, Any]:
     """Evidence about an attempt on all of its nodes, combined so the group is judged as one run.
     unreachable: ids of VMs already known not to answer SSH (glue watch's probe): not tried again."""
-    n = int(attempt["attempt"])
-    backend = get_backend(str(attempt.get("backend", "local")), home)
-    ev = Evidence(stall_timeout_s=float(manifest["config"].get("monitor", {}).get("stall_timeout_seconds", 60)))
+    n = attempt.attempt
+    backend = get_backend(attempt.backend, home)
+    ev = Evidence(stall_timeout_s=float(manifest.monitor.get("stall_timeout_seconds", 60)))
     # Any run may use the mount (its own code reading data or writing logs there), so its state is evidence
     # for every run; it only decides the class when the trainer is stuck or its error is about /mnt/s3.
     states = [_execution_state(store, n, attempt)] if serverless_state.is_serverless(attempt) else \
         [_node_state(home, store, n, backend, nd, uses_mount=True, unreachable=unreachable,
-                     started_at=attempt.get("started_at")) for nd in records.nodes_of(attempt)]
+                     started_at=attempt.started_at) for nd in records.nodes_of(attempt)]
     errors = store.errors(n)
     beats = store.heartbeats(n)
     notices = store.notices(n)
     ev.notice = notices[0] if notices else None
-    ev.spot = (manifest.get("environment") or {}).get("market") == "spot"
-    log_node = combine(ev, states, errors, beats, attempt.get("started_at"))
+    ev.spot = (manifest.environment or {}).get("market") == "spot"
+    log_node = combine(ev, states, errors, beats, attempt.started_at)
     ev.log_tail = "\n".join(store.log_text(n, log_node if len(states) > 1 else None).splitlines()[-80:])
     beat = next((b for b in beats if int(b.get("rank", 0)) == 0), None)
     ev.heartbeat_step = beat.get("step") if beat else None
     # No step yet: count from this process's start (a torchrun restart starts late in the attempt).
-    since = (beat or {}).get("step_at") or (beat or {}).get("started_at") or attempt.get("started_at")
+    since = (beat or {}).get("step_at") or (beat or {}).get("started_at") or attempt.started_at
     if since:
         ev.heartbeat_age_s = (datetime.now(UTC) - parse_iso(since)).total_seconds()
     if ev.exit_code == 0:
@@ -192,12 +193,12 @@ def gather(home: Path, store: RunStore, attempt: dict[str, Any], manifest: dict[
     return ev, beat
 
 
-def checkpoint_storage(store: RunStore, manifest: dict[str, Any]) -> Storage | None:
+def checkpoint_storage(store: RunStore, manifest: Manifest) -> Storage | None:
     """The run's checkpoint target in the bucket, as the trainer's own storage layer sees it (None: the
     target is not in the bucket)."""
     from glue.train.storage.target import open_target
 
-    prefix = bucket_store.as_s3_prefix(manifest["checkpoint"]["target"], store.info.name)
+    prefix = bucket_store.as_s3_prefix(manifest.checkpoint["target"], store.info.name)
     if prefix is None:
         return None
     creds = store.creds
@@ -205,7 +206,7 @@ def checkpoint_storage(store: RunStore, manifest: dict[str, Any]) -> Storage | N
                        credentials=lambda: creds, region="us-east-1")
 
 
-def last_valid_checkpoint(store: RunStore, manifest: dict[str, Any], deep: bool = False) -> int | None:
+def last_valid_checkpoint(store: RunStore, manifest: Manifest, deep: bool = False) -> int | None:
     """Newest checkpoint step whose COMMIT.json and objects check out (sizes; sha256 when deep)."""
     from glue.train.checkpoint.format import check_checkpoints
 
@@ -236,20 +237,21 @@ def check(home: Path, store: RunStore, record_incident: bool = True,
         return _check(home, store, record_incident, unreachable)
 
 
-def trainer_started(attempt: dict[str, Any], heartbeat: dict[str, Any] | None) -> bool:
+def trainer_started(attempt: AttemptRecord | None, heartbeat: dict[str, Any] | None) -> bool:
     """Whether the attempt's trainer is known to have started: the deploy (or recover) that recorded the
     attempt recorded its trainer too, or the trainer's own heartbeat names the attempt."""
-    return bool(attempt.get("trainer_pid") or any(nd.get("trainer_pid") for nd in attempt.get("nodes") or [])
-                or (heartbeat or {}).get("attempt") == attempt.get("attempt"))
+    if attempt is None:
+        return False
+    return bool(attempt.trainer_pid or any(nd.get("trainer_pid") for nd in attempt.nodes)
+                or (heartbeat or {}).get("attempt") == attempt.attempt)
 
 
 def _check(home: Path, store: RunStore, record_incident: bool, unreachable: frozenset[str]) -> Report:
-    manifest = store.manifest()
+    manifest = store.read_manifest()
     cluster_credentials.refresh(home)  # a watched run must not lose the bucket when credentials expire
-    attempts = store.attempts()
-    if not attempts:
+    attempt = store.latest_attempt()
+    if attempt is None:
         raise GlueError(f"run {store.run!r} has no attempts")
-    attempt = store.attempt(attempts[-1])
     ev, beat = gather(home, store, attempt, manifest, unreachable)
     verdict = classify(ev)
     if verdict.outcome not in (AttemptClass.RUNNING, AttemptClass.COMPLETED) and not trainer_started(attempt, beat):
@@ -260,17 +262,17 @@ def _check(home: Path, store: RunStore, record_incident: bool, unreachable: froz
             verdict = Diagnosis(AttemptClass.RUNNING, f"starting: {holder['op']} ({holder['holder']}) has not started "
                                                "the trainer yet")
         elif verdict.outcome is AttemptClass.KILLED and not ev.process_alive:
-            verdict = Diagnosis(AttemptClass.KILLED, f"the trainer of attempt {attempt['attempt']} never started: the "
+            verdict = Diagnosis(AttemptClass.KILLED, f"the trainer of attempt {attempt.attempt} never started: the "
                                               "deploy or recover that recorded it stopped first", verdict.excerpt)
-    if attempt.get("failure_class"):
+    if attempt.failure_class:
         # Classified before (e.g. a bad restart flagged by the verifier): that verdict stands.
-        verdict = Diagnosis(AttemptClass(attempt["failure_class"]), str(attempt.get("reason", "")), verdict.excerpt)
+        verdict = Diagnosis(AttemptClass(attempt.failure_class), str(attempt.reason or ""), verdict.excerpt)
     report = Report(attempt=attempt, evidence=ev, diagnosis=verdict, heartbeat=beat)
-    if verdict.outcome is AttemptClass.RUNNING or attempt.get("failure_class") or attempt.get("outcome"):
+    if verdict.outcome is AttemptClass.RUNNING or attempt.ended:
         return report
     if verdict.outcome is AttemptClass.COMPLETED:
         attempt.update(outcome="completed", ended_at=utc_iso(), exit=0,
-                       last_step=last_completed_step(store, int(attempt["attempt"]), ev))
+                       last_step=last_completed_step(store, attempt.attempt, ev))
         store.put_attempt(attempt)
         return report
     if record_incident:
@@ -289,31 +291,31 @@ def last_completed_step(store: RunStore, n: int, ev: Evidence, ckpt: int | None 
     return max(own) if own else None
 
 
-def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attempt: dict[str, Any], ev: Evidence,
+def write_incident(home: Path, store: RunStore, manifest: Manifest, attempt: AttemptRecord, ev: Evidence,
                    verdict: Diagnosis) -> str:
     stacks = None
     if verdict.outcome is AttemptClass.STALL:
         dumps = []
         for nd in records.nodes_of(attempt):
             host = current.host_of_node(home, nd)
-            pid = nd.get("trainer_pid") or (attempt.get("trainer_pid") if nd.get("node", 0) == 0 else None)
+            pid = nd.get("trainer_pid") or (attempt.trainer_pid if nd.get("node", 0) == 0 else None)
             if host is not None and pid:
                 dumps.append(f"=== node {nd.get('node', 0)} ({host.name})\n" + capture_stacks(home, host, int(pid)))
         stacks = "\n".join(dumps) or None
     now = utc_iso()
-    env = manifest.get("environment", {})
+    env = manifest.environment
     ckpt = last_valid_checkpoint(store, manifest)
     incident = {
-        "run": store.run, "attempt": attempt["attempt"], "class": str(verdict.outcome), "reason": verdict.reason,
-        "policy": verdict.policy, "detected_at": now, "attempt_started_at": attempt.get("started_at"),
-        "vm": attempt.get("vm"), "vm_id": attempt.get("vm_id"), "backend": attempt.get("backend"),
+        "run": store.run, "attempt": attempt.attempt, "class": str(verdict.outcome), "reason": verdict.reason,
+        "policy": verdict.policy, "detected_at": now, "attempt_started_at": attempt.started_at,
+        "vm": attempt.vm, "vm_id": attempt.vm_id, "backend": attempt.backend,
         "error_excerpt": verdict.excerpt,
-        "input": {"config": manifest.get("config", {}).get("config"), "data": manifest.get("input")},
-        "code": manifest.get("code"),
+        "input": {"config": manifest.config.get("config"), "data": manifest.input},
+        "code": manifest.code,
         "environment": {k: env.get(k) for k in ("python", "torch", "cuda", "driver", "gpus", "gpu_type",
                                                 "packages_sha256", "hostname")} | {
-            "image": manifest.get("image"), "image_digest": manifest.get("image_digest")},
-        "last_completed_step": last_completed_step(store, int(attempt["attempt"]), ev, ckpt),
+            "image": manifest.image, "image_digest": manifest.image_digest},
+        "last_completed_step": last_completed_step(store, attempt.attempt, ev, ckpt),
         "last_valid_checkpoint": ckpt,
         "evidence": {"exit_code": ev.exit_code, "signal": ev.exit_signal, "oom_kills": ev.oom_kills,
                      "vm_status": ev.vm_status, "ssh_reachable": ev.ssh_reachable,
@@ -336,5 +338,5 @@ def write_incident(home: Path, store: RunStore, manifest: dict[str, Any], attemp
 
 
 def incidents(store: RunStore) -> list[dict[str, Any]]:
-    store.manifest()
+    store.read_manifest()
     return store.incidents()

@@ -43,10 +43,6 @@ class Occupancy:
         return ", ".join(said)
 
 
-def _ended_by_record(attempt: dict[str, object]) -> bool:
-    return bool(attempt.get("outcome") or attempt.get("failure_class"))
-
-
 def live_on(home: Path, hosts: list[Host], exclude: str | None = None) -> Occupancy:
     """The live runs on `hosts` (every run in the cluster's bucket but `exclude`)."""
     by_id = {h.id: h for h in hosts}
@@ -59,10 +55,11 @@ def live_on(home: Path, hosts: list[Host], exclude: str | None = None) -> Occupa
         if run == exclude:
             continue
         store = RunStore(info, creds, run)
-        attempts = store.attempts()
-        attempt = store.attempt(attempts[-1]) if attempts else {}
+        attempt = store.latest_attempt()
+        if attempt is None:
+            continue
         on = [by_id[str(nd.get("vm_id"))] for nd in records.nodes_of(attempt) if str(nd.get("vm_id")) in by_id]
-        if not on or _ended_by_record(attempt):
+        if not on or attempt.ended:
             continue
         if _running(home, store):
             for host in on:

@@ -1,30 +1,85 @@
-"""The run's records the controller writes to the bucket, as types built once: the manifest (once per
-run) and the attempt record (one per attempt). Their JSON is what it was (docs/design.md section 4):
-`to_dict()` writes it, and a key this module does not know (one written later, or by an older gpukit)
-is kept as it is in `extra`.
+"""The run's records the controller writes to the bucket, as types built once and read through their
+attributes: the manifest (once per run), the attempt record (one per attempt) and the recovery record (one per
+recovery). Their JSON is what it was (docs/design.md section 4): `to_dict()` writes it, `from_dict()` reads
+it back, and nothing else in glue/ reads one of their keys by name (`python -m tests.lint_record_keys`).
+
+Old records still read: a key this module does not know (one written later, or by an older gpukit) is kept
+as it is in `extra`; a key an older record lacks reads as its field's default and is not written back
+unless it was set; an optional field (metadata OPT) is written only when it holds a value, or when the record
+read held it as null.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any, Protocol, TypeVar
 
+from glue.bucket_access import BucketInfo
 from glue.runs import config as runconfig
-from glue.runs.store import RunStore, utc_iso
+from glue.runs.clock import utc_iso
 
 _R = TypeVar("_R")
+_OMIT = "omit_when_none"
+# An optional field (`field(default=None, metadata=OPT)`): a key written only by some records, or only once it
+# happened, absent from the JSON while None.
+OPT = {_OMIT: True}
+
+
+class RunPlace(Protocol):
+    """Where a run's records are (a RunStore): its id and its bucket."""
+
+    run: str
+    info: BucketInfo
+
+
+def _omit(f: Field[Any], value: Any) -> bool:
+    return bool(f.metadata.get(_OMIT)) and value is None
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
-    out = {f.name: getattr(obj, f.name) for f in fields(obj) if f.name != "extra"}
-    return {**out, **obj.extra}
+    """The record's JSON: the keys it read and did not know, then every field but the unset optional ones and
+    the ones the record read did not have (unless set since)."""
+    out = dict(obj.extra)
+    absent: dict[str, Any] = getattr(obj, "_absent", {})
+    null: dict[str, Any] = getattr(obj, "_null", {})
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if f.name == "extra" or _omit(f, value) or (f.name in absent and absent[f.name] == value):
+            continue
+        out[f.name] = None if f.name in null and null[f.name] == value else value
+    return out
 
 
-def _from_dict(cls: type[_R], doc: dict[str, Any]) -> _R:
-    """A record as read back: the keys this module knows as fields, every other one kept in `extra`."""
-    known = {f.name for f in fields(cls)} - {"extra"}  # type: ignore[arg-type]
-    return cls(**{k: v for k, v in doc.items() if k in known},  # type: ignore[call-arg]
-               extra={k: v for k, v in doc.items() if k not in known})
+def _update(rec: Any, values: dict[str, Any]) -> None:
+    known = {f.name: f for f in fields(rec) if f.name != "extra"}
+    for name, value in values.items():
+        if name not in known:
+            raise TypeError(f"{type(rec).__name__} has no field {name!r}")
+        setattr(rec, name, value)
+        if _omit(known[name], value):
+            rec.extra[name] = None
+
+
+def _default(f: Field[Any], defaults: dict[str, Any]) -> Any:
+    """What a field of a record read back holds when the record lacks it: the reader's default, else the
+    field's own (a timestamp field's reader gives "", never the time it was read)."""
+    if f.name in defaults:
+        return defaults[f.name]
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def _from_dict(cls: type[_R], doc: dict[str, Any], defaults: dict[str, Any]) -> _R:
+    """A record as read back: the keys this module knows as fields, every other one (and an optional key
+    stored as null) kept in `extra`; a required key the record lacks takes its value from `defaults`, and a
+    block (dict, list) stored as null reads empty (both written back as they were while unchanged)."""
+    known = {f.name: f for f in fields(cls) if f.name != "extra"}  # type: ignore[arg-type]
+    mine = {k: v for k, v in doc.items() if k in known and not _omit(known[k], v)}
+    null = {k: empty for k, v in mine.items() if v is None and (empty := _default(known[k], defaults)) is not None}
+    missing = {k: _default(f, defaults) for k, f in known.items() if k not in doc}
+    rec = cls(**missing, **mine | null, extra={k: v for k, v in doc.items() if k not in mine})  # type: ignore[call-arg]
+    object.__setattr__(rec, "_absent", missing)
+    object.__setattr__(rec, "_null", null)
+    return rec
 
 
 @dataclass
@@ -53,10 +108,14 @@ class Manifest:
     # watch, another node) brings back exactly these, from the bucket.
     workdir: dict[str, Any] | None = None
     requirements: dict[str, Any] | None = None
+    # How the run's group changed (a recovery onto fewer VMs): [{attempt, from, to, at}], oldest first.
+    group_changes: list[dict[str, Any]] | None = field(default=None, metadata=OPT)
+    # The Slurm job of a run submitted to Slurm (glue.scheduler.slurm).
+    scheduler: dict[str, Any] | None = field(default=None, metadata=OPT)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of_run(cls, store: RunStore, rc: runconfig.RunConfig, environment: dict[str, Any],
+    def of_run(cls, store: RunPlace, rc: runconfig.RunConfig, environment: dict[str, Any],
                eval_pin: dict[str, Any] | None, **pins: Any) -> Manifest:
         """The manifest of a new run of `rc`; `pins`: image_digest, code, distributed, workdir, requirements."""
         return cls(run=store.run, runtime=rc.runtime, command=list(rc.command), config=rc.as_dict(),
@@ -71,6 +130,17 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         return _as_dict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], run: str = "") -> Manifest:
+        """A manifest as stored (RunStore checked its `config`); keys an old one lacks read as empty."""
+        return _from_dict(cls, doc, {"run": run, "runtime": "process", "command": [], "config": {},
+                                     "environment": {}, "created_at": ""})
+
+    @property
+    def monitor(self) -> dict[str, Any]:
+        """The run config's `monitor` block (heartbeat, stall timeout), {} when it set none."""
+        return dict(self.config.get("monitor") or {})
 
 
 @dataclass
@@ -90,14 +160,44 @@ class AttemptRecord:
     exit: Any = None
     failure_class: str | None = None
     last_step: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # rendezvous, execution, pids, incident, outcome...
+    # How it ended: the monitor's verdict (or glue stop's, a Slurm requeue's) and the incident it wrote.
+    outcome: str | None = field(default=None, metadata=OPT)
+    reason: str | None = field(default=None, metadata=OPT)
+    signal: int | None = field(default=None, metadata=OPT)
+    incident: str | None = field(default=None, metadata=OPT)
+    # How it started: the group's rendezvous, a serverless execution, the Slurm job, the trainer's pids.
+    rendezvous: str | None = field(default=None, metadata=OPT)
+    execution: dict[str, Any] | None = field(default=None, metadata=OPT)
+    scheduler: dict[str, Any] | None = field(default=None, metadata=OPT)
+    supervisor_pid: int | None = field(default=None, metadata=OPT)
+    trainer_pid: int | None = field(default=None, metadata=OPT)
+    code_sha256: str | None = field(default=None, metadata=OPT)
+    requirements_set: str | None = field(default=None, metadata=OPT)
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this module does not know
 
     def to_dict(self) -> dict[str, Any]:
         return _as_dict(self)
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> AttemptRecord:
-        return _from_dict(cls, doc)
+        """An attempt record as stored; keys an old one lacks read as empty (a VM-less, fresh-start attempt)."""
+        return _from_dict(cls, doc, {"run": "", "vm": "", "vm_id": None, "backend": "local", "resume": False,
+                                     "nodes": [], "started_at": ""})
+
+    def update(self, **values: Any) -> None:
+        """Set fields by name, as the monitor, glue stop and a Slurm requeue record how the attempt ended; an
+        optional one set to None is written as null (as the dict this record replaced wrote it)."""
+        _update(self, values)
+
+    @property
+    def ended(self) -> bool:
+        """Whether the attempt is over: classified, or recorded completed."""
+        return bool(self.outcome or self.failure_class)
+
+    @property
+    def execution_id(self) -> str | None:
+        """The serverless execution the attempt is (None: it ran on VMs, or its start's answer was lost)."""
+        return (self.execution or {}).get("id")
 
 
 @dataclass
@@ -129,16 +229,31 @@ class RecoveryRecord:
     kept_vm: dict[str, Any] | None = None
     kept_vms: list[dict[str, Any]] = field(default_factory=list)
     recorded_at: str = field(default_factory=utc_iso)
-    extra: dict[str, Any] = field(default_factory=dict)  # rejected_checkpoints, reject_problem after a bad restart
+    # After a bad restart: the checkpoints the wrong resume committed, marked rejected (and why marking failed).
+    rejected_checkpoints: list[int] | None = field(default=None, metadata=OPT)
+    reject_problem: str | None = field(default=None, metadata=OPT)
+    bad_restart: bool | None = field(default=None, metadata=OPT)  # a Slurm restart whose resume failed its check
+    scheduler: dict[str, Any] | None = field(default=None, metadata=OPT)  # the Slurm job a requeue restarted
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this module does not know
 
     def to_dict(self) -> dict[str, Any]:
         return _as_dict(self)
 
+    def update(self, **values: Any) -> None:
+        """Set fields by name; an optional one set to None is written as null."""
+        _update(self, values)
+
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> RecoveryRecord:
-        return _from_dict(cls, doc)
+        """A recovery record as stored; keys an old one lacks read as empty."""
+        return _from_dict(cls, doc, {"run": "", "failed_attempt": 0, "new_attempt": 0, "failure_class": "",
+                                     "old_vm": {}, "new_vm": {}, "nodes": [], "dropped_vms": [], "world_size": 1,
+                                     "resume_check": {}, "rendezvous": None, "checkpoint_step": None,
+                                     "failure_step": 0, "seconds": {}, "work_lost": {}, "verified": False,
+                                     "first_resumed_step": None, "compared_steps": [], "problem": None,
+                                     "tolerance": 0.0, "recorded_at": ""})
 
 
-def nodes_of(attempt: dict[str, Any]) -> list[dict[str, Any]]:
+def nodes_of(attempt: AttemptRecord) -> list[dict[str, Any]]:
     """The VMs of an attempt: its `nodes` (a group), or the one VM of a single-node attempt."""
-    return list(attempt.get("nodes") or [{"node": 0, "vm": attempt.get("vm"), "vm_id": attempt.get("vm_id")}])
+    return list(attempt.nodes or [{"node": 0, "vm": attempt.vm, "vm_id": attempt.vm_id}])

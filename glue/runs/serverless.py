@@ -76,7 +76,7 @@ def launch_spec(store: RunStore, rc: runconfig.RunConfig, attempt: int, resume: 
 
 
 def start_execution(store: RunStore, rc: runconfig.RunConfig, attempt: int, resume: bool,
-                  runs: Executions | None = None) -> dict[str, Any]:
+                  runs: Executions | None = None) -> AttemptRecord:
     """Record attempt n, put its launch spec in the bucket, start its execution. The save-before-cap moment
     counts from now (the execution's own start is later, so the trainer stops early rather than late)."""
     ex = rc.execution or runconfig.ExecutionSpec()
@@ -86,13 +86,13 @@ def start_execution(store: RunStore, rc: runconfig.RunConfig, attempt: int, resu
     execution = {"id": None, "type": ex.type, "timeout": ex.timeout, "cap_seconds": ex.cap_seconds,
                  "stop_at": stop_at, "image": rc.image}
     record = AttemptRecord(run=store.run, attempt=attempt, vm=f"{RUNTIME}-{attempt}", vm_id=None, backend="lyceum",
-                           resume=resume, nodes=[], extra={"execution": execution})
-    store.put_attempt(record.to_dict())  # recorded before it starts: a start whose answer is lost is still findable
+                           resume=resume, nodes=[], execution=execution)
+    store.put_attempt(record)  # recorded before it starts: a start whose answer is lost is still findable
     started = (runs or executions()).start(sub)
     execution["id"] = record.vm_id = started.id
     record.nodes = [{"node": 0, "vm": record.vm, "vm_id": started.id}]
-    store.put_attempt(record.to_dict())
-    return record.to_dict()
+    store.put_attempt(record)
+    return record
 
 
 def deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, resume: bool, console: Console,
@@ -113,9 +113,9 @@ def deploy(home: Path, store: RunStore, rc: runconfig.RunConfig, resume: bool, c
             # The execution type's GPU (gpu.a100 -> a100) prices it: the VM price of that GPU, on-demand.
             environment = {"backend": "lyceum", "runtime": RUNTIME, "execution_type": ex.type,
                            "gpu_type": ex.type.removeprefix("gpu."), "gpu_count": 1, "market": "on-demand"}
-            store.put_manifest(Manifest.of_run(store, rc, environment, eval_pin).to_dict())
+            store.put_manifest(Manifest.of_run(store, rc, environment, eval_pin))
         record = start_execution(store, rc, attempt, resume=resume or attempt > 1)
     console.print(f"[green]run {store.run}[/] attempt {attempt} submitted as Lyceum execution "
-                  f"{record['execution']['id']} ({record['execution']['type']}); follow it with "
+                  f"{record.execution_id} ({(record.execution or {}).get('type')}); follow it with "
                   f"`glue logs --run {store.run} -f`")
-    return record
+    return record.to_dict()

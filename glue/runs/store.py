@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +17,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cluster import current
 from glue.errors import GlueError
+from glue.runs.clock import parse_iso as parse_iso  # the records' clock, where callers found it
+from glue.runs.clock import utc_iso as utc_iso
 from glue.runs.config import check_run_id
+from glue.runs.records import AttemptRecord, Manifest, RecoveryRecord
 from glue.storage import bucket as bucket_store
 from glue.train import layout
-
-
-def utc_iso(ts: datetime | None = None) -> str:
-    return (ts or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_iso(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-
 
 # Expiring credentials are renewed this long before they expire: a recovery or a drill can outlive them.
 REFRESH_MARGIN_S = 120.0
@@ -125,10 +119,13 @@ class RunStore:
         return f"s3://{self.info.name}/{self.prefix}{key}"
 
     # -- the manifest ---------------------------------------------------------------------------------
+    # glue reads the records as their types (read_manifest, read_attempt, read_recoveries: glue.runs.records);
+    # manifest(), attempt(n) and recoveries() hand out the JSON as stored, for what checks the bucket itself.
     def exists(self) -> bool:
         return self.get_bytes(layout.MANIFEST) is not None
 
     def manifest(self) -> dict[str, Any]:
+        """The manifest's JSON as stored, its shape checked; an unknown run is one line."""
         m = self.get_json(layout.MANIFEST)
         if m is None:
             raise GlueError(f"unknown run {self.run!r}: no {self.prefix}{layout.MANIFEST} in the bucket "
@@ -138,13 +135,22 @@ class RunStore:
                                  + ", ".join(f'a "{k}" object' for k in MANIFEST_BLOCKS))
         return m
 
+    def read_manifest(self) -> Manifest:
+        """The run's manifest; an unknown run, or a manifest glue did not write, is one line."""
+        return Manifest.from_dict(self.manifest(), self.run)
+
     def find_manifest(self) -> Any:
-        """The manifest as stored, unchecked; None when there is none (the scale gate reads every run's)."""
+        """The manifest as stored, unchecked; None when there is none."""
         return self.get_json(layout.MANIFEST)
 
-    def put_manifest(self, manifest: dict[str, Any]) -> None:
+    def read_manifest_if_any(self) -> Manifest | None:
+        """The manifest, None when there is none or it is no object (the scale gate reads every run's)."""
+        m = self.find_manifest()
+        return Manifest.from_dict(m, self.run) if isinstance(m, dict) and m else None
+
+    def put_manifest(self, manifest: Manifest | dict[str, Any]) -> None:
         """glue deploy, once per run; a recovery onto fewer VMs records the run's new group in it."""
-        self.put_json(layout.MANIFEST, manifest)
+        self.put_json(layout.MANIFEST, manifest.to_dict() if isinstance(manifest, Manifest) else manifest)
 
     # -- attempts -------------------------------------------------------------------------------------
 
@@ -152,6 +158,7 @@ class RunStore:
         return sorted(n for n in map(layout.attempt_of, self.keys(layout.ATTEMPTS_PREFIX)) if n is not None)
 
     def attempt(self, n: int) -> dict[str, Any]:
+        """Attempt n's record as stored ({} when there is none); its shape checked."""
         rec = self.get_json(layout.attempt_key(n))
         if rec is None:
             return {}
@@ -159,9 +166,20 @@ class RunStore:
             raise self._not_glue(layout.attempt_key(n), f"an attempt record is an object with \"attempt\": {n}")
         return rec
 
-    def put_attempt(self, record: dict[str, Any]) -> None:
+    def read_attempt(self, n: int) -> AttemptRecord | None:
+        """Attempt n's record (None when there is none); a record glue did not write is one line."""
+        rec = self.attempt(n)
+        return AttemptRecord.from_dict(rec) if rec else None
+
+    def latest_attempt(self) -> AttemptRecord | None:
+        """The record of the run's newest attempt (None before its first)."""
+        attempts = self.attempts()
+        return self.read_attempt(attempts[-1]) if attempts else None
+
+    def put_attempt(self, record: AttemptRecord | dict[str, Any]) -> None:
         """The attempt record, under its key (layout.attempt_key)."""
-        self.put_json(layout.attempt_key(int(record["attempt"])), record)
+        doc = record.to_dict() if isinstance(record, AttemptRecord) else record
+        self.put_json(layout.attempt_key(int(doc["attempt"])), doc)
 
     def put_launch(self, attempt: int, spec: dict[str, Any]) -> None:
         """A serverless attempt's launch spec (layout.launch_key), read by its execution; never a secret in it."""
@@ -247,18 +265,22 @@ class RunStore:
         return key
 
     def recoveries(self) -> list[dict[str, Any]]:
-        """Every recovery record, in the order they were made."""
+        """Every recovery record as stored, in the order they were made."""
         keys = sorted(self.keys(layout.RECOVERIES_PREFIX), key=layout.recovery_number)
         return [r for r in (self.get_json(k) for k in keys) if r]
 
-    def add_recovery(self, record: dict[str, Any]) -> int:
+    def read_recoveries(self) -> list[RecoveryRecord]:
+        """Every recovery record, in the order they were made."""
+        return [RecoveryRecord.from_dict(r) for r in self.recoveries() if isinstance(r, dict)]
+
+    def add_recovery(self, record: RecoveryRecord | dict[str, Any]) -> int:
         """The next recovery record (recoveries/<k>.json); returns k."""
         k = len(self.keys(layout.RECOVERIES_PREFIX)) + 1
         self.put_recovery(k, record)
         return k
 
-    def put_recovery(self, k: int, record: dict[str, Any]) -> None:
-        self.put_json(layout.recovery_key(k), record)
+    def put_recovery(self, k: int, record: RecoveryRecord | dict[str, Any]) -> None:
+        self.put_json(layout.recovery_key(k), record.to_dict() if isinstance(record, RecoveryRecord) else record)
 
     def evaluations(self, last: int | None = None) -> list[dict[str, Any]]:
         """Every recorded evaluation (the `last` ones only), by attempt then step."""

@@ -19,6 +19,7 @@ from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.runs import occupancy
+from glue.runs.records import Manifest
 
 # Run on a VM: the address this VM uses to reach `peer` (a UDP connect routes, it sends nothing), a free
 # TCP port on it, and the interface holding it (gloo/nccl bind there instead of resolving the hostname).
@@ -59,8 +60,8 @@ class GroupSpec:
         return asdict(self)
 
     @classmethod
-    def from_manifest(cls, manifest: dict[str, Any]) -> GroupSpec:
-        raw = manifest.get("distributed") or {}
+    def from_manifest(cls, manifest: Manifest) -> GroupSpec:
+        raw = manifest.distributed or {}
         return cls(**{k: int(v) for k, v in raw.items() if k in cls.__dataclass_fields__})
 
     def check(self) -> None:

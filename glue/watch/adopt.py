@@ -19,8 +19,8 @@ def adopt(store: RunStore, latest: int, named: bool, say: Callable[[str], object
     st = WatchState.load(store)
     if st is None:
         st = WatchState(store.run, adopted_attempt=latest)
-        rec = store.attempt(latest)
-        ended = rec.get("failure_class") or rec.get("outcome")
+        rec = store.read_attempt(latest)
+        ended = rec and (rec.failure_class or rec.outcome)
         if ended and not named:
             st.stopped = f"attempt {latest} had ended ({ended}) {LEFT_ALONE}"
             st.handled_attempt = latest
@@ -42,7 +42,7 @@ def adopt(store: RunStore, latest: int, named: bool, say: Callable[[str], object
         plan = st.resume_plan if (st.resume_plan or {}).get("new_attempt") == latest else None
         st.resume_plan = plan
         beat = store.heartbeat()
-        unstarted = plan is None and not monitor.trainer_started(store.attempt(latest), beat)
+        unstarted = plan is None and not monitor.trainer_started(store.read_attempt(latest), beat)
         st.note("recovery_interrupted", attempt=st.handled_attempt, new_attempt=latest,
                 why="the watcher stopped mid-recovery; " + (
                     f"the resume is checked once attempt {latest} passes step {plan['upto']}" if plan else

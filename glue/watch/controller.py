@@ -36,6 +36,7 @@ from glue.operations.recovery import recover as recover_mod
 from glue.runs import config as runconfig
 from glue.runs import lease, monitor, records
 from glue.runs.classify import AttemptClass
+from glue.runs.records import RecoveryRecord
 from glue.runs.store import RunStore, all_run_ids, parse_iso, utc_iso
 from glue.watch import interrupted, notify, policy
 from glue.watch import ssh_probe as probe_mod
@@ -87,7 +88,7 @@ class Watcher:
     def validate(self) -> None:
         """Refuse, in one line, runs asked for by name that the bucket does not have."""
         for run in self.runs:
-            self._store(run).manifest()  # GlueError: unknown run 'x'
+            self._store(run).read_manifest()  # GlueError: unknown run 'x'
 
     # -- the poll -------------------------------------------------------------------------------
     def poll(self) -> list[Row]:
@@ -115,9 +116,9 @@ class Watcher:
 
     def _config(self, store: RunStore) -> tuple[runconfig.RunConfig, float | None]:
         if store.run not in self._configs:
-            manifest = store.manifest()
-            rc = runconfig.parse(manifest["config"], store.run, store.info.name)
-            created = manifest.get("created_at")
+            manifest = store.read_manifest()
+            rc = runconfig.parse(manifest.config, store.run, store.info.name)
+            created = manifest.created_at
             self._configs[store.run] = (rc, parse_iso(created).timestamp() if created else None)
         return self._configs[store.run]
 
@@ -150,7 +151,7 @@ class Watcher:
             return row
         self._probes.pop(run, None)
         report = monitor.check(self.home, store, unreachable=quick.unreachable)
-        outcome, n = report.diagnosis.outcome, int(report.attempt["attempt"])
+        outcome, n = report.diagnosis.outcome, report.attempt.attempt
         if outcome is AttemptClass.VM_LOST and (quick.unreachable or report.evidence.vm_status == "gone"):
             took = time.monotonic() - t0
             self._lost_check_s = took if took > self._lost_check_s else (took + self._lost_check_s) / 2
@@ -168,7 +169,7 @@ class Watcher:
             row.state = "completed"
         elif decision.action == "stop":
             row.note = self._stop_held(store, rc, n, outcome, decision, report.diagnosis.reason,
-                                       report.incident_key or report.attempt.get("incident")) or row.note
+                                       report.incident_key or report.attempt.incident) or row.note
         elif decision.action == "recover":
             row.note = self._recover(store, rc, started, n, outcome)
             fresh = WatchState.load(store) or st
@@ -217,7 +218,7 @@ class Watcher:
             self._event(rc, st, "recovered", failed, outcome, recovery=summary)
             st.save(store)
             return
-        rejected, trouble = phases.flag_bad_restart(self.home, store, store.manifest(), new, verdict)
+        rejected, trouble = phases.flag_bad_restart(self.home, store, store.read_manifest(), new, verdict)
         noted = {**summary, "problem": verdict.problem, "rejected_checkpoints": rejected, "reject_problem": trouble}
         self._stop_bad_restart(store, rc, st, started, new, noted)
 
@@ -227,14 +228,15 @@ class Watcher:
         `problem`, and the run stopped as a bad restart."""
         st.note("resume_check_failed", **noted)
         decision = policy.decide(AttemptClass.BAD_RESTART, rc.recovery, st.used, time.time(), st.next_try_at, started)
+        rec = store.read_attempt(new)
         self._stop(store, rc, st, new, AttemptClass.BAD_RESTART, decision, str(noted["problem"]),
-                   store.attempt(new).get("incident"))
+                   rec.incident if rec else None)
 
     def _fast_running(self, store: RunStore, rc: runconfig.RunConfig, latest: int) -> Quick:
         """Running when the run plainly runs (no SSH, no log reads); otherwise look closer."""
         closer = Quick(False)
-        rec = store.attempt(latest)
-        if len(rec.get("nodes") or []) > 1 or rec.get("failure_class") or rec.get("outcome") or rec.get("execution"):
+        rec = store.read_attempt(latest)
+        if rec is None or len(rec.nodes) > 1 or rec.ended or rec.execution:
             return closer
         beat = store.heartbeat()
         if not beat or beat.get("attempt") != latest or not beat.get("updated_at"):
@@ -246,8 +248,8 @@ class Watcher:
             return closer
         if store.exit_record(latest) is not None:
             return closer
-        backend = get_backend(str(rec.get("backend", "local")), self.home)
-        if backend.read_vm(str(rec.get("vm_id"))) is None:
+        backend = get_backend(rec.backend, self.home)
+        if backend.read_vm(str(rec.vm_id)) is None:
             return closer
         step = beat.get("step")
         running = Quick(True, int(step) if isinstance(step, int) else 0)
@@ -342,7 +344,7 @@ class Watcher:
         st = WatchState.load(store) or WatchState(store.run)
         if store.attempts()[-1] != n or st.stopped or st.done:
             return "already handled"
-        retry = st.failed_tries(n, not monitor.trainer_started(store.attempt(n), store.heartbeat()))
+        retry = st.failed_tries(n, not monitor.trainer_started(store.read_attempt(n), store.heartbeat()))
         waits = st.capacity_waits_of(n)
         decision = policy.decide(outcome, rc.recovery, st.used, time.time(), st.next_try_at, started, retry, waits)
         if decision.action != "recover":
@@ -364,11 +366,12 @@ class Watcher:
             result = recover_mod.recover_within(self.home, store.run, self.console, rc.recovery.min_nodes,
                                                 tolerance=self.tolerance, keep_failed=keep, on_started=on_started)
         except recover_mod.BadRestart as exc:  # recovered, but the resume is wrong: not a failed recovery
-            new = int(exc.result["new_attempt"])
+            bad = RecoveryRecord.from_dict(exc.result)
+            new = bad.new_attempt
             st.resume_plan = None
             self._stop_bad_restart(store, rc, st, started, new, {k: exc.result.get(k) for k in (
                 *SUMMARY_KEYS, "problem", "rejected_checkpoints", "reject_problem")})
-            return f"attempt {new} failed the resume check: {exc.result.get('problem')}"
+            return f"attempt {new} failed the resume check: {bad.problem}"
         except NoCapacity as exc:  # the cloud may have a VM later: wait and ask again, not a failed recovery
             wait = st.wait_for_capacity(rc.recovery, n, str(outcome), str(exc), time.time())
             st.save(store)
@@ -388,9 +391,10 @@ class Watcher:
             return f"recovery failed: {exc}"
         st.failed_in_row, st.next_try_at, st.resume_plan, st.capacity_waits = 0, 0.0, None, 0
         summary = {k: result.get(k) for k in SUMMARY_KEYS}
-        summary["kept_vm"], summary["kept_vms"] = result.get("kept_vm"), result.get("kept_vms")
+        done = RecoveryRecord.from_dict(result)
+        summary["kept_vm"], summary["kept_vms"] = done.kept_vm, done.kept_vms
         st.note("recovered", outcome=str(outcome), **summary)
         st.save(store)
         self._event(rc, st, "recovered", n, outcome, recovery=summary)
         st.save(store)
-        return f"recovered onto attempt {result['new_attempt']} (verified)"
+        return f"recovered onto attempt {done.new_attempt} (verified)"

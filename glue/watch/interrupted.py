@@ -8,6 +8,7 @@ from typing import Any
 
 from glue.operations.recovery import phases, replay
 from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, check_resharded, merged_metrics
+from glue.runs.records import RecoveryRecord
 from glue.runs.store import RunStore, parse_iso, utc_iso
 
 
@@ -25,7 +26,8 @@ def readiness(store: RunStore, plan: dict[str, Any]) -> tuple[bool, str | None, 
     ready = bool(settled or (exit_rec is not None and exit_rec.get("exit_code") == 0))
     if ready:
         return True, None, steps
-    failed = store.attempt(new).get("failure_class") or exit_rec is not None or store.attempts()[-1] != new
+    rec = store.read_attempt(new)
+    failed = (rec and rec.failure_class) or exit_rec is not None or store.attempts()[-1] != new
     waiting = None if failed else f"checking attempt {new}'s resume at step {upto} (now {max(steps, default=0)})"
     return False, waiting, steps
 
@@ -65,5 +67,5 @@ def check(store: RunStore, plan: dict[str, Any],
         "problem": verdict.problem, "tolerance": plan.get("tolerance"), "recorded_at": utc_iso(),
         "kept_vm": None, "interrupted": True, "resume_check": resume_check or None,
     }
-    phases.record(store, result)
+    phases.record(store, RecoveryRecord.from_dict(result))  # as it stands: the keys an interrupted one knows
     return verdict, result

@@ -23,24 +23,24 @@ REASON = "stopped on request (glue stop)"
 
 def stop_run(home: Path, run_id: str) -> str:
     store = RunStore.open(home, run_id)
-    store.manifest()  # an unknown run: one line
+    store.read_manifest()  # an unknown run: one line
     if not store.attempts():
         raise GlueError(f"run {run_id} has no attempt to stop")
     with lease.held(store, "stop"):  # not while a deploy or recover starts the next attempt
         report = monitor.check(home, store, record_incident=False)
-        n = int(report.attempt["attempt"])
+        n = report.attempt.attempt
         if report.diagnosis.outcome is AttemptClass.COMPLETED:
             raise GlueError(f"run {run_id} completed; nothing to stop")
-        rec = store.attempt(n)
+        rec = store.read_attempt(n) or report.attempt
         running = report.diagnosis.outcome is AttemptClass.RUNNING
         phases.kill_attempt(home, store, rec)
-        if not rec.get("failure_class"):
+        if not rec.failure_class:
             rec.update(failure_class=str(AttemptClass.KILLED), reason=REASON, ended_at=utc_iso())
             store.put_attempt(rec)
         st = WatchState.load(store) or WatchState(run_id, adopted_attempt=n)
         st.stopped, st.handled_attempt, st.resume_plan = REASON, n, None
         st.note("stopped", attempt=n, why=REASON)
         st.save(store)
-    where = f"Lyceum execution {rec['execution']['id']} aborted" if rec.get("execution") else "its trainer killed"
+    where = f"Lyceum execution {rec.execution_id} aborted" if rec.execution else "its trainer killed"
     was = "" if running else f" (it had ended: {report.diagnosis.outcome}; no watcher will recover it)"
     return f"run {run_id}: attempt {n} stopped, {where}{was}; `glue deploy --resume` or `glue recover` continues it"

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+
+class Pinned(Protocol):
+    """What a manifest pins (glue.runs.records.Manifest): the package and the resolved requirements."""
+
+    workdir: dict[str, Any] | None
+    requirements: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -16,8 +23,8 @@ class Workspace:
     requirements: dict[str, Any] | None = None
 
     @classmethod
-    def from_manifest(cls, manifest: dict[str, Any]) -> Workspace:
-        return cls(manifest.get("workdir"), manifest.get("requirements"))
+    def from_manifest(cls, manifest: Pinned) -> Workspace:
+        return cls(manifest.workdir, manifest.requirements)
 
     @property
     def needs_prepare(self) -> bool:

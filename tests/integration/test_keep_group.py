@@ -16,6 +16,7 @@ from glue.cluster import current
 from glue.operations import lifecycle
 from glue.operations.recovery import phases
 from glue.runs.classify import AttemptClass
+from glue.runs.records import AttemptRecord
 from glue.runs.store import RunStore
 from glue.train.state_paths import StatePaths
 
@@ -26,7 +27,8 @@ RUN, N = "g", 3
 
 
 def _failure(outcome: AttemptClass, nodes: list[dict[str, object]]) -> phases.Failure:
-    attempt = {"run": RUN, "attempt": N, "nodes": nodes, "vm": nodes[0]["vm"], "vm_id": nodes[0]["vm_id"]}
+    attempt = AttemptRecord.from_dict({"run": RUN, "attempt": N, "nodes": nodes, "vm": nodes[0]["vm"],
+                                       "vm_id": nodes[0]["vm_id"]})
     return phases.Failure(outcome, N, attempt, {}, None, "2026-01-01T00:00:00.000000Z")
 
 

@@ -142,7 +142,7 @@ def test_qemu_vm_docker_run_reboot_complete_down(qemu_kit: Kit, tmp_path: Path) 
         time.sleep(2)
     assert (store.exit_record(1) or {}).get("exit_code") == 0, store.exit_record(1)
     # The checkpoint was committed through the mount (the target is /mnt/s3/runs/{run}) and read back valid.
-    assert monitor.last_valid_checkpoint(store, manifest) == 4
+    assert monitor.last_valid_checkpoint(store, store.read_manifest()) == 4
     assert status(kit, RUN)["state"] == "completed"
     t = lap("deploy to completion (checkpoint 4 through /mnt/s3)", t_deployed)
 

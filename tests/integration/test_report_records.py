@@ -23,6 +23,7 @@ from glue.runs import config as runconfig
 from glue.runs import deploy, gate
 from glue.runs.acceptance import run_acceptance
 from glue.runs.store import RunStore
+from glue.train import layout
 from glue.train.run.evaluation import EvalSetError, load_eval_set, record_evaluation
 from glue.train.storage.target import open_target
 
@@ -40,7 +41,7 @@ class Ctx:
 
     def __init__(self, bucket: Any, run: str, attempt: int) -> None:
         self.attempt, self.rank = attempt, 0
-        self.store = open_target(f"s3://gpukit/runs/{run}", endpoint_url=bucket.info.endpoint, region="us-east-1",
+        self.store = open_target(layout.run_uri("gpukit", run), endpoint_url=bucket.info.endpoint, region="us-east-1",
                                  credentials=lambda: bucket.creds, check=False)
 
 
@@ -50,39 +51,39 @@ def write_run(bucket: Any, run: str, sha: str, eval_sha: str | None = None, val_
     attempt 2: 10:40 -> last step 40 at 11:00 (killed, no exit record)
     attempt 3: 11:10 -> exit record 11:45 (completed)"""
     store = RunStore(bucket.info, bucket.creds, run)
-    store.put_json("manifest.json", {
+    store.put_json(layout.MANIFEST, {
         "run": run, "created_at": iso(0), "image": None, "command": ["python", "-m", "glue.examples.tiny_gpt"],
         "config": {"config": {"steps": 60}, "pricing": {"vm_hour": 2.5, "currency": "EUR"},
                    "monitor": {"heartbeat_seconds": 1},
                    "evaluation": {"metrics": {"val_loss": {"max": 2.0}}}},
         "input": {"uri": "builtin://corpus", "version": "1"}, "code": {"git_sha": sha, "dirty": False},
         "environment": {"backend": "local", "gpu_type": "a100", "gpu_count": 2}, "distributed": None,
-        "outputs": {"destination": f"s3://gpukit/runs/{run}/outputs", "required": ["model.pt"]},
-        "checkpoint": {"target": f"s3://gpukit/runs/{run}", "interval_steps": 10, "keep_last": 2},
+        "outputs": {"destination": f"{layout.run_uri('gpukit', run)}/{layout.OUTPUTS}", "required": ["model.pt"]},
+        "checkpoint": {"target": layout.run_uri("gpukit", run), "interval_steps": 10, "keep_last": 2},
         "evaluation": {"dataset": {"uri": "s3://gpukit/eval/x", "sha256": eval_sha, "size": 1} if eval_sha else None,
                        "metrics": {"val_loss": {"max": 2.0}}},
     })
     spans = [(1, 0, range(1, 26), "vm_lost"), (2, 40, range(21, 41), "killed"), (3, 70, range(31, 61), None)]
     for n, start, steps, failure in spans:
-        store.put_json(f"attempts/{n}.json", {
+        store.put_json(layout.attempt_key(n), {
             "run": run, "attempt": n, "vm": f"gpukit-{n}", "vm_id": f"vm{n}", "started_at": iso(start),
             "resume": n > 1, "nodes": [{"node": 0, "vm": f"gpukit-{n}"}], "failure_class": failure,
             "outcome": None if failure else "completed", "ended_at": iso(start + 100)})  # detected much later
         lines = [json.dumps({"step": s, "loss": 3.0 - s / 40, "attempt": n, "rank": 0,
                              "t": iso(start + s - steps[0] + 1)}) for s in steps]
-        store.put_bytes(f"metrics/{n:03d}-r0-00001.jsonl", ("\n".join(lines) + "\n").encode())
-    store.put_json("attempts/3.exit.json", {"attempt": 3, "node": 0, "exit_code": 0, "ended_at": iso(105)})
+        store.put_bytes(layout.metrics_key(n, 0, 0, 1), ("\n".join(lines) + "\n").encode())
+    store.put_json(layout.exit_key(3, 0), {"attempt": 3, "node": 0, "exit_code": 0, "ended_at": iso(105)})
     for k, (prov, conf, ver, lost) in enumerate([(120, 240, 60, 5), (60, 180, 30, 0)], 1):
-        store.put_json(f"recoveries/{k}.json", {
+        store.put_json(layout.recovery_key(k), {
             "failed_attempt": k, "new_attempt": k + 1, "failure_class": spans[k - 1][3], "checkpoint_step": 20 + 10 * k,
             "seconds": {"detect": 30, "validate": 5, "provision": prov, "configure": conf, "verify": ver,
                         "restore": 30, "replay": 90}, "nodes": [{"node": 0, "replaced": True}],
             "work_lost": {"steps": lost, "seconds": lost * 60.0}, "verified": True})
-    store.put_json("ckpt/step-60/COMMIT.json", {
+    store.put_json(layout.commit_key(60), {
         "format": "gpukit-ckpt/1", "step": 60, "created_at": iso(104), "world_size": 1, "components": {},
         "timings": {"snapshot_s": 0.25, "wait_s": 0.05, "serialize_s": 1, "upload_s": 2, "verify_s": 0.5,
                     "bytes": 3 * 2**20}})
-    store.put_bytes("outputs/model.pt", b"weights")
+    store.put_bytes(f"{layout.OUTPUTS}/model.pt", b"weights")
     record_evaluation(Ctx(bucket, run, 3), 60, {"val_loss": val_loss}, final=True)
     return store
 
@@ -104,10 +105,10 @@ def test_cost_of_a_run_with_two_recoveries_is_the_hand_computed_sum(local_bucket
 
 def test_a_warm_spare_a_recovery_took_is_charged_for_its_wait(local_bucket: Any) -> None:
     store = write_run(local_bucket, f"cost-{uuid.uuid4().hex[:8]}", sha="c0ffee")
-    rec = store.get_json("recoveries/2.json")
+    rec = store.get_json(layout.recovery_key(2))
     rec["spares"] = [{"vm": "gpukit-2", "spare": "gpukit-spare-1", "idle_since": iso(50), "taken_at": iso(70)}]
     rec["seconds"].update(provision=1, configure=0)
-    store.put_json("recoveries/2.json", rec)
+    store.put_json(layout.recovery_key(2), rec)
     res = cost.resources(facts.gather(store))
     assert [u.label for u in res.uses][-2:] == ["recovery 2", "spare gpukit-spare-1 (recovery 2)"]
     # the spare waited 20 min, ready since 10:50, taken at 11:10: charged as one VM's time
@@ -164,8 +165,8 @@ def test_compare_refuses_runs_evaluated_on_different_sets(local_bucket: Any) -> 
     with pytest.raises(GlueError, match="evaluated on different sets") as exc:
         compare.compare(a, b)
     assert "\n" not in str(exc.value)
-    b.manifest["evaluation"]["dataset"]["sha256"] = "a" * 64
-    b.manifest["config"]["config"]["steps"] = 80
+    b.manifest.evaluation["dataset"]["sha256"] = "a" * 64
+    b.manifest.config["config"]["steps"] = 80
     res = compare.compare(a, b)
     assert res["config_diff"] == [{"key": "config.steps", "a": 60, "b": 80}]
     assert res["a"]["cost"] == pytest.approx(3.8125) and res["a"]["code"] == "1" and res["b"]["code"] == "2"
@@ -179,8 +180,8 @@ def test_scale_gate_needs_an_accepted_smaller_run_and_a_passed_drill(local_bucke
     found = gate.validation(info, creds, sha, nodes=2)
     assert found.accepted_run == run and found.passed_drill is None and "no drill" in found.missing()
     drill = RunStore(info, creds, f"gate-{sha[:8]}-drill1")
-    drill.put_json("manifest.json", {"run": drill.run, "code": {"git_sha": sha}, "distributed": None})
-    drill.put_json("drill.json", {"passed": True})
+    drill.put_json(layout.MANIFEST, {"run": drill.run, "code": {"git_sha": sha}, "distributed": None})
+    drill.put_json(layout.DRILL, {"passed": True})
     assert gate.validation(info, creds, sha, nodes=2).ok
     assert not gate.validation(info, creds, sha, nodes=1).ok  # "smaller" than one VM: nothing is
     # deploy's gate is on this checkout's commit, which no run in this bucket validated

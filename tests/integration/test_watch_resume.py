@@ -19,6 +19,7 @@ from glue.paths import PROJECT_ROOT
 from glue.runs.classify import AttemptClass, Diagnosis, Evidence
 from glue.runs.monitor import Report
 from glue.runs.store import RunStore, utc_iso
+from glue.train import layout
 from glue.watch import controller
 from glue.watch.controller import Watcher
 from glue.watch.watch_state import WatchState
@@ -36,7 +37,7 @@ def _loss(step: int) -> float:
 def _metrics(store: RunStore, attempt: int, steps: range, bad_at: int | None = None) -> None:
     lines = [json.dumps({"attempt": attempt, "rank": 0, "step": s, "t": utc_iso(),
                          "loss": _loss(s) + (0.5 if s == bad_at else 0.0)}) for s in steps]
-    store.put_bytes(f"metrics/{attempt:03d}-r0-{steps.start:05d}.jsonl", "\n".join(lines).encode())
+    store.put_bytes(layout.metrics_key(attempt, 0, 0, steps.start), "\n".join(lines).encode())
 
 
 def _run(local_bucket: BucketHandle, tmp_path: Path, run: str, new_steps: range,
@@ -47,12 +48,12 @@ def _run(local_bucket: BucketHandle, tmp_path: Path, run: str, new_steps: range,
                                  f"import sys; open({str(events)!r}, 'a').write(sys.stdin.read() + '\\n')"],
                      "events": ["recovered", "bad_restart"]}
     store = RunStore(local_bucket.info, local_bucket.creds, run)
-    target = f"s3://{local_bucket.info.name}/runs/{run}"
+    target = layout.run_uri(local_bucket.info.name, run)
     store.put_manifest({"run": run, "config": raw, "checkpoint": {"target": target},
                                      "created_at": utc_iso(), "environment": {}})
-    store.put_json("attempts/1.json", {"run": run, "attempt": 1, "vm": "gpukit-1", "vm_id": "gpukit-1-aaaa",
+    store.put_json(layout.attempt_key(1), {"run": run, "attempt": 1, "vm": "gpukit-1", "vm_id": "gpukit-1-aaaa",
                                        "backend": "local", "failure_class": "vm_lost", "started_at": utc_iso()})
-    store.put_json("attempts/2.json", {"run": run, "attempt": 2, "vm": "gpukit-1", "vm_id": "gpukit-1-bbbb",
+    store.put_json(layout.attempt_key(2), {"run": run, "attempt": 2, "vm": "gpukit-1", "vm_id": "gpukit-1-bbbb",
                                        "backend": "local", "resume": True, "started_at": utc_iso(),
                                        "nodes": [{"node": 0, "vm": "gpukit-1", "vm_id": "gpukit-1-bbbb"}]})
     _metrics(store, 1, range(1, FAILED_AT + 1))
@@ -74,14 +75,15 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     def check(home: Path, store: RunStore, record_incident: bool = True,
               unreachable: frozenset[str] = frozenset()) -> Report:
-        att = store.attempt(store.attempts()[-1])
-        verdict = Diagnosis(AttemptClass(att["failure_class"]), str(att.get("reason"))) if att.get("failure_class") \
+        att = store.latest_attempt()
+        assert att is not None
+        verdict = Diagnosis(AttemptClass(att.failure_class), str(att.reason)) if att.failure_class \
             else Diagnosis(AttemptClass.RUNNING, "heartbeat fresh")
         return Report(attempt=att, evidence=Evidence(), diagnosis=verdict, heartbeat=None)
 
     monkeypatch.setattr(controller.monitor, "check", check)
     monkeypatch.setattr(controller.phases, "kill_attempt",
-                        lambda home, store, attempt, freeze=None: killed.append(int(attempt["attempt"])))
+                        lambda home, store, attempt, freeze=None: killed.append(attempt.attempt))
     return killed
 
 
@@ -97,10 +99,10 @@ def test_interrupted_recovery_is_verified_when_the_new_attempt_gets_there(local_
     st = WatchState.load(store)
     assert st is not None and st.resume_plan is not None and [h["action"] for h in st.history] == \
         ["recovering", "recovery_interrupted"]
-    assert store.get_json("recoveries/1.json") is None
+    assert store.get_json(layout.recovery_key(1)) is None
     _metrics(store, 2, range(26, 36))
     row = watcher.watch_run("w-int-ok")
-    rec = store.get_json("recoveries/1.json")
+    rec = store.get_json(layout.recovery_key(1))
     assert rec["verified"] and rec["interrupted"] and rec["first_resumed_step"] == CKPT + 1, rec
     assert rec["compared_steps"] == list(range(CKPT + 1, UPTO + 1)) and rec["seconds"]["detect"] == 1.2
     st = WatchState.load(store)
@@ -110,14 +112,14 @@ def test_interrupted_recovery_is_verified_when_the_new_attempt_gets_there(local_
     assert [e["event"] for e in _events(events)] == ["recovered"] and row.state == "running"
     assert stand_ins == []
     watcher.watch_run("w-int-ok")  # checked once
-    assert store.get_json("recoveries/2.json") is None and len(_events(events)) == 1
+    assert store.get_json(layout.recovery_key(2)) is None and len(_events(events)) == 1
 
 
 def test_interrupted_recovery_with_a_wrong_resume_is_a_bad_restart(local_bucket: BucketHandle, tmp_path: Path,
                                                                    stand_ins: list[int]) -> None:
     store, watcher, events = _run(local_bucket, tmp_path, "w-int-bad", range(CKPT + 1, 36), bad_at=27)
     row = watcher.watch_run("w-int-bad")
-    rec = store.get_json("recoveries/1.json")
+    rec = store.get_json(layout.recovery_key(1))
     assert not rec["verified"] and "loss at step 27" in rec["problem"], rec
     att = store.attempt(2)
     assert att["failure_class"] == "bad_restart" and stand_ins == [2]  # the wrong attempt was stopped

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from glue.report.budget import BudgetInputs, project
+from glue.runs.records import Manifest
 
 
 def test_projection_equals_the_formula_by_hand() -> None:
@@ -36,7 +37,8 @@ def test_more_failures_cost_more_and_no_price_means_no_cost() -> None:
 def test_each_backends_price_table_as_the_readme_says(backend: str, price: float | None) -> None:
     from glue.report.cost import price_for
 
-    got = price_for({"environment": {"backend": backend, "gpu_type": "none", "gpu_count": 0}})
+    got = price_for(Manifest.from_dict({"environment": {"backend": backend, "gpu_type": "none", "gpu_count": 0}}))
     assert got.vm_hour == price
-    override = price_for({"environment": {"backend": backend}, "config": {"pricing": {"vm_hour": 2.5}}})
+    override = price_for(Manifest.from_dict({"environment": {"backend": backend},
+                                                "config": {"pricing": {"vm_hour": 2.5}}}))
     assert (override.vm_hour, override.currency, override.source) == (2.5, "EUR", "run.yaml pricing")

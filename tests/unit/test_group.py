@@ -7,6 +7,7 @@ from typing import Any
 
 from glue.runs.classify import AttemptClass, Evidence, classify
 from glue.runs.monitor import NodeState, combine
+from glue.runs.records import Manifest
 from glue.runs.timeline import Event, order
 from glue.runs.vm_group import GroupSpec, Rendezvous, node_env, torchrun_argv
 from glue.train.layout import error_key, metrics_key
@@ -125,8 +126,8 @@ def test_torchrun_command_per_node() -> None:
     assert torchrun_argv("/p", ["./run.sh", "x"], spec, rdzv, 1, "r", 3)[-3:] == ["--no-python", "./run.sh", "x"]
     assert node_env(rdzv, 1)["GLOO_SOCKET_IFNAME"] == "eth1"
     assert node_env(rdzv, 0)["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
-    assert spec.world_size == 8 and GroupSpec.from_manifest({"distributed": spec.as_dict()}) == spec
-    assert not GroupSpec.from_manifest({"distributed": None}).distributed
+    assert spec.world_size == 8 and GroupSpec.from_manifest(Manifest.from_dict({"distributed": spec.as_dict()})) == spec
+    assert not GroupSpec.from_manifest(Manifest.from_dict({"distributed": None})).distributed
 
 
 def test_bucket_keys_sort_in_the_order_they_were_written() -> None:

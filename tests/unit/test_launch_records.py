@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from glue.paths import PROJECT_ROOT
-from glue.runs.records import AttemptRecord, Manifest
+from glue.runs.records import AttemptRecord, Manifest, RecoveryRecord
 from glue.train import trainer_vars
 from glue.train.run.launch import LaunchSpec, MissingTrainerEnv, SpecBucket, TrainerEnv, node_vars
 from glue.train.state_paths import StatePaths
@@ -87,9 +87,37 @@ def test_attempt_record_keeps_keys_it_does_not_know() -> None:
            "nodes": [{"node": 0, "vm": "gpukit-1", "vm_id": "v1"}], "started_at": "2026-01-01T00:00:00Z",
            "memory_limit_mb": None, "ended_at": None, "exit": None, "failure_class": "stall", "last_step": 7,
            "rendezvous": None, "incident": "20260101T000000Z-stall"}
-    rec = AttemptRecord.from_dict(doc)
-    assert rec.failure_class == "stall" and rec.extra == {"rendezvous": None, "incident": "20260101T000000Z-stall"}
-    assert rec.to_dict() == doc
+    rec = AttemptRecord.from_dict(doc | {"written_later": {"x": 1}})
+    assert rec.failure_class == "stall" and rec.incident == "20260101T000000Z-stall" and rec.rendezvous is None
+    assert rec.extra == {"rendezvous": None, "written_later": {"x": 1}}  # a null optional key, an unknown key
+    assert rec.to_dict() == doc | {"written_later": {"x": 1}}
+
+
+def test_an_old_shaped_record_reads_and_is_written_back_as_it_was() -> None:
+    """Records an older gpukit wrote lack keys (and hold null blocks): they read as the fields' defaults, and a
+    record written back unchanged is the JSON it was."""
+    old_attempt = {"attempt": 2, "vm": "gpukit-1", "nodes": None}
+    rec = AttemptRecord.from_dict(old_attempt)
+    assert (rec.attempt, rec.backend, rec.resume, rec.nodes, rec.vm_id, rec.incident) == (2, "local", False, [],
+                                                                                          None, None)
+    assert rec.to_dict() == old_attempt
+    rec.update(failure_class="stall", signal=None)  # how the monitor records an end: a null signal is written
+    assert rec.to_dict() == old_attempt | {"failure_class": "stall", "signal": None}
+    old_manifest = {"run": "r", "config": {"monitor": {"stall_timeout_seconds": 5}}, "environment": None}
+    m = Manifest.from_dict(old_manifest)
+    assert m.environment == {} and m.monitor == {"stall_timeout_seconds": 5} and m.workdir is None
+    assert m.to_dict() == old_manifest
+    interrupted = {"run": "r", "failed_attempt": 1, "new_attempt": 2, "verified": True, "interrupted": True}
+    assert RecoveryRecord.from_dict(interrupted).to_dict() == interrupted
+
+
+def test_a_new_attempt_record_writes_the_keys_it_wrote_before() -> None:
+    rec = AttemptRecord(run="r", attempt=1, vm="gpukit-1", vm_id="v1", backend="local", resume=False, nodes=[])
+    rec.update(rendezvous=None)
+    assert set(rec.to_dict()) == {"run", "attempt", "vm", "vm_id", "backend", "resume", "nodes", "started_at",
+                                  "memory_limit_mb", "ended_at", "exit", "failure_class", "last_step", "rendezvous"}
+    with pytest.raises(TypeError, match="no field 'incidnet'"):
+        rec.update(incidnet="x")
 
 
 def test_manifest_writes_every_key_a_reader_expects() -> None:

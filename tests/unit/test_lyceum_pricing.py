@@ -12,6 +12,7 @@ import pytest
 from glue.cloud.lyceum import pricing
 from glue.cloud.lyceum.api import LyceumClient, RetryPolicy
 from glue.report.cost import price_for
+from glue.runs.records import Manifest
 from tests.lyceum_emulator import Emulator
 
 FAST = RetryPolicy(attempts=2, base_s=0.01, max_s=0.05, deadline_s=5)
@@ -65,9 +66,9 @@ def test_get_pricing_from_the_emulator_prices_a_runs_cost(emu: Emulator, tmp_pat
     assert pricing.cache_path(home).is_file()
     monkeypatch.setenv("GPUKIT_HOME", str(home))
     manifest = {"environment": {"backend": "lyceum", "gpu_type": "a100", "gpu_count": 2}}
-    got = price_for(manifest)
+    got = price_for(Manifest.from_dict(manifest))
     assert got.vm_hour == pytest.approx(2 * 1.79) and got.source.startswith("Lyceum GET /pricing of ")
-    spot = price_for({"environment": {**manifest["environment"], "market": "spot"}})
+    spot = price_for(Manifest.from_dict({"environment": {**manifest["environment"], "market": "spot"}}))
     assert spot.vm_hour == pytest.approx(2 * 0.90) and "(spot;" in spot.source  # the row says "0.90"
     # Refreshed at most daily: a second call within the day asks nothing.
     before = len(emu.requests)

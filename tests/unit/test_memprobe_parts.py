@@ -13,6 +13,7 @@ import pytest
 
 from glue.errors import GlueError
 from glue.memprobe import investigate, measure, remedies, source
+from glue.runs.records import AttemptRecord, Manifest
 
 
 def test_remedies_change_one_thing_each() -> None:
@@ -44,7 +45,7 @@ def test_config_sources(tmp_path: Path) -> None:
         source.from_config_file(other)
     other.write_text("command: [python, train.py]\nconfig: {batch_size: 8}\n")
     own = source.from_config_file(other)
-    assert own.job and own.manifest is not None and own.manifest["config"]["command"] == ["python", "train.py"]
+    assert own.job and own.manifest is not None and own.manifest.config["command"] == ["python", "train.py"]
     with pytest.raises(GlueError, match=r"not a glue\.examples\.tiny_gpt setting"):
         source.trainer_config({}, {"batchsize": 3})
     with pytest.raises(GlueError, match="key=value"):
@@ -60,11 +61,11 @@ def test_run_manifest_gives_config_and_the_failed_attempts_limit() -> None:
     manifest = {"config": {"command": ["python", "-m", "glue.examples.tiny_gpt"], "config": {"batch_size": 64}}}
     attempts = [{"attempt": 1, "failure_class": "oom_host", "memory_limit_mb": 350, "vm": "gpukit-2"},
                 {"attempt": 2, "failure_class": None, "memory_limit_mb": None}]
-    src = source.from_manifest("oom-host", manifest, attempts)
+    src = source.from_manifest("oom-host", Manifest.from_dict(manifest), [AttemptRecord.from_dict(a) for a in attempts])
     assert src.trainer_cfg == {"batch_size": 64} and src.memory_limit_mb == 350
     assert src.failure["failure_class"] == "oom_host" and src.run == "oom-host"
     with pytest.raises(GlueError, match="has no `config:`"):  # any job, but one with sizes to vary
-        source.from_manifest("x", {"config": {"command": ["bash", "run.sh"]}}, [])
+        source.from_manifest("x", Manifest.from_dict({"config": {"command": ["bash", "run.sh"]}}), [])
 
 
 def test_oom_messages() -> None:

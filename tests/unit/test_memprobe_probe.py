@@ -16,6 +16,7 @@ import pytest
 from glue.errors import GlueError
 from glue.memprobe import investigate, remedies, source
 from glue.memprobe.runner import ERROR, FIT, OOM, TrialOutcome, run_command
+from glue.runs.records import Manifest
 from glue.train import trainer_vars as V
 from glue.train.run.launch import TrainerEnv
 
@@ -23,6 +24,7 @@ TRAINER = '''
 import torch
 from torch import nn
 from glue.train import RunContext
+from glue.runs.records import Manifest
 
 with RunContext.from_env() as ctx:
     cfg = ctx.config
@@ -149,8 +151,9 @@ def test_a_jobs_config_remedies_and_reproducer() -> None:
         source.job_config(cfg, {}, ["lr"], "run r")
     manifest = {"config": {"command": ["python", "train.py"], "config": {}}}
     with pytest.raises(GlueError, match="has no `config:`"):
-        source.from_manifest("r", manifest, [])
-    job = source.from_manifest("r", {"config": {"command": ["python", "train.py"], "config": {"batch_size": 8}}}, [])
+        source.from_manifest("r", Manifest.from_dict(manifest), [])
+    job = source.from_manifest("r", Manifest.from_dict({"config": {"command": ["python", "train.py"],
+                                                                   "config": {"batch_size": 8}}}), [])
     assert job.job and job.trainer_cfg == {"batch_size": 8}
     [r] = remedies.declared({"grad_accum": {"grad_accum": 8}}, {"grad_accum": 1})
     assert r.change == {"grad_accum": 8} and r.skipped is None

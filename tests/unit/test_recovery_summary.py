@@ -8,6 +8,7 @@ import pytest
 from rich.console import Console
 
 from glue.operations.recovery.recover import print_table
+from glue.runs.records import RecoveryRecord
 
 
 def _printed(**over: Any) -> str:
@@ -16,7 +17,7 @@ def _printed(**over: Any) -> str:
               "checkpoint_step": 40, "failure_step": 45, "verified": True, "problem": None,
               "first_resumed_step": 41, "compared_steps": list(range(41, 51)), **over}
     console = Console(record=True, width=200)
-    print_table(console, result)
+    print_table(console, RecoveryRecord.from_dict(result))
     return " ".join(console.export_text().split())
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from glue.operations.recovery.resume_check import check_all_ranks, check_resume, merged_metrics, rank_upto
+from glue.runs.records import AttemptRecord, RecoveryRecord
 
 
 def _steps(lo: int, hi: int, shift: float = 0.0) -> dict[int, dict[str, Any]]:
@@ -38,8 +39,8 @@ class _Store:
     def metrics(self, rank: int = 0) -> dict[int, dict[int, dict[str, Any]]]:
         return self._metrics
 
-    def attempt(self, n: int) -> dict[str, Any]:
-        return {"attempt": n, "failure_class": self._classes.get(n)}
+    def read_attempt(self, n: int) -> AttemptRecord:
+        return AttemptRecord.from_dict({"attempt": n, "failure_class": self._classes.get(n)})
 
 
 def test_a_forced_recovery_after_a_bad_restart_is_judged_against_the_run_before_it() -> None:
@@ -93,7 +94,10 @@ def test_a_resharded_resume_needs_the_exact_data_position_and_losses_within_the_
 
 
 def test_the_recovery_says_which_check_it_applied() -> None:
-    from glue.operations.recovery.resume_check import resume_check_text
+    from glue.operations.recovery.resume_check import resume_check_text as as_text
+
+    def resume_check_text(doc: dict[str, Any]) -> str:
+        return as_text(RecoveryRecord.from_dict(doc))
 
     base = {"failed_attempt": 1, "new_attempt": 2, "verified": True}
     assert resume_check_text(base) == "attempt 1 -> 2: verified; check bitwise: losses equal"
@@ -120,8 +124,8 @@ class _Shipping:
                 steps[2] = {s: r for s, r in steps[2].items() if s != 25}
         return steps
 
-    def attempt(self, n: int) -> dict[str, Any]:
-        return {"attempt": n, "failure_class": "vm_lost"}
+    def read_attempt(self, n: int) -> AttemptRecord:
+        return AttemptRecord.from_dict({"attempt": n, "failure_class": "vm_lost"})
 
 
 def test_another_ranks_part_in_flight_is_waited_for_not_judged_missing() -> None:

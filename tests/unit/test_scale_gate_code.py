@@ -1,7 +1,14 @@
 """The scale gate's "same code": a run that ships a workdir is validated by smaller runs of the same
 package (the user's code), whatever gpukit's commit; a run without one by gpukit's commit."""
 
-from glue.runs.gate import _same_code
+from typing import Any
+
+from glue.runs import gate
+from glue.runs.records import Manifest
+
+
+def _same_code(doc: dict[str, Any], git_sha: str | None, workdir_sha256: str | None) -> bool:
+    return gate._same_code(Manifest.from_dict(doc), git_sha, workdir_sha256)
 
 
 def test_same_code_is_the_workdir_package_when_there_is_one() -> None:

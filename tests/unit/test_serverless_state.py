@@ -10,8 +10,9 @@ import pytest
 from glue.cloud.lyceum.executions import Execution, state_of
 from glue.runs import monitor, serverless_state
 from glue.runs.classify import AttemptClass, Evidence, classify
+from glue.runs.records import AttemptRecord
 
-ATTEMPT = {"attempt": 1, "execution": {"id": "ex-1", "type": "gpu.a100"}}
+ATTEMPT = AttemptRecord.from_dict({"attempt": 1, "execution": {"id": "ex-1", "type": "gpu.a100"}})
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +74,7 @@ def test_a_running_execution_whose_heartbeat_stopped_is_a_stall(monkeypatch: pyt
 
 
 def test_an_attempt_whose_start_got_no_id_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
-    st = monitor._execution_state(Store(None), 1, {"attempt": 1, "execution": {"id": None}})  # type: ignore[arg-type]
+    st = monitor._execution_state(Store(None), 1, AttemptRecord.from_dict({"attempt": 1, "execution": {"id": None}}))  # type: ignore[arg-type]
     assert st.gone and not st.alive
 
 

@@ -59,14 +59,13 @@ class Measured:
 
 
 def measure(store: RunStore) -> Measured:
-    manifest = store.manifest()
+    manifest = store.read_manifest()
     stalls, fulls = [], []
     for commit in store.checkpoint_commits().values():
         t = commit.get("timings", {})
         stalls.append(float(t.get("snapshot_s", 0)) + float(t.get("wait_s", 0)))
         fulls.append(sum(float(t.get(k, 0)) for k in ("serialize_s", "upload_s", "verify_s")))
-    restores = [float(r["seconds"]["restore"]) for r in store.recoveries()
-                if r.get("seconds", {}).get("restore") is not None]
+    restores = [float(restore) for r in store.read_recoveries() if (restore := r.seconds.get("restore")) is not None]
     step_gaps: list[float] = []
     for steps in store.metrics().values():
         ordered = sorted(steps.items())
@@ -74,18 +73,20 @@ def measure(store: RunStore) -> Measured:
                       for (sa, a), (sb, b) in itertools.pairwise(ordered) if sb == sa + 1]
     failures, wall = 0, 0.0
     for n in store.attempts():
-        att = store.attempt(n)
-        if att.get("failure_class") in RECOVERABLE:
+        att = store.read_attempt(n)
+        if att is None:
+            continue
+        if att.failure_class in RECOVERABLE:
             failures += 1
-        if att.get("started_at"):
-            end = parse_iso(att["ended_at"]) if att.get("ended_at") else datetime.now(UTC)
-            wall += (end - parse_iso(att["started_at"])).total_seconds()
+        if att.started_at:
+            end = parse_iso(att.ended_at) if att.ended_at else datetime.now(UTC)
+            wall += (end - parse_iso(att.started_at)).total_seconds()
     return Measured(
         save_stall_s=statistics.mean(stalls) if stalls else 0.0,
         save_full_s=statistics.mean(fulls) if fulls else 0.0,
         restore_s=statistics.mean(restores) if restores else None,
         step_s=statistics.median(step_gaps) if step_gaps else None,
-        interval_steps=int(manifest["checkpoint"]["interval_steps"]),
+        interval_steps=int(manifest.checkpoint["interval_steps"]),
         failures=failures, wall_s=wall, saves=len(stalls),
     )
 

@@ -20,6 +20,7 @@ from glue.errors import GlueError
 from glue.operations import lifecycle
 from glue.operations.recovery import drill
 from glue.paths import PROJECT_ROOT, glue_command, home
+from glue.runs.records import RecoveryRecord
 from glue.train.layout import run_uri
 
 STEPS, KILL_AT = 60, 30
@@ -53,7 +54,7 @@ def main() -> int:
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     console.print(f"{verdict} in {time.monotonic() - t0:.0f}s: run {result.drill_run} lost its VM at step "
                   f"{result.destroyed_at} (asked: {result.kill_at}), resumed from step "
-                  f"{result.recovery.get('checkpoint_step')} on a new VM and "
+                  f"{RecoveryRecord.from_dict(result.recovery).checkpoint_step} on a new VM and "
                   f"matched the uninterrupted {result.ref_run} exactly ({result.compared_steps} per-step losses, "
                   f"{result.compared_tensors} tensors)." if result.passed else f"{verdict}: {result.problem}")
     console.print(f"records: {run_uri('gpukit', result.drill_run)}/ (GPUKIT_HOME={demo_home} {glue_command()} "

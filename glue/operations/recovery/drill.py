@@ -28,6 +28,7 @@ from glue.runs import config as runconfig
 from glue.runs import deploy as deploy_mod
 from glue.runs import lease, monitor
 from glue.runs.classify import AttemptClass
+from glue.runs.records import RecoveryRecord
 from glue.runs.store import RunStore
 from glue.train import trainer_vars
 from glue.train.layout import COMMIT, run_prefix
@@ -126,8 +127,8 @@ def _config_of(home: Path, base: RunStore, run_id: str, config_path: Path | None
     config_path.parent.mkdir(parents=True, exist_ok=True)
     import yaml
 
-    manifest = base.manifest()
-    config_path.write_text(yaml.safe_dump(run_neutral(manifest["config"], run_id)))
+    manifest = base.read_manifest()
+    config_path.write_text(yaml.safe_dump(run_neutral(manifest.config, run_id)))
     return config_path, Workspace.from_manifest(manifest)
 
 
@@ -147,7 +148,10 @@ def _destroy_and_recover(home: Path, dr: RunStore, victim_name: str, result: Dri
                      timeout)
     with lease.held(dr, "drill"):  # nobody else recovers the drill run while it loses its VM
         backend = current.backend(home)
-        victim_id = dr.attempt(1)["vm_id"]
+        first = dr.read_attempt(1)
+        if first is None or not first.vm_id:
+            raise GlueError(f"drill run {dr.run} recorded no VM for attempt 1; nothing to destroy")
+        victim_id = first.vm_id
         backend.delete_vm(victim_id)
         result.destroyed_at = (held.heartbeat or {}).get("step")
         console.print(f"[red]destroyed VM {victim_name}[/] ({victim_id}) under {dr.run} at step {result.destroyed_at}")
@@ -155,7 +159,8 @@ def _destroy_and_recover(home: Path, dr: RunStore, victim_name: str, result: Dri
             result.recovery = recover_mod.recover(home, dr.run, console, tolerance=tolerance, wait_timeout=timeout)
         except GlueError as exc:
             result.problem = str(exc)
-            result.recovery = (dr.recoveries() or [{}])[-1]
+            made = dr.read_recoveries()
+            result.recovery = made[-1].to_dict() if made else {}
 
 
 def compare_losses(result: DrillResult, ref_l: dict[int, dict[str, Any]], dr_l: dict[int, dict[str, Any]],
@@ -278,8 +283,7 @@ def print_result(console: Console, r: DrillResult) -> None:
     table = Table(title=f"drill {r.drill_run} vs {r.ref_run}", show_header=False, box=None)
     table.add_row("asked to destroy the VM at step", str(r.kill_at))
     table.add_row("VM destroyed at step", str(r.destroyed_at))
-    rec = r.recovery or {}
-    ckpt = rec.get("checkpoint_step")
+    ckpt = RecoveryRecord.from_dict(r.recovery).checkpoint_step if r.recovery else None
     table.add_row("resumed from checkpoint", str(ckpt))
     if r.destroyed_at is not None and ckpt is not None:
         table.add_row("steps replayed", f"{r.destroyed_at - ckpt} ({ckpt + 1}..{r.destroyed_at})")

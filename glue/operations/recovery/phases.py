@@ -34,6 +34,7 @@ from glue.runs import config as runconfig
 from glue.runs import guard, monitor, records, remote, serverless_state, workspace
 from glue.runs.class_policy import policy_of
 from glue.runs.classify import AttemptClass
+from glue.runs.records import AttemptRecord, Manifest, RecoveryRecord
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.runs.vm_group import GroupSpec
 from glue.storage import bucket as bucket_store
@@ -64,7 +65,7 @@ class Failure:
 
     outcome: AttemptClass
     number: int
-    attempt: dict[str, Any]
+    attempt: AttemptRecord
     heartbeat: dict[str, Any]
     last_alive: str | None
     detected_at: str
@@ -94,12 +95,12 @@ def detect(home: Path, store: RunStore, force: bool) -> Failure:
         raise GlueError(policy.refuse_always.format(run=run_id, reason=reason, missing=reason.split(": ", 1)[-1]))
     if policy.refuse_without_force is not None and not force:
         raise GlueError(f"run {run_id} failed with {outcome}: " + policy.refuse_without_force.format(run=run_id))
-    n = int(report.attempt["attempt"])
-    attempt = store.attempt(n)  # re-read: the monitor just recorded the incident into it
+    n = report.attempt.attempt
+    attempt = store.read_attempt(n) or report.attempt  # re-read: the monitor just recorded the incident into it
     beat = report.heartbeat or {}
-    last_alive = beat.get("step_at") or attempt.get("started_at")
-    detected_at = attempt.get("ended_at") or utc_iso()
-    incident = store.incident(str(attempt.get("incident"))) if attempt.get("incident") else None
+    last_alive = beat.get("step_at") or attempt.started_at
+    detected_at = attempt.ended_at or utc_iso()
+    incident = store.incident(attempt.incident) if attempt.incident else None
     if incident:
         detected_at = incident["detected_at"]
         # In a group the cause's time (a lost VM's last heartbeat, the first error) is the failure's.
@@ -108,16 +109,16 @@ def detect(home: Path, store: RunStore, force: bool) -> Failure:
 
 
 # -- validate -----------------------------------------------------------------------------------------
-def validate(store: RunStore, manifest: dict[str, Any], failure: Failure, from_scratch: bool) -> Lost:
+def validate(store: RunStore, manifest: Manifest, failure: Failure, from_scratch: bool) -> Lost:
     """The newest valid checkpoint, checked from the controller (sizes and sha256)."""
-    rc = runconfig.parse(manifest["config"], store.run, store.info.name)
+    rc = runconfig.parse(manifest.config, store.run, store.info.name)
     ckpt = monitor.last_valid_checkpoint(store, manifest, deep=True)
     if ckpt is None and not from_scratch:
         raise GlueError(f"run {store.run} has no valid checkpoint in {rc.checkpoint.target}; "
                         "restart it from step 0 with --from-scratch")
     old_metrics = merged_metrics(store, failure.number + 1)
     failure_step = max(old_metrics) if old_metrics else (failure.heartbeat.get("step") or 0)
-    finished_before = bool(manifest.get("outputs", {}).get("required")) and not monitor.missing_outputs(store, manifest)
+    finished_before = bool(manifest.outputs.get("required")) and not monitor.missing_outputs(store, manifest)
     return Lost(rc, ckpt, old_metrics, failure_step, finished_before, GroupSpec.from_manifest(manifest),
                 Workspace.from_manifest(manifest))
 
@@ -143,12 +144,12 @@ def keepable(home: Path, failure: Failure, keep_failed: bool) -> list[lifecycle.
             continue
         kept.append(lifecycle.KeptVM(name=host.name, id=host.id, ssh_host=host.ssh_host, ssh_port=host.ssh_port,
                                      ssh_user=host.ssh_user, host_key=host.host_key,
-                                     run=str(failure.attempt.get("run")), attempt=failure.number,
+                                     run=failure.attempt.run, attempt=failure.number,
                                      failure_class=str(failure.outcome), kept_at=utc_iso()))
     return kept
 
 
-def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any],
+def kill_attempt(home: Path, store: RunStore, attempt: AttemptRecord,
                  freeze: list[lifecycle.KeptVM] | None = None) -> None:
     """Stop what is left of an attempt on every node still reachable: a stalled or half-dead trainer
     (or a surviving rank waiting in the rendezvous) must not write on. On a VM kept for debugging the
@@ -164,12 +165,12 @@ def kill_attempt(home: Path, store: RunStore, attempt: dict[str, Any],
             continue
         try:
             if host.id in frozen:
-                pids = [str(p) for k, p in remote.process_state(home, host, store.run, int(attempt["attempt"]))
+                pids = [str(p) for k, p in remote.process_state(home, host, store.run, attempt.attempt)
                         ["pids"].items() if k.endswith("_pid") and isinstance(p, int)]
                 if pids:
                     ssh.run(home, host, _FREEZE.format(pids=" ".join(pids)), timeout=20)
             else:
-                remote.kill_processes(home, host, store.run, int(attempt["attempt"]))
+                remote.kill_processes(home, host, store.run, attempt.attempt)
         except GlueError:
             if backend.read_vm(host.id) is not None:
                 raise
@@ -205,7 +206,7 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
     return hosts, [h.name for h, nd in zip(hosts, nodes, strict=True) if h.id != nd["vm_id"]]
 
 
-def alive(home: Path, attempt: dict[str, Any]) -> list[Host]:
+def alive(home: Path, attempt: AttemptRecord) -> list[Host]:
     """The attempt's VMs that are still there and answer, in node order."""
     backend = current.backend(home)
     return [h for h in (current.host_of_node(home, nd) for nd in records.nodes_of(attempt))
@@ -294,7 +295,7 @@ def prepare(home: Path, store: RunStore, lost: Lost, failure: Failure,
 # -- start --------------------------------------------------------------------------------------------
 def start(home: Path, store: RunStore, lost: Lost, failure: Failure, hosts: list[Host],
           argvs: list[list[str]], ready: list[dict[str, Any] | None] | None = None,
-          group: GroupSpec | None = None) -> dict[str, Any]:
+          group: GroupSpec | None = None) -> AttemptRecord:
     """The next attempt, resuming, on the group's hosts (`group`: a smaller one). Returns its attempt record."""
     return next_attempt(home, store, lost, failure, hosts, group).start(argvs, ready)
 
@@ -303,17 +304,17 @@ def next_attempt(home: Path, store: RunStore, lost: Lost, failure: Failure, host
                  group: GroupSpec | None = None) -> attempt_mod.Attempt:
     """The attempt after the failed one: resuming, with its memory limit, the run's pinned workspace."""
     return attempt_mod.Attempt(home, store, lost.rc, hosts, failure.number + 1, resume=True,
-                               memory_limit_mb=failure.attempt.get("memory_limit_mb"), group=group or lost.group,
+                               memory_limit_mb=failure.attempt.memory_limit_mb, group=group or lost.group,
                                ws=lost.ws)
 
 
-def record_group(store: RunStore, manifest: dict[str, Any], group: GroupSpec, attempt: int) -> None:
+def record_group(store: RunStore, manifest: Manifest, group: GroupSpec, attempt: int) -> None:
     """The run continues as `group` from `attempt` on: the manifest says so (the next recovery and `glue
     watch` re-form this group), and keeps the change in its history."""
-    before = manifest.get("distributed")
-    manifest["distributed"] = group.as_dict() if group.distributed else None
-    manifest.setdefault("group_changes", []).append(
-        {"attempt": attempt, "from": before, "to": manifest["distributed"], "at": utc_iso()})
+    before = manifest.distributed
+    manifest.distributed = group.as_dict() if group.distributed else None
+    manifest.group_changes = [*(manifest.group_changes or []),
+                              {"attempt": attempt, "from": before, "to": manifest.distributed, "at": utc_iso()}]
     store.put_manifest(manifest)
 
 
@@ -331,7 +332,7 @@ def check(store: RunStore, lost: Lost, failure: Failure, new_metrics: dict[int, 
                            finished_before=lost.finished_before)
 
 
-def flag_bad_restart(home: Path, store: RunStore, manifest: dict[str, Any], attempt_n: int,
+def flag_bad_restart(home: Path, store: RunStore, manifest: Manifest, attempt_n: int,
                      result: ResumeCheck) -> tuple[list[int], str | None]:
     """Stop the wrongly resumed attempt and keep the evidence as a bad_restart incident. The checkpoints it
     committed (COMMIT.json written since the attempt started: any step, also one it rewrote at or below
@@ -340,11 +341,13 @@ def flag_bad_restart(home: Path, store: RunStore, manifest: dict[str, Any], atte
     from glue.train.checkpoint.format import check_checkpoints, reject  # the storage layer: only when needed
     from glue.train.errors import CheckpointError
 
-    attempt = store.attempt(attempt_n)
+    attempt = store.read_attempt(attempt_n)
+    if attempt is None:
+        raise GlueError(f"run {store.run} has no attempt {attempt_n} to flag as a bad restart")
     kill_attempt(home, store, attempt)
     ev = monitor.Evidence(resume_problem=result.problem, heartbeat_step=result.first_step)
     monitor.write_incident(home, store, manifest, attempt, ev, monitor.classify(ev))
-    since = parse_iso(str(attempt["started_at"]))
+    since = parse_iso(attempt.started_at)
     try:
         storage = monitor.checkpoint_storage(store, manifest)
         if storage is None:
@@ -365,7 +368,7 @@ def _created_since(created_at: str, since: datetime) -> bool:
 
 
 # -- record -------------------------------------------------------------------------------------------
-def record(store: RunStore, result: dict[str, Any]) -> int:
+def record(store: RunStore, result: RecoveryRecord) -> int:
     """The run's next recovery record (RunStore.add_recovery): the phases, the work lost, the verdict; returns
     its number."""
     return store.add_recovery(result)

@@ -38,7 +38,7 @@ from glue.operations.recovery import neighbours, phases, replay
 from glue.operations.recovery.phases import Timings, secs_between
 from glue.operations.recovery.resume_check import ResumeCheck, check_resume, merged_metrics, step_ranges
 from glue.runs import lease, records, serverless, serverless_state
-from glue.runs.records import RecoveryRecord
+from glue.runs.records import AttemptRecord, Manifest, RecoveryRecord
 from glue.runs.store import RunStore
 from glue.runs.vm_group import GroupSpec
 
@@ -82,7 +82,7 @@ def recover(home: Path, run_id: str, console: Console, *, force: bool = False, f
     opts = RecoverOptions(force, from_scratch, same_vm, verify_steps, tolerance, wait_timeout, keep_failed, nodes,
                           reshard_tolerance)
     store = RunStore.open(home, run_id)
-    manifest = store.manifest()  # unknown run -> one line
+    manifest = store.read_manifest()  # unknown run -> one line
     with lease.held(store, "recover"):  # one writer: a second recover refuses, naming this one
         return Recovery(home, store, manifest, console, opts, on_started).run()
 
@@ -107,7 +107,9 @@ def recover_within(home: Path, run_id: str, console: Console, min_nodes: int | N
         if started or min_nodes is None:
             raise
         store = RunStore.open(home, run_id)
-        attempt = store.attempt(store.attempts()[-1])
+        attempt = store.latest_attempt()
+        if attempt is None:
+            raise
         total, live = len(records.nodes_of(attempt)), len(phases.alive(home, attempt))
         if not min_nodes <= live < total:
             raise
@@ -124,8 +126,10 @@ class Moved:
     replaced: list[str]
     keep: list[Any]
     group: GroupSpec
-    started: dict[str, Any]
+    started: AttemptRecord
     configured: dict[str, str] = field(default_factory=dict)  # VM name -> spare | seed | playbook | unchanged
+    spares_used: spares.SparesUsed = field(default_factory=dict)  # refilled once the run resumed (Recovery._replay)
+    provisioned: bool = False
 
 
 @dataclass
@@ -134,7 +138,7 @@ class Recovery:
 
     home: Path
     store: RunStore
-    manifest: dict[str, Any]
+    manifest: Manifest
     console: Console
     opts: RecoverOptions
     on_started: Callable[[dict[str, Any]], None] | None = None
@@ -183,12 +187,12 @@ class Recovery:
         finally:
             # After the restore, which the refill's apply and playbook would slow. Also after a recovery that
             # took no spare: one found dead was re-created by its apply, and is configured by the refill.
-            if moved.started.get("spares") or (moved.started.get("provisioned") and spares.wanted(self.home)):
+            if moved.spares_used or (moved.provisioned and spares.wanted(self.home)):
                 spares.start_refill(self.home)
                 self.console.print("spare pool: refilling in the background (`glue status`; log: "
                                    f"{spares.log_path(self.home)})")
 
-    def _seconds(self, failure: phases.Failure, lost: phases.Lost, started: dict[str, Any],
+    def _seconds(self, failure: phases.Failure, lost: phases.Lost, started: AttemptRecord,
                  new_metrics: dict[int, Any]) -> dict[str, float | None]:
         ckpt, failure_step = lost.ckpt, lost.failure_step
         first_t = new_metrics[min(new_metrics)]["t"] if new_metrics else None
@@ -196,7 +200,7 @@ class Recovery:
         return {
             "detect": secs_between(failure.last_alive, failure.detected_at),
             **self.timed,
-            "restore": secs_between(started["started_at"], first_t),
+            "restore": secs_between(started.started_at, first_t),
             # Nothing to replay when the VM died right at its checkpoint; None = still replaying at the deadline.
             "replay": secs_between(first_t, reach_t) if reach_t else (0.0 if failure_step <= (ckpt or 0) else None),
         }
@@ -206,13 +210,13 @@ class Recovery:
         nodes, hosts, started = records.nodes_of(failure.attempt), moved.hosts, moved.started
         old, ckpt, failure_step = lost.old_metrics, lost.ckpt, lost.failure_step
         lost_s = secs_between(old.get(ckpt or 0, {}).get("t"), old.get(failure_step, {}).get("t")) \
-            if ckpt else secs_between(failure.attempt.get("started_at"), old.get(failure_step, {}).get("t"))
+            if ckpt else secs_between(failure.attempt.started_at, old.get(failure_step, {}).get("t"))
         kept_names = {h.name for h in hosts}
         lost_node = next((nd for nd in nodes if nd["vm"] in moved.replaced or nd["vm"] not in kept_names), nodes[0])
         new_host = next((h for h in hosts if h.name == lost_node["vm"]), hosts[0] if hosts else None)
         new_vm = {"name": new_host.name, "id": new_host.id} if new_host else \
-            {"name": started["vm"], "id": started["vm_id"]}
-        spares_used = started.get("spares") or {}
+            {"name": started.vm, "id": started.vm_id}
+        spares_used = moved.spares_used
         if new_host and new_host.name in spares_used:
             new_vm["spare"] = spares_used[new_host.name]["spare"]  # it was this warm spare
         return RecoveryRecord(
@@ -224,7 +228,7 @@ class Recovery:
                     "configured": moved.configured.get(h.name, "kept")}
                    for k, (nd, h) in enumerate(zip(nodes, hosts, strict=False))],
             dropped_vms=[str(nd["vm"]) for nd in nodes if hosts and nd["vm"] not in kept_names],
-            world_size=moved.group.world_size, resume_check=check, rendezvous=started.get("rendezvous"),
+            world_size=moved.group.world_size, resume_check=check, rendezvous=started.rendezvous,
             checkpoint_step=ckpt, failure_step=failure_step,
             seconds=self._seconds(failure, lost, started, new_metrics),
             work_lost={"steps": failure_step - (ckpt or 0), "seconds": lost_s},
@@ -235,20 +239,19 @@ class Recovery:
 
     def _record(self, failure: phases.Failure, record: RecoveryRecord, verdict: ResumeCheck) -> dict[str, Any]:
         """Into the bucket and onto the console; a failed check stops the new attempt as a bad restart."""
-        result = record.to_dict()
-        number = phases.record(self.store, result)
-        print_table(self.console, result)
+        number = phases.record(self.store, record)
+        print_table(self.console, record)
         if verdict.ok:
-            return result
+            return record.to_dict()
         run_id = self.store.run
         rejected, trouble = phases.flag_bad_restart(self.home, self.store, self.manifest, failure.number + 1, verdict)
-        result.update(rejected_checkpoints=rejected, reject_problem=trouble)
-        self.store.put_recovery(number, result)  # the record says which checkpoints the wrong resume had committed
+        record.update(rejected_checkpoints=rejected, reject_problem=trouble)
+        self.store.put_recovery(number, record)  # the record says which checkpoints the wrong resume had committed
         marked = f"; the checkpoint(s) it committed (step {', '.join(map(str, rejected))}) marked rejected" \
             if rejected else ""
         raise BadRestart(f"bad restart of run {run_id}: {verdict.problem}; the trainer was stopped{marked}"
                          f"{'; ' + trouble if trouble else ''} and the evidence kept (glue incidents --run {run_id})",
-                         result)
+                         record.to_dict())
 
 
 def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Failure, lost: phases.Lost,
@@ -289,9 +292,7 @@ def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Fai
         with timed.phase(console, "prepare", f"code and requirements from the bucket on {names}"):
             ready = phases.prepare(home, store, lost, failure, hosts)
     started = phases.start(home, store, lost, failure, hosts, argvs, ready, group)
-    started["spares"] = spares_used  # refilled once the run resumed (Recovery._replay)
-    started["provisioned"] = bool(replaced)
-    return Moved(hosts, replaced, keep, group, started, how)
+    return Moved(hosts, replaced, keep, group, started, how, spares_used, provisioned=bool(replaced))
 
 
 def _provision(home: Path, store: RunStore, console: Console, failure: phases.Failure,
@@ -311,45 +312,44 @@ def _provision(home: Path, store: RunStore, console: Console, failure: phases.Fa
     return hosts, replaced, spares_used, keep
 
 
-def plan(failure: phases.Failure, lost: phases.Lost, started: dict[str, Any], upto: int, tolerance: float,
+def plan(failure: phases.Failure, lost: phases.Lost, started: AttemptRecord, upto: int, tolerance: float,
          timed: dict[str, float]) -> dict[str, Any]:
     """What the resume check of a started recovery needs, as JSON (glue.watch keeps it in the bucket)."""
     return {"failed_attempt": failure.number, "new_attempt": failure.number + 1, "failure_class": str(failure.outcome),
             "checkpoint_step": lost.ckpt, "failure_step": lost.failure_step, "upto": upto,
             "world_size": lost.group.world_size, "finished_before": lost.finished_before, "tolerance": tolerance,
-            "started_at": started["started_at"],
+            "started_at": started.started_at,
             "seconds": {"detect": secs_between(failure.last_alive, failure.detected_at), **timed}}
 
 
-def print_table(console: Console, result: dict[str, Any]) -> None:
-    title = (f"recovery of {result['run']} (attempt {result['failed_attempt']} -> {result['new_attempt']}, "
-             f"{result['failure_class']})")
+def print_table(console: Console, rec: RecoveryRecord) -> None:
+    title = f"recovery of {rec.run} (attempt {rec.failed_attempt} -> {rec.new_attempt}, {rec.failure_class})"
     table = Table(title=title, min_width=len(title))  # the title on one line
     table.add_column("phase")
     table.add_column("seconds", justify="right")
     total = 0.0
-    for phase, secs in result["seconds"].items():
+    for phase, secs in rec.seconds.items():
         table.add_row(phase, "—" if secs is None else f"{secs:.1f}")
         total += secs or 0.0
     table.add_row("[bold]total[/]", f"[bold]{total:.1f}[/]")
     console.print(table)
-    lost = result["work_lost"]
-    console.print(f"checkpoint step {result['checkpoint_step']}, failed at step {result['failure_step']}: "
+    lost = rec.work_lost
+    console.print(f"checkpoint step {rec.checkpoint_step}, failed at step {rec.failure_step}: "
                   f"work lost {lost['steps']} steps ({lost['seconds'] or 0:.1f}s of training)")
-    verdict = "[green]verified[/]" if result["verified"] else f"[red]NOT verified[/]: {result['problem']}"
-    if result["verified"] and result["first_resumed_step"] is None:
+    verdict = "[green]verified[/]" if rec.verified else f"[red]NOT verified[/]: {rec.problem}"
+    if rec.verified and rec.first_resumed_step is None:
         console.print(f"resume {verdict}: the lost attempt had finished training (checkpoint "
-                      f"{result['checkpoint_step']} is its last step, its outputs are in the bucket); "
+                      f"{rec.checkpoint_step} is its last step, its outputs are in the bucket); "
                       "the new attempt had nothing to replay")
         return
-    equal = result["compared_steps"]
-    check = result.get("resume_check") or {}
+    equal = rec.compared_steps
+    check = rec.resume_check or {}
     if check.get("kind") == "resharded":
         console.print(f"resume check: resharded (world size {check['world_size_before']} -> {check['world_size']}): "
                       f"the data position exactly, losses within {check['tolerance']:g} of their size")
     agree = "within tolerance" if check.get("kind") == "resharded" else "equal"
-    if result["verified"] or equal:
-        said = f"losses {agree} at steps {step_ranges(equal)}" + ("" if result["verified"] else ", then differ")
+    if rec.verified or equal:
+        said = f"losses {agree} at steps {step_ranges(equal)}" + ("" if rec.verified else ", then differ")
     else:
         said = "its loss already differs"
-    console.print(f"resume {verdict}: first resumed step {result['first_resumed_step']}, {said}")
+    console.print(f"resume {verdict}: first resumed step {rec.first_resumed_step}, {said}")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glue.operations.recovery import replay
+from glue.runs.records import RecoveryRecord
 from glue.runs.store import RunStore
 
 # The trainer's per-step input fingerprints (tiny_gpt logs all three) and what a difference in each means:
@@ -33,7 +34,8 @@ def merged_metrics(store: RunStore, before_attempt: int, rank: int = 0) -> dict[
     run's, so a forced recovery after it is judged against the attempts before it."""
     out: dict[int, dict[str, Any]] = {}
     for att, steps in sorted(store.metrics(rank).items()):
-        if att < before_attempt and store.attempt(att).get("failure_class") != "bad_restart":
+        rec = store.read_attempt(att) if att < before_attempt else None
+        if att < before_attempt and (rec is None or rec.failure_class != "bad_restart"):
             out.update(steps)
     return out
 
@@ -148,12 +150,12 @@ def step_ranges(steps: list[int]) -> str:
     return f"{steps[0]}..{steps[-1]}" if len(steps) > 1 else str(steps[0])
 
 
-def resume_check_text(rec: dict[str, Any]) -> str:
+def resume_check_text(rec: RecoveryRecord) -> str:
     """Which resume check a recovery applied and what it found, in words (the report and `glue status`)."""
-    check = rec.get("resume_check") or {}
-    kind = check.get("kind") or ("tolerance" if rec.get("tolerance") else "exact")
-    how = {"exact": "bitwise: losses equal", "tolerance": f"losses within {rec.get('tolerance')}",
+    check = rec.resume_check or {}
+    kind = check.get("kind") or ("tolerance" if rec.tolerance else "exact")
+    how = {"exact": "bitwise: losses equal", "tolerance": f"losses within {rec.tolerance}",
            "resharded": f"resharded, world size {check.get('world_size_before')} -> {check.get('world_size')}: "
                         f"data position exact, losses within {check.get('tolerance')} of their size"}.get(kind, kind)
-    verdict = "verified" if rec.get("verified") else f"NOT verified ({rec.get('problem')})"
-    return f"attempt {rec.get('failed_attempt')} -> {rec.get('new_attempt')}: {verdict}; check {how}"
+    verdict = "verified" if rec.verified else f"NOT verified ({rec.problem})"
+    return f"attempt {rec.failed_attempt} -> {rec.new_attempt}: {verdict}; check {how}"

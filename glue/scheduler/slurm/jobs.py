@@ -11,6 +11,8 @@ from typing import Any
 from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
+from glue.runs import records
+from glue.runs.records import AttemptRecord, Manifest
 from glue.runs.store import RunStore, all_run_ids
 from glue.scheduler.slurm import queue, requeue
 from glue.scheduler.slurm.batch import gpus_of
@@ -26,15 +28,14 @@ def on_slurm(home: Path) -> bool:
         return False
 
 
-def job_of(manifest: dict[str, Any]) -> dict[str, Any] | None:
+def job_of(manifest: Manifest) -> dict[str, Any] | None:
     """The run's `scheduler` record (job id, sbatch options) when it was submitted to Slurm."""
-    sched = manifest.get("scheduler")
+    sched = manifest.scheduler
     return sched if isinstance(sched, dict) and sched.get("name") == "slurm" else None
 
 
-def _latest(store: RunStore) -> dict[str, Any]:
-    attempts = store.attempts()
-    return store.attempt(attempts[-1]) if attempts else {}
+def _latest(store: RunStore) -> AttemptRecord | None:
+    return store.latest_attempt()
 
 
 def run_row(store: RunStore, sched: dict[str, Any], queued: dict[str, queue.Job]) -> dict[str, Any]:
@@ -43,14 +44,14 @@ def run_row(store: RunStore, sched: dict[str, Any], queued: dict[str, queue.Job]
     job_id = str(sched.get("job_id"))
     job = queued.get(job_id)
     last = _latest(store)
-    slurm = last.get("scheduler") or {}
-    ended = last.get("failure_class") or last.get("outcome")
-    exit_rec = store.exit_record(int(last["attempt"]), 0) if last and not ended else None
+    slurm = (last.scheduler if last else None) or {}
+    ended = last and (last.failure_class or last.outcome)
+    exit_rec = store.exit_record(last.attempt, 0) if last and not ended else None
     if exit_rec is not None:
         ended = "exited 0" if exit_rec.get("exit_code") == 0 else f"exited {exit_rec.get('exit_code')}"
     return {"run": store.run, "job_id": job_id, "state": job.state if job else "ENDED",
-            "reason": job.reason if job else "", "nodes": job.nodes if job else last.get("vm") or "",
-            "attempt": last.get("attempt"), "cuda_visible_devices": slurm.get("cuda_visible_devices"),
+            "reason": job.reason if job else "", "nodes": job.nodes if job else (last.vm if last else "") or "",
+            "attempt": last.attempt if last else None, "cuda_visible_devices": slurm.get("cuda_visible_devices"),
             "restart_count": slurm.get("restart_count"), "ended": ended}
 
 
@@ -70,7 +71,7 @@ def queue_view(home: Path) -> dict[str, Any]:
     for run in all_run_ids(home):
         store = RunStore.open(home, run)
         try:
-            sched = job_of(store.manifest())
+            sched = job_of(store.read_manifest())
         except GlueError:
             continue  # a run whose manifest is not there (yet) is no Slurm run to show
         if sched is not None:
@@ -85,7 +86,7 @@ def stop(home: Path, run: str) -> str:
     from glue.watch.stop_run import stop_run
 
     store = RunStore.open(home, run)
-    sched = job_of(store.manifest())
+    sched = job_of(store.read_manifest())
     if sched is None:
         raise GlueError(f"run {run} was not submitted to Slurm")
     job_id = str(sched["job_id"])
@@ -104,15 +105,15 @@ def stop(home: Path, run: str) -> str:
 def job_output(home: Path, run: str) -> str:
     """The batch script's output on the node of the run's latest start (every (re)start appended)."""
     store = RunStore.open(home, run)
-    sched = job_of(store.manifest())
+    sched = job_of(store.read_manifest())
     if sched is None:
         raise GlueError(f"run {run} was not submitted to Slurm (`glue logs --run {run}` shows its trainer's log)")
     last = _latest(store)
     if not last:
         raise GlueError(f"run {run}: job {sched['job_id']} has not started yet (`glue status` shows why it waits)")
-    host = current.host_of_node(home, last)
+    host = current.host_of_node(home, records.nodes_of(last)[0])
     if host is None:
-        raise GlueError(f"run {run}: node {last.get('vm')} of job {sched['job_id']} is no longer in the cluster; "
+        raise GlueError(f"run {run}: node {last.vm} of job {sched['job_id']} is no longer in the cluster; "
                         f"`glue logs --run {run}` shows the trainer's log from the bucket")
     res = ssh.run(home, host, f"cat {shlex.quote(output_file(run, str(sched['job_id'])))}", timeout=30)
     if res.exit_code != 0:

@@ -17,7 +17,7 @@ from glue.operations.recovery import phases
 from glue.operations.recovery.resume_check import ResumeCheck, check_resume, merged_metrics
 from glue.runs import monitor
 from glue.runs.classify import AttemptClass
-from glue.runs.records import RecoveryRecord
+from glue.runs.records import Manifest, RecoveryRecord
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.scheduler.slurm import queue
 from glue.train.run.notice import PREEMPTED_EXIT
@@ -25,7 +25,7 @@ from glue.train.run.notice import PREEMPTED_EXIT
 TOLERANCE = 0.0  # the same node type, CPU or one GPU each: the resumed losses are bitwise equal
 
 
-def newest_valid_before(store: RunStore, manifest: dict[str, Any], started_at: str) -> int | None:
+def newest_valid_before(store: RunStore, manifest: Manifest, started_at: str) -> int | None:
     """The newest valid checkpoint committed before the restart began: the one it had to resume from."""
     from glue.train.checkpoint.format import check_checkpoints  # the storage layer: only when needed
 
@@ -53,41 +53,41 @@ def _ready(store: RunStore, n: int, old: dict[int, Any], new: dict[int, Any]) ->
     return bool(new) and (max(new) >= max(old, default=0) or store.exit_record(n, 0) is not None)
 
 
-def check_restart(home: Path, store: RunStore, manifest: dict[str, Any], n: int) -> dict[str, Any] | None:
+def check_restart(home: Path, store: RunStore, manifest: Manifest, n: int) -> dict[str, Any] | None:
     """Attempt n (a Slurm restart) against the attempts before it; its recovery record once judged, else None."""
-    rec, prev = store.attempt(n), store.attempt(n - 1)
+    rec, prev = store.read_attempt(n), store.read_attempt(n - 1)
     old, new = merged_metrics(store, n), store.metrics(0).get(n, {})
-    if not _ready(store, n, old, new):
+    if rec is None or prev is None or not _ready(store, n, old, new):
         return None
-    sched = rec.get("scheduler") or {}
+    sched = rec.scheduler or {}
     # The node read it before the trainer started; a record without it: the commits before the restart.
     ckpt = sched["resume_from"] if "resume_from" in sched else \
-        newest_valid_before(store, manifest, str(rec["started_at"]))
+        newest_valid_before(store, manifest, rec.started_at)
     upto = min(max(old, default=0), max(new))
     check = check_resume(old, new, ckpt, upto, TOLERANCE)
     failure, reason = _why_ended(store, n - 1)
-    if not prev.get("failure_class") and not prev.get("outcome"):
-        prev.update(failure_class=failure, reason=reason, ended_at=prev.get("ended_at") or rec["started_at"])
+    if not prev.ended:
+        prev.update(failure_class=failure, reason=reason, ended_at=prev.ended_at or rec.started_at)
         store.put_attempt(prev)
     record = RecoveryRecord(
         run=store.run, failed_attempt=n - 1, new_attempt=n, failure_class=failure,
-        old_vm={"name": prev.get("vm"), "id": prev.get("vm_id")},
-        new_vm={"name": rec.get("vm"), "id": rec.get("vm_id")},
-        nodes=list(rec.get("nodes") or []), dropped_vms=[], world_size=1,
+        old_vm={"name": prev.vm, "id": prev.vm_id},
+        new_vm={"name": rec.vm, "id": rec.vm_id},
+        nodes=list(rec.nodes), dropped_vms=[], world_size=1,
         resume_check={"kind": "exact", "by": "slurm requeue"}, rendezvous=None, checkpoint_step=ckpt,
         failure_step=max(old, default=0), seconds={}, work_lost={"steps": max(old, default=0) - (ckpt or 0)},
         verified=check.ok, first_resumed_step=check.first_step, compared_steps=check.compared, problem=check.problem,
-        tolerance=TOLERANCE, extra={"scheduler": {"job_id": sched.get("job_id"),
-                                                  "restart_count": sched.get("restart_count"),
-                                                  "nodelist": sched.get("nodelist")}})
+        tolerance=TOLERANCE, scheduler={"job_id": sched.get("job_id"),
+                                                      "restart_count": sched.get("restart_count"),
+                                                      "nodelist": sched.get("nodelist")})
     if not check.ok:
         _bad_restart(home, store, manifest, n, check, str(sched.get("job_id") or ""))
-        record.extra["bad_restart"] = True
-    store.add_recovery(record.to_dict())
+        record.bad_restart = True
+    store.add_recovery(record)
     return record.to_dict()
 
 
-def _bad_restart(home: Path, store: RunStore, manifest: dict[str, Any], n: int, check: ResumeCheck,
+def _bad_restart(home: Path, store: RunStore, manifest: Manifest, n: int, check: ResumeCheck,
                  job_id: str) -> None:
     """Loudly: the job cancelled (Slurm must not start the wrong trajectory again), the attempt stopped and
     classed bad_restart, its checkpoints rejected, the incident recorded."""
@@ -97,10 +97,11 @@ def _bad_restart(home: Path, store: RunStore, manifest: dict[str, Any], n: int, 
         except GlueError:
             pass  # the head does not answer: the trainer is still stopped below
     phases.flag_bad_restart(home, store, manifest, n, check)
-    rec = store.attempt(n)
-    rec.update(failure_class=str(AttemptClass.BAD_RESTART), reason=f"Slurm restart: {check.problem}",
-               ended_at=utc_iso())
-    store.put_attempt(rec)
+    rec = store.read_attempt(n)
+    if rec is not None:
+        rec.update(failure_class=str(AttemptClass.BAD_RESTART), reason=f"Slurm restart: {check.problem}",
+                   ended_at=utc_iso())
+        store.put_attempt(rec)
 
 
 def settle(home: Path, store: RunStore) -> list[dict[str, Any]]:
@@ -109,11 +110,12 @@ def settle(home: Path, store: RunStore) -> list[dict[str, Any]]:
     attempts = store.attempts()
     if len(attempts) < 2:
         return []
-    judged = {int(r.get("new_attempt") or 0) for r in store.recoveries()}
-    manifest = store.manifest()
+    judged = {r.new_attempt for r in store.read_recoveries()}
+    manifest = store.read_manifest()
     done = []
     for n in attempts[1:]:
-        sched = store.attempt(n).get("scheduler") or {}
+        rec = store.read_attempt(n)
+        sched = (rec.scheduler if rec else None) or {}
         if n in judged or not sched.get("restart_count"):
             continue
         found = check_restart(home, store, manifest, n)

@@ -110,9 +110,9 @@ class SlurmDeployment(Deployment):
                            "backend": host.backend, "market": host.market}
             manifest = Manifest.of_run(self.store, self.rc, environment, self.eval_pin, image_digest=digest,
                                        code=git_version(), workdir=ws.package, requirements=ws.requirements)
-            manifest.extra["scheduler"] = sched
+            manifest.scheduler = sched
             try:
-                self.store.put_manifest(manifest.to_dict())
+                self.store.put_manifest(manifest)
             except GlueError:
                 queue.cancel(self.home, job_id)  # no job runs for a run the bucket does not know
                 raise

@@ -495,14 +495,14 @@ def test_a_watcher_whose_recovery_resumes_wrongly_stops_the_run_as_a_bad_restart
     store = RunStore.open(kit.home, "wbad")
     ckpt = st.history[-2]["checkpoint_step"]
     assert ckpt == 25 and st.history[-2]["failure_step"] == 27, st.history[-2]
-    storage = monitor.checkpoint_storage(store, store.manifest())
+    storage = monitor.checkpoint_storage(store, store.read_manifest())
     assert storage is not None
     after = {s: objs for s, objs in list_steps(storage).items() if s > ckpt}
     rejected = st.history[-2]["rejected_checkpoints"]
     committed = sorted(s for s, objs in after.items() if "COMMIT.json" in objs)
     assert rejected and rejected == committed, (rejected, after)
     assert all(REJECTED in after[s] for s in committed)
-    assert monitor.last_valid_checkpoint(store, store.manifest()) == ckpt  # the good trajectory's
+    assert monitor.last_valid_checkpoint(store, store.read_manifest()) == ckpt  # the good trajectory's
 
 
 def test_a_watcher_killed_after_recording_the_new_attempt_is_retried_on_its_budget(cluster_kit: Kit,

@@ -56,6 +56,7 @@ lint: bootstrap ## ruff, mypy, import layers, bucket keys (glue/train/layout.py 
 	@$(VENV)/bin/mypy
 	@$(VENV)/bin/lint-imports --no-cache
 	@$(PY) -m tests.lint_bucket_keys
+	@$(PY) -m tests.lint_record_keys
 	@$(PY) -m tests.lint_vm_python
 	@TF_CLI_CONFIG_FILE=/dev/null terraform fmt -check -recursive terraform
 	@shellcheck $$(grep -lE '^#!/bin/(ba)?sh' ansible/roles/*/files/*)

@@ -17,6 +17,7 @@ from glue.cloud.local.bucket import LocalBucket
 from glue.cluster import current
 from glue.runs import guard
 from glue.storage import bucket as bucket_store
+from glue.train import layout
 from tests.integration.test_runs import here, run_config, s3, wait_for
 from tests.kit import stop_live_runs
 
@@ -57,7 +58,7 @@ def test_recover_refuses_oom_and_healthy_runs(cluster_kit: Kit, oom_run: str, tm
         assert res.returncode != 0 and "healthy is still running" in res.stderr
         assert vm_id(fast, "gpukit-2") == before
 
-        rec = bucket_json(fast, "runs/healthy/attempts/1.json")
+        rec = bucket_json(fast, layout.run_prefix("healthy") + layout.attempt_key(1))
         fast.glue("ssh", "gpukit-2", "--", "kill", "-9", str(rec["trainer_pid"]))
         wait_for(fast, "healthy", lambda s: s["state"] != "running")
         res = kit.glue("recover", "--run", "healthy", check=False)
@@ -118,7 +119,7 @@ def test_make_demo_passes_and_records_the_recovery(tmp_path: Path) -> None:
         kit = Kit(home=demo_home, env={**os.environ, "GPUKIT_HOME": str(demo_home)})
         runs = json.loads(kit.glue("status", "--json").stdout)["runs"]
         [drill_run] = [r for r in runs if r.endswith("-drill1")]
-        rec = bucket_json(kit, f"runs/{drill_run}/recoveries/1.json")
+        rec = bucket_json(kit, layout.run_prefix(drill_run) + layout.recovery_key(1))
         assert rec["verified"] and rec["failure_class"] == "vm_lost" and rec["new_vm"]["id"] != rec["old_vm"]["id"]
         assert rec["first_resumed_step"] == rec["checkpoint_step"] + 1 and rec["checkpoint_step"] % 20 == 0
         # Steps between the checkpoint and the last heartbeat before the loss are compared exactly; the
@@ -128,7 +129,7 @@ def test_make_demo_passes_and_records_the_recovery(tmp_path: Path) -> None:
         assert set(rec["seconds"]) == {"detect", "validate", "provision", "configure", "verify", "restore", "replay"}
         assert all(v is not None and v >= 0 for v in rec["seconds"].values())
         assert rec["work_lost"]["steps"] == rec["failure_step"] - rec["checkpoint_step"]
-        drill_rec = bucket_json(kit, f"runs/{drill_run}/drill.json")
+        drill_rec = bucket_json(kit, layout.run_prefix(drill_run) + layout.DRILL)
         assert drill_rec["passed"] and drill_rec["compared_steps"] == 60 and drill_rec["compared_tensors"] > 0
         # The VM died at the asked step (the trainer held there), and recovery reached exactly that step.
         assert drill_rec["destroyed_at"] == drill_rec["kill_at"] == rec["failure_step"]
@@ -173,7 +174,7 @@ def test_two_recovers_of_one_run_start_exactly_one_attempt(cluster_kit: Kit, tmp
     try:
         for attempt, stagger in ((1, 0.0), (2, 3.0)):  # started together, then the second 3 s later
             wait_for(fast, "two-rec", lambda s: (s["step"] or 0) >= 15 and s["state"] == "running", timeout=180)
-            rec = bucket_json(fast, f"runs/two-rec/attempts/{attempt}.json")
+            rec = bucket_json(fast, layout.run_prefix("two-rec") + layout.attempt_key(attempt))
             fast.glue("ssh", rec["vm"], "--", "kill", "-9", str(rec["trainer_pid"]))
             wait_for(fast, "two-rec", lambda s: s["state"] != "running")
             results = _two_recovers(kit, "two-rec", stagger)
@@ -183,7 +184,8 @@ def test_two_recovers_of_one_run_start_exactly_one_attempt(cluster_kit: Kit, tmp
             line = refused[0].stderr.strip()
             assert "two-rec is being changed by" in line and "recover" in line and "Traceback" not in line, line
             assert len(line.splitlines()) == 1, line
-            attempts = sorted(k for k in fast_keys(fast, "runs/two-rec/attempts/") if k.count(".") == 1)
+            under = layout.run_prefix("two-rec") + layout.ATTEMPTS_PREFIX
+            attempts = sorted(k for k in fast_keys(fast, under) if k.count(".") == 1)
             assert attempts == [f"{n}.json" for n in range(1, attempt + 2)], attempts
     finally:
         for vm in ("gpukit-1", "gpukit-2"):
@@ -226,7 +228,7 @@ def test_rclone_killed_under_the_mount_is_storage_lost_though_the_unit_brought_i
         fast.glue("ssh", "gpukit-1", "--", "pkill", "-9", "-f", "[r]clone mount", check=False)
         st = wait_for(fast, "rclone-killed", lambda s: s["state"] != "running", timeout=120)
         assert st["state"] == "storage_lost", (st, st.get("incident") and
-                                               bucket_json(fast, f"runs/rclone-killed/{st['incident']}"))
+                                               bucket_json(fast, layout.run_prefix("rclone-killed") + st["incident"]))
         # The evidence once the mount is back (the trainer's error alone may be a bare ENOENT under /mnt/s3).
         host = current.host(kit.home, "gpukit-1")
         deadline = time.monotonic() + 60
@@ -259,7 +261,7 @@ def test_a_mount_lost_mid_run_is_storage_lost_and_recovers_without_force(cluster
         assert fast.glue("ssh", "gpukit-2", "--", "stat", "/mnt/s3", check=False).returncode != 0, "mount still up"
         st = wait_for(fast, "mount-lost", lambda s: s["state"] != "running", timeout=120)
         assert st["state"] == "storage_lost", (st, st.get("incident") and
-                                               bucket_json(fast, f"runs/mount-lost/{st['incident']}"))
+                                               bucket_json(fast, layout.run_prefix("mount-lost") + st["incident"]))
         # A deploy that needs the dead mount names it (not "plain directory").
         dead_cfg = run_config(tmp_path, "dead.yaml", checkpoint={"target": "/mnt/s3/runs/{run}"})
         res = kit.glue("deploy", "--run", "mount-dead", "--config", str(dead_cfg), "--vm", "gpukit-2", check=False)

@@ -12,6 +12,7 @@ import pytest
 from glue.cloud.local.backend import LocalBackend
 from glue.operations import spares
 from glue.runs.store import RunStore
+from glue.train import layout
 from tests.e2e.test_watch import Watchers, _until
 from tests.integration.test_runs import here, run_config
 
@@ -43,7 +44,7 @@ def _pool_full(kit: Kit, not_id: str, refills: int) -> dict[str, Any] | None:
 
 
 def _beat(store: RunStore) -> tuple[int, int]:
-    beat = store.get_json("heartbeat.json") or {}
+    beat = store.get_json(layout.heartbeat_key(0)) or {}
     return int(beat.get("attempt") or 0), int(beat.get("step") or 0)
 
 
@@ -75,7 +76,7 @@ def test_a_lost_vm_continues_on_a_warm_spare_and_the_pool_is_refilled(kit: Kit, 
         # Loss 1: the watcher moves the run onto the spare (no terraform, no playbook), verified.
         _until("step 30", lambda: _beat(store) >= (1, 30), 120)
         backend.delete_vm(store.attempt(1)["vm_id"])
-        first = _until("recovery 1", lambda: store.get_json("recoveries/1.json"), 240)
+        first = _until("recovery 1", lambda: store.get_json(layout.recovery_key(1)), 240)
         assert first["verified"] and first["failure_class"] == "vm_lost", first
         assert first["new_vm"] == {"name": "gpukit-1", "id": spare["id"], "spare": "gpukit-spare-1"}
         assert store.attempt(2)["vm_id"] == spare["id"]
@@ -93,7 +94,7 @@ def test_a_lost_vm_continues_on_a_warm_spare_and_the_pool_is_refilled(kit: Kit, 
             _until("attempt 2 running on", lambda: _beat(store)[0] == 2, 120)
             backend.delete_vm(new_spare["id"])
             backend.delete_vm(spare["id"])
-            second = _until("recovery 2", lambda: store.get_json("recoveries/2.json"), 240)
+            second = _until("recovery 2", lambda: store.get_json(layout.recovery_key(2)), 240)
             assert second["verified"], second
             assert "spare" not in second["new_vm"] and second["new_vm"]["id"] not in (spare["id"], new_spare["id"])
             assert "spare gpukit-spare-1: gone; not handed to a run" in watchers.logs()

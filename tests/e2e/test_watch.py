@@ -19,6 +19,7 @@ import pytest
 from glue.cloud.local.backend import LocalBackend
 from glue.cloud.local.bucket import LocalBucket
 from glue.runs.store import RunStore
+from glue.train import layout
 from tests.integration.test_runs import run_config
 from tests.kit import GLUE, stop_live_runs
 
@@ -64,7 +65,7 @@ def _until(what: str, pred: Callable[[], Any], timeout: float) -> Any:
 
 
 def _step(store: RunStore, attempt: int) -> int:
-    beat = store.get_json("heartbeat.json") or {}
+    beat = store.get_json(layout.heartbeat_key(0)) or {}
     return int(beat.get("step") or 0) if beat.get("attempt") == attempt else 0
 
 
@@ -123,14 +124,14 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
         rec = keep.attempt(1)
         kit.glue("ssh", "gpukit-2", "--", "kill", "-9", str(rec["supervisor_pid"]), str(rec["trainer_pid"]))
         announcer.join()
-        first = _until("recovery 1 of w-main", lambda: main.get_json("recoveries/1.json"), 240)
+        first = _until("recovery 1 of w-main", lambda: main.get_json(layout.recovery_key(1)), 240)
         t_recovered = time.monotonic() - t_notice
-        notice = main.get_json("attempts/1.notice.rank0.json")
+        notice = main.get_json(layout.notice_key(1, 0))
         assert first["failure_class"] == "preempted" and first["verified"], first
         assert notice["saved_step"] == first["checkpoint_step"]  # the checkpoint taken at the notice
         assert first["failure_step"] - first["checkpoint_step"] <= 1  # at most one step replayed
         assert first["first_resumed_step"] == first["checkpoint_step"] + 1
-        krec = _until("w-keep recovery", lambda: keep.get_json("recoveries/1.json"), 240)
+        krec = _until("w-keep recovery", lambda: keep.get_json(layout.recovery_key(1)), 240)
 
         # Both watchers are SIGKILLed; a new one carries on from the state in the bucket (w-main to its end,
         # w-keep's budget below). An unannounced loss, a VM deleted (vm_lost), recovered unattended: make test has
@@ -139,13 +140,13 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
         for proc in (w1, w2):
             proc.send_signal(signal.SIGKILL)  # not reaped yet: a zombie must not hold a run's lease
         watchers.start()
-        _until("w-main completed", lambda: (main.get_json("watch/state.json") or {}).get("done"), 240)
+        _until("w-main completed", lambda: (main.get_json(layout.WATCH_STATE) or {}).get("done"), 240)
 
-        assert main.get_json("recoveries/2.json") is None
+        assert main.get_json(layout.recovery_key(2)) is None
         assert main.attempts() == [1, 2]  # one recovery although two watchers saw the loss
-        state = main.get_json("watch/state.json")
+        state = main.get_json(layout.WATCH_STATE)
         assert state["used"] == {"preemptions": 1, "failures": 0}
-        assert main.get_json("outputs/final.json")["step"] == 150
+        assert main.get_json(f"{layout.OUTPUTS}/final.json")["step"] == 150
 
         # w-keep: recovered once (failure budget 1), its old VM kept; the second kill exhausts the budget.
         assert krec["failure_class"] == "killed" and krec["verified"] and krec["kept_vm"]["id"] == rec["vm_id"]
@@ -157,13 +158,13 @@ def test_watch_recovers_unattended_within_budgets(cluster_kit: Kit, tmp_path: Pa
         rec2 = keep.attempt(2)
         _until("w-keep attempt 2 steps", lambda: _step(keep, 2) >= 3, 120)
         kit.glue("ssh", "gpukit-2", "--", "kill", "-9", str(rec2["supervisor_pid"]), str(rec2["trainer_pid"]))
-        kstate = _until("w-keep stopped", lambda: (keep.get_json("watch/state.json") or {}).get("stopped"), 120)
+        kstate = _until("w-keep stopped", lambda: (keep.get_json(layout.WATCH_STATE) or {}).get("stopped"), 120)
         assert "failures budget is used up (1/1)" in kstate
-        assert any(k.endswith("-budget_exhausted.json") for k in keep.keys("incidents/"))
+        assert any(k.endswith("-budget_exhausted.json") for k in keep.keys(layout.INCIDENTS_PREFIX))
         assert keep.attempts() == [1, 2]
 
         # w-oom: a repeatable OOM is never retried; the hook hears of it.
-        assert oom.attempts() == [1] and "oom_host" in (oom.get_json("watch/state.json") or {}).get("stopped", "")
+        assert oom.attempts() == [1] and "oom_host" in (oom.get_json(layout.WATCH_STATE) or {}).get("stopped", "")
         events = {(e["run"], e["event"]) for e in _Hook.events}
         assert {("w-main", "recovered"), ("w-keep", "recovered"), ("w-keep", "budget_exhausted"),
                 ("w-oom", "oom")} <= events
@@ -231,7 +232,7 @@ def test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall(
         frozen = str(store.attempt(1)["vm_id"])
         _signal_vm(backend, frozen, signal.SIGSTOP)
         rec = _until("attempt 1 classified", lambda: (r := store.attempt(1)).get("failure_class") and r, 60)
-        beat = store.get_json("heartbeat.json")  # attempt 1's last: its trainer is frozen, attempt 2 not started
+        beat = store.get_json(layout.heartbeat_key(0))  # attempt 1's last: its trainer is frozen, attempt 2 not started
         assert beat["attempt"] == 1
         assert backend.read_vm(frozen) is not None  # the backend still reports it
         incident = store.get_json(rec["incident"])
@@ -240,13 +241,13 @@ def test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall(
         assert lag <= 5.0, f"detected {lag:.2f}s after the last heartbeat"
         # The watcher is SIGKILLed mid-recovery, once the new attempt runs (its resume plan is saved): the
         # next watcher checks that resume as `glue recover` would have.
-        _until("attempt 2 started", lambda: (store.get_json("watch/state.json") or {}).get("resume_plan"), 300)
+        _until("attempt 2 started", lambda: (store.get_json(layout.WATCH_STATE) or {}).get("resume_plan"), 300)
         watchers.procs[0][0].send_signal(signal.SIGKILL)
         watchers.procs[0][0].wait()  # reaped, as its supervisor (systemd, the daemon) would
         watchers.start()
-        first = _until("recovery 1", lambda: store.get_json("recoveries/1.json"), 300)
+        first = _until("recovery 1", lambda: store.get_json(layout.recovery_key(1)), 300)
         assert first["failure_class"] == "vm_lost" and first["verified"] and first["interrupted"], first
-        actions = [h["action"] for h in store.get_json("watch/state.json")["history"]]
+        actions = [h["action"] for h in store.get_json(layout.WATCH_STATE)["history"]]
         seen = [a for a in actions if a in ("recovering", "recovery_interrupted", "recovered")]
         assert seen == ["recovering", "recovery_interrupted", "recovered"], actions
         assert backend.read_vm(frozen) is None  # the frozen VM was replaced
@@ -256,9 +257,9 @@ def test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall(
         rec2 = store.attempt(2)
         _until("attempt 2 steps", lambda: _step(store, 2) >= first["checkpoint_step"] + 5, 120)
         kit.glue("ssh", "gpukit-1", "--", "kill", "-STOP", str(rec2["trainer_pid"]))
-        stopped = _until("w-frozen stopped", lambda: (store.get_json("watch/state.json") or {}).get("stopped"), 120)
+        stopped = _until("w-frozen stopped", lambda: (store.get_json(layout.WATCH_STATE) or {}).get("stopped"), 120)
         rec2 = store.attempt(2)
-        beat2 = store.get_json("heartbeat.json")
+        beat2 = store.get_json(layout.heartbeat_key(0))
         incident2 = store.get_json(rec2["incident"])
         stall_lag = _gap(incident2["detected_at"], beat2["updated_at"])
         assert rec2["failure_class"] == "stall" and "state T" in rec2["reason"], rec2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 import zlib
@@ -16,6 +17,7 @@ import pytest
 
 from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.storage import bucket
+from glue.train import layout
 from glue.train.storage.retry import RetryPolicy
 from glue.train.storage.s3 import S3Storage
 from glue.train.storage.s3_client import make_s3_client
@@ -27,7 +29,7 @@ BODY = b'{"step": 7}'
 def test_records_replaced_while_read_are_read_whole(local_bucket: BucketHandle) -> None:
     # rclone's local bucket, like a heartbeat in a run: one writer replaces a record, readers poll it.
     s3 = bucket.client(local_bucket.info, local_bucket.creds)
-    key, stop = "reads/heartbeat.json", threading.Event()
+    key, stop = "reads/" + layout.heartbeat_key(0), threading.Event()
     s3.put_object(Bucket="gpukit", Key=key, Body=b'{"i": 0, "pad": ""}')
 
     def writer() -> None:
@@ -92,7 +94,7 @@ def flaky_s3() -> Iterator[str]:
 
 def test_controller_client_retries_a_5xx_with_a_checksum_header(flaky_s3: str) -> None:
     s3 = bucket.client(BucketInfo(flaky_s3, "gpukit", "local"), BucketCredentials("AKIDEXAMPLE", "secret"))
-    assert bucket.read_json(s3, "gpukit", "runs/x/heartbeat.json") == {"step": 7}
+    assert bucket.read_json(s3, "gpukit", layout.run_prefix("x") + layout.heartbeat_key(0)) == {"step": 7}
     assert _FlakyS3.gets == 2
 
 
@@ -111,16 +113,20 @@ def test_records_of_another_shape_are_one_line_naming_them(local_bucket: BucketH
     from glue.runs.store import RunStore
 
     store = RunStore(local_bucket.info, local_bucket.creds, "shapes")
+    where = re.escape(store.prefix + layout.MANIFEST)
     for bad in ([1, 2], {}, {"config": "x"}):
-        store.put_json("manifest.json", bad)
-        with pytest.raises(GlueError, match=r"runs/shapes/manifest.json in bucket gpukit is not a record glue wrote"):
-            store.manifest()
+        store.put_json(layout.MANIFEST, bad)
+        for read in (store.manifest, store.read_manifest):  # the JSON as stored, and the type glue reads
+            with pytest.raises(GlueError, match=rf"{where} in bucket gpukit is not a record glue wrote"):
+                read()
     for n, bad_attempt in ((1, []), (2, {"attempt": 3})):
-        store.put_json(f"attempts/{n}.json", bad_attempt)
-        with pytest.raises(GlueError, match=rf"attempts/{n}.json .* is not a record glue wrote"):
-            store.attempt(n)
-    store.put_json("manifest.json", {"config": {}, "checkpoint": {"target": "s3://gpukit/runs/shapes"}})
+        store.put_json(layout.attempt_key(n), bad_attempt)
+        for read_attempt in (store.attempt, store.read_attempt):
+            with pytest.raises(GlueError, match=rf"{re.escape(layout.attempt_key(n))} .* is not a record glue wrote"):
+                read_attempt(n)
+    store.put_json(layout.MANIFEST, {"config": {}, "checkpoint": {"target": layout.run_uri("gpukit", "shapes")}})
     assert store.manifest()["config"] == {} and store.attempt(9) == {}
+    assert store.read_manifest().config == {} and store.read_attempt(9) is None
 
 
 def test_a_damaged_server_record_adopts_the_running_server(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from glue.runs.store import RunStore
+from glue.train import layout
 from tests.lyceum_emulator import Emulator
 
 from .conftest import Kit
@@ -100,7 +101,7 @@ def test_a_lost_execution_is_resubmitted_by_watch_and_the_resume_verified(
     store = RunStore.open(kit.home, "sl")
     first = store.attempt(1)["execution"]
     assert store.manifest()["runtime"] == "lyceum-run" and first["type"] == "gpu.a100"
-    launch = store.get_json("attempts/1.launch.json")
+    launch = store.get_json(layout.launch_key(1))
     assert launch["env"]["GPUKIT_BUCKET_VIA"] == "mount" and "GPUKIT_STOP_AT" in launch["env"]
     # The secret reaches the container by name through the execution's environment, never the bucket.
     assert emu.executions.runs[first["id"]].env["HF_TOKEN"] == "hf_s3cr3t_value"
@@ -117,7 +118,7 @@ def test_a_lost_execution_is_resubmitted_by_watch_and_the_resume_verified(
     incident = [i for i in json.loads(kit.glue("incidents", "--run", "sl", "--json", env=env).stdout)
                 if i.get("attempt") == 1]
     assert incident and "system_failure" in incident[0]["reason"], incident
-    rec = store.get_json("recoveries/1.json")
+    rec = store.get_json(layout.recovery_key(1))
     assert rec["verified"] and rec["first_resumed_step"] == rec["checkpoint_step"] + 1, rec
     assert rec["new_vm"]["id"] == store.attempt(2)["execution"]["id"] != first["id"]
     _until_completed(kit, env, "sl")
@@ -155,7 +156,7 @@ def test_a_run_longer_than_the_cap_is_chained_and_equals_the_unchained_run(
         [{k: a.get(k) for k in ("attempt", "failure_class", "reason", "outcome", "exit_code", "ended_at")}
          for a in attempts] + [chained.exit_record(n) for n in chained.attempts()]
     assert attempts[-1].get("outcome") == "completed"
-    state = chained.get_json("watch/state.json")
+    state = chained.get_json(layout.WATCH_STATE)
     assert state["used"].get("preemptions", 0) == 0 and state["used"].get("failures", 0) == 0, state
     for n in chained.attempts()[1:]:  # every continuation was verified
         assert any(r["new_attempt"] == n and r["verified"] for r in chained.recoveries()), chained.recoveries()

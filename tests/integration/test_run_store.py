@@ -105,3 +105,24 @@ def test_a_run_recorded_with_the_literal_keys_reads_back_through_run_store(local
     assert [e["step"] for e in store.evaluations()] == [10, 20] and store.evaluations(last=1)[0]["final"]
     assert store.checkpoint_commits() == {20: rec["ckpt/step-20/COMMIT.json"]}
     assert store.checkpoint_object(20, "model.pt") == b"weights"
+
+
+def test_old_shaped_records_read_through_their_types_and_write_back_as_they_were(local_bucket: BucketHandle) -> None:
+    """What glue reads (Manifest, AttemptRecord, RecoveryRecord) from records an older gpukit wrote: the keys
+    they lack read as empty, the keys they have that the types do not know are kept, and a record written
+    back unchanged is the JSON it was."""
+    store = _store(local_bucket)
+    rec = _legacy(store)
+    manifest = store.read_manifest()
+    assert manifest.run == store.run and manifest.checkpoint == {"target": "s3://gpukit/runs/x"}
+    assert manifest.environment == {} and manifest.workdir is None and manifest.outputs == {}
+    second = store.latest_attempt()
+    assert second is not None and (second.attempt, second.nodes, second.failure_class, second.ended) == (2, [], None,
+                                                                                                         False)
+    assert [r.to_dict() for r in store.read_recoveries()] == [{"k": 9}, {"k": 10}]
+    store.put_manifest(manifest)
+    store.put_attempt(second)
+    assert store.manifest() == rec["manifest.json"] and store.attempt(2) == {"attempt": 2}
+    second.update(failure_class="killed", reason="stopped on request (glue stop)")
+    store.put_attempt(second)
+    assert store.attempt(2) == {"attempt": 2, "failure_class": "killed", "reason": "stopped on request (glue stop)"}

@@ -16,6 +16,7 @@ import yaml
 
 from glue.cloud.local.backend import LocalBackend
 from glue.storage import bucket as bucket_store
+from glue.train import layout
 from tests.integration.test_runs import ROOT, here, s3, status, wait_for
 
 from .conftest import Kit
@@ -55,7 +56,7 @@ def test_trainer_and_lightning_jobs_recover_on_new_vms_from_their_sealed_checkpo
     try:
         for run, (_, _, sealed) in JOBS.items():
             wait_for(fast, run, lambda s: s["step"] == HOLD, timeout=400)
-            commit = _json(client, f"runs/{run}/ckpt/step-20/COMMIT.json")
+            commit = _json(client, layout.run_prefix(run) + layout.commit_key(20))
             assert commit is not None and sealed in {o["key"] for o in commit["components"]["files"]}, commit
         vms = {v["name"]: v["id"] for v in json.loads(fast.glue("status", "--json").stdout)["vms"]}
         for _, vm, _ in JOBS.values():
@@ -64,7 +65,7 @@ def test_trainer_and_lightning_jobs_recover_on_new_vms_from_their_sealed_checkpo
             res = kit.glue("recover", "--run", run, timeout=900, check=False)
             log = kit.glue("logs", "--run", run, "--attempt", "2").stdout
             assert res.returncode == 0 and "resume verified" in res.stderr, res.stderr + log[-3000:]
-            rec = _json(client, f"runs/{run}/recoveries/1.json")
+            rec = _json(client, layout.run_prefix(run) + layout.recovery_key(1))
             assert rec["verified"] and rec["checkpoint_step"] == 20 and rec["failure_step"] == HOLD, rec
             assert rec["compared_steps"] == [21, 22, 23], rec
             assert rec["first_resumed_step"] == rec["checkpoint_step"] + 1 and rec["compared_steps"], rec

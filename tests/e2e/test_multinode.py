@@ -15,6 +15,7 @@ import pytest
 from glue.cloud.local.backend import LocalBackend
 from glue.runs.store import RunStore
 from glue.storage import bucket as bucket_store
+from glue.train import layout
 from tests.integration.test_runs import here, run_config, s3, status
 
 from .conftest import Kit
@@ -31,7 +32,7 @@ def wait_beat(client: Any, run: str, pred: Any, timeout: float = 120) -> dict[st
     deadline = time.monotonic() + timeout
     beat: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        beat = get_json(client, f"runs/{run}/heartbeat.json") or {}
+        beat = get_json(client, layout.run_prefix(run) + layout.heartbeat_key(0)) or {}
         if pred(beat):
             return beat
         time.sleep(0.5)
@@ -67,15 +68,15 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
                       (["--nodes", "0"], "0 is not in the range x>=1")):
         res = kit.glue("deploy", "--run", "mn-bad", "--config", str(cfg), *bad, check=False)
         assert res.returncode != 0 and says in res.stderr and "Traceback" not in res.stderr, res.stderr
-    assert get_json(client, "runs/mn-bad/manifest.json") is None  # nothing recorded
+    assert get_json(client, layout.run_prefix("mn-bad") + layout.MANIFEST) is None  # nothing recorded
     # The reference shares both VMs with the group on purpose (--vm): it runs beside it, for the same losses.
     kit.glue("deploy", "--run", "mn-ref", "--config", str(ref_cfg), "--nodes", "2", "--vm", "gpukit-1,gpukit-2")
     out = kit.glue("deploy", "--run", "mn", "--config", str(cfg), "--nodes", "2", "--max-restarts", "1",
                    "--vm", "gpukit-1,gpukit-2")
     assert "rendezvous 127.0.0.1:" in out.stderr
-    record = get_json(client, "runs/mn/attempts/1.json")
+    record = get_json(client, layout.run_prefix("mn") + layout.attempt_key(1))
     assert [n["vm"] for n in record["nodes"]] == ["gpukit-1", "gpukit-2"]
-    code = get_json(client, "runs/mn/manifest.json")["workdir"]["sha256"]
+    code = get_json(client, layout.run_prefix("mn") + layout.MANIFEST)["workdir"]["sha256"]
     assert [n["code_sha256"] for n in record["nodes"]] == [code, code]
 
     # A worker dies: torchrun restarts both nodes' workers, and every rank resumes from the checkpoint.
@@ -85,7 +86,7 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
     # (The reference must be done before its VM goes too.)
     wait_beat(client, "mn-ref", lambda b: b.get("step") == CONFIG["steps"])
     deadline = time.monotonic() + 60
-    while get_json(client, "runs/mn-ref/attempts/1.exit.node1.json") is None:
+    while get_json(client, layout.run_prefix("mn-ref") + layout.exit_key(1, 1)) is None:
         assert time.monotonic() < deadline, "the reference run did not finish"
         time.sleep(0.5)
 
@@ -109,12 +110,13 @@ def test_two_node_group_restarts_and_recovers_to_the_reference_losses(cluster_ki
     # Recovery replaces the lost VM, re-forms the group and verifies every rank's resume.
     rec_out = kit.glue("recover", "--run", "mn", timeout=400)
     assert "resume verified" in rec_out.stderr, rec_out.stderr
-    rec = get_json(client, "runs/mn/recoveries/1.json")
+    rec = get_json(client, layout.run_prefix("mn") + layout.recovery_key(1))
     assert rec["verified"] and rec["world_size"] == 2 and rec["old_vm"]["name"] == "gpukit-2"
     assert [n["replaced"] for n in rec["nodes"]] == [False, True]
     assert set(rec["seconds"]) == {"detect", "validate", "provision", "configure", "verify", "prepare", "restore",
                                    "replay"}
-    assert [n["code_sha256"] for n in get_json(client, "runs/mn/attempts/2.json")["nodes"]] == [code, code]
+    second = get_json(client, layout.run_prefix("mn") + layout.attempt_key(2))
+    assert [n["code_sha256"] for n in second["nodes"]] == [code, code]
 
     for run in ("mn-ref", "mn"):
         deadline = time.monotonic() + 180
@@ -156,7 +158,7 @@ def test_a_sharded_two_node_run_loses_a_vm_and_continues_on_one(cluster_kit: Kit
                      checkpoint={"interval_steps": 10})
     kit.glue("deploy", "--run", "shard", "--config", str(cfg), "--nodes", "2", "--vm", "gpukit-1,gpukit-2")
     wait_beat(client, "shard", lambda b: (b.get("step") or 0) >= 13)
-    commit = get_json(client, "runs/shard/ckpt/step-10/COMMIT.json")
+    commit = get_json(client, layout.run_prefix("shard") + layout.commit_key(10))
     assert commit["sharded"] == ["model", "optimizer"] and commit["world_size"] == 2
     LocalBackend(kit.home).delete_vm(vm_id(fast, "gpukit-2"))
     deadline = time.monotonic() + 90
@@ -166,19 +168,21 @@ def test_a_sharded_two_node_run_loses_a_vm_and_continues_on_one(cluster_kit: Kit
     try:
         bad = kit.glue("recover", "--run", "shard", "--nodes", "3", check=False)
         assert bad.returncode != 0 and "a recovery continues it on as many or fewer" in bad.stderr, bad.stderr
-        assert "Traceback" not in bad.stderr and get_json(client, "runs/shard/recoveries/1.json") is None
+        assert "Traceback" not in bad.stderr
+        assert get_json(client, layout.run_prefix("shard") + layout.recovery_key(1)) is None
 
         out = kit.glue("recover", "--run", "shard", "--nodes", "1", timeout=400, check=False)
         assert out.returncode == 0, out.stderr + kit.glue("logs", "--run", "shard", "--attempt", "2").stdout[-3000:]
         said = " ".join(out.stderr.split())
         assert "resume check: resharded (world size 2 -> 1)" in said and "resume verified" in said, out.stderr
-        rec = get_json(client, "runs/shard/recoveries/1.json")
+        rec = get_json(client, layout.run_prefix("shard") + layout.recovery_key(1))
         assert rec["verified"] and rec["world_size"] == 1 and rec["dropped_vms"] == ["gpukit-2"], rec
         assert rec["resume_check"]["kind"] == "resharded" and rec["first_resumed_step"] == rec["checkpoint_step"] + 1
         assert "configure" not in rec["seconds"]  # nothing provisioned, nothing configured
-        manifest = get_json(client, "runs/shard/manifest.json")
+        manifest = get_json(client, layout.run_prefix("shard") + layout.MANIFEST)
         assert manifest["distributed"] is None and manifest["group_changes"][0]["attempt"] == 2
-        assert [n["vm"] for n in get_json(client, "runs/shard/attempts/2.json")["nodes"]] == ["gpukit-1"]
+        second = get_json(client, layout.run_prefix("shard") + layout.attempt_key(2))
+        assert [n["vm"] for n in second["nodes"]] == ["gpukit-1"]
         deadline = time.monotonic() + 180
         while (st := status(fast, "shard"))["state"] != "completed":
             assert time.monotonic() < deadline, st
@@ -216,7 +220,7 @@ def test_watch_continues_a_group_on_its_survivor_when_no_vm_is_free(cluster_kit:
         said = " ".join((out.stdout + out.stderr).split())
         assert out.returncode == 0, said
         assert "no capacity" in said and "continuing on the 1 surviving of 2 VMs (recovery.min_nodes 1)" in said, said
-        rec = get_json(client, "runs/wshard/recoveries/1.json")
+        rec = get_json(client, layout.run_prefix("wshard") + layout.recovery_key(1))
         assert rec["verified"] and rec["resume_check"]["kind"] == "resharded" and rec["world_size"] == 1, rec
         deadline = time.monotonic() + 180
         while (st := status(fast, "wshard"))["state"] != "completed":

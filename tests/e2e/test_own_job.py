@@ -14,6 +14,7 @@ import yaml
 
 from glue.cloud.local.backend import LocalBackend
 from glue.storage import bucket as bucket_store
+from glue.train import layout
 from tests.integration.test_runs import ROOT, here, s3, status, wait_for
 from tests.wheels import make_wheel
 
@@ -51,15 +52,16 @@ def test_own_project_recovers_from_the_bucket_after_the_local_copy_is_gone(clust
     proj, index = project(tmp_path)
     out = kit.glue("deploy", "--run", "own", "--config", str(proj / "run.yaml"), "--vm", "gpukit-2")
     assert "requirements: 2 pinned" in out.stderr and "wheelhouse uploaded" in out.stderr, out.stderr
-    manifest = bucket_json(client, "runs/own/manifest.json")
+    manifest = bucket_json(client, layout.run_prefix("own") + layout.MANIFEST)
     code, req = manifest["workdir"], manifest["requirements"]
-    assert code["files"] == 7 and code["command_in_package"] and code["key"] == f"code/{code['sha256']}.tar"
+    assert code["files"] == 7 and code["command_in_package"] and code["key"] == layout.code_key(code["sha256"])
     assert req["pins"] == ["einops==0.8.1", "gpukit-probe-dep==0.1"] and "torch" not in json.dumps(req["wheels"])
     # A second deploy of the same tree uploads nothing (content address), and says so.
     again = kit.glue("deploy", "--run", "own-again", "--config", str(proj / "run.yaml"), "--vm", "gpukit-1")
     assert "already in the bucket" in again.stderr and "wheelhouse already in the bucket" in again.stderr
-    assert bucket_json(client, "runs/own-again/manifest.json")["workdir"]["sha256"] == code["sha256"]
-    fast.glue("ssh", "gpukit-1", "--", "kill", "-9", str(bucket_json(client, "runs/own-again/attempts/1.json")
+    assert bucket_json(client, layout.run_prefix("own-again") + layout.MANIFEST)["workdir"]["sha256"] == code["sha256"]
+    first_key = layout.run_prefix("own-again") + layout.attempt_key(1)
+    fast.glue("ssh", "gpukit-1", "--", "kill", "-9", str(bucket_json(client, first_key)
                                                          ["trainer_pid"]))
     try:
         wait_for(fast, "own", lambda s: (s["step"] or 0) >= 25)
@@ -72,11 +74,11 @@ def test_own_project_recovers_from_the_bucket_after_the_local_copy_is_gone(clust
         said = " ".join(res.stderr.split())
         assert "gpukit-2: configured itself at first boot from the cluster's seed" in said, said
         assert "converging" not in said and "ansible site.yml" not in said, said
-        rec = bucket_json(client, "runs/own/recoveries/1.json")
+        rec = bucket_json(client, layout.run_prefix("own") + layout.recovery_key(1))
         assert rec["verified"] and "prepare" in rec["seconds"]
         if rec["failure_step"] > rec["checkpoint_step"]:  # the VM can die right at a checkpoint: nothing to replay
             assert rec["compared_steps"][0] == rec["checkpoint_step"] + 1
-        second = bucket_json(client, "runs/own/attempts/2.json")
+        second = bucket_json(client, layout.run_prefix("own") + layout.attempt_key(2))
         assert second["code_sha256"] == code["sha256"] and second["requirements_set"] == req["set_sha256"]
 
         # The user edits and then deletes their folder: the run still runs what was deployed.
@@ -89,7 +91,7 @@ def test_own_project_recovers_from_the_bucket_after_the_local_copy_is_gone(clust
         # The first recovery recorded gpukit-2 configured: restarting the run there needs no playbook.
         said = " ".join(res.stderr.split())  # rich wraps long lines
         assert "gpukit-2 is unchanged since it was converged and its mount is live: no playbook" in said, said
-        third = bucket_json(client, "runs/own/attempts/3.json")
+        third = bucket_json(client, layout.run_prefix("own") + layout.attempt_key(3))
         assert third["code_sha256"] == code["sha256"] and third["requirements_set"] == req["set_sha256"]
         log = kit.glue("logs", "--run", "own", "--attempt", "3").stdout
         assert "probe dependency: from-the-wheelhouse" in log and "edited" not in log
@@ -110,15 +112,16 @@ def test_a_changed_package_in_the_bucket_is_refused_before_an_attempt_starts(clu
     kit.glue("deploy", "--run", "tampered", "--config", str(tmp_path / "run.yaml"), "--vm", "gpukit-1")
     try:
         st = wait_for(fast, "tampered", lambda s: (s["step"] or 0) >= 21)
-        sha = bucket_json(client, "runs/tampered/manifest.json")["workdir"]["sha256"]
-        client.put_object(Bucket="gpukit", Key=f"code/{sha}.tar", Body=b"not the package")
-        pid = bucket_json(client, "runs/tampered/attempts/1.json")["trainer_pid"]
+        sha = bucket_json(client, layout.run_prefix("tampered") + layout.MANIFEST)["workdir"]["sha256"]
+        client.put_object(Bucket="gpukit", Key=layout.code_key(sha), Body=b"not the package")
+        pid = bucket_json(client, layout.run_prefix("tampered") + layout.attempt_key(1))["trainer_pid"]
         fast.glue("ssh", "gpukit-1", "--", "kill", "-9", str(pid))
         wait_for(fast, "tampered", lambda s: s["state"] != "running")
         res = kit.glue("recover", "--run", "tampered", "--same-vm", check=False, timeout=600)
         assert res.returncode != 0 and f"not the manifest's {sha}" in res.stderr, res.stderr
         assert "Traceback" not in res.stderr and "not the manifest's" in res.stderr.strip().splitlines()[-1]
-        assert bucket_store.read_json(client, "gpukit", "runs/tampered/attempts/2.json") is None  # nothing started
+        second = layout.run_prefix("tampered") + layout.attempt_key(2)
+        assert bucket_store.read_json(client, "gpukit", second) is None  # nothing started
         assert st["attempt"] == 1
     finally:
         fast.glue("ssh", "gpukit-1", "--", "pkill", "-9", "-f", "glue.train.run.supervise", check=False)

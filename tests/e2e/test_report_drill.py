@@ -17,6 +17,7 @@ import pytest
 from glue.bucket_access import BucketInfo
 from glue.cloud.local.bucket import LocalBucket
 from glue.runs import gate
+from glue.train import layout
 from tests.integration.test_runs import here, run_config, s3
 
 from .conftest import Kit
@@ -72,7 +73,7 @@ def test_drill_report_opens_in_chromium_with_every_chart_and_judges_the_run(clus
                    check=False)
     assert res.returncode != 0 and "scale gate: refusing --nodes 2" in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
-    assert "Contents" not in client.list_objects_v2(Bucket="gpukit", Prefix="runs/gated/")
+    assert "Contents" not in client.list_objects_v2(Bucket="gpukit", Prefix=layout.run_prefix("gated"))
 
     res = kit.glue("drill", "--run", "rep", "--config", str(cfg), "--kill-at", "15", check=False, timeout=900)
     assert res.returncode == 0, res.stderr
@@ -81,7 +82,8 @@ def test_drill_report_opens_in_chromium_with_every_chart_and_judges_the_run(clus
     verdict = st["verdict"]
     assert verdict["accepted"], verdict
     assert verdict["evaluation"]["step"] == 30 and verdict["evaluation"]["dataset"]["sha256"] == pin
-    manifest = json.loads(client.get_object(Bucket="gpukit", Key="runs/rep-drill1/manifest.json")["Body"].read())
+    key = layout.run_prefix("rep-drill1") + layout.MANIFEST
+    manifest = json.loads(client.get_object(Bucket="gpukit", Key=key)["Body"].read())
     assert manifest["evaluation"]["dataset"] == {"uri": "s3://gpukit/eval/report-heldout.txt", "sha256": pin,
                                                  "size": len(data)}
 
@@ -90,7 +92,7 @@ def test_drill_report_opens_in_chromium_with_every_chart_and_judges_the_run(clus
 
     out = tmp_path / "report.html"
     kit.glue("report", "--run", "rep-drill1", "--out", str(out))
-    stored = client.get_object(Bucket="gpukit", Key="runs/rep-drill1/report.html")["Body"].read()
+    stored = client.get_object(Bucket="gpukit", Key=layout.run_prefix("rep-drill1") + layout.REPORT)["Body"].read()
     assert stored == out.read_bytes()
     assert "check bitwise: losses equal" in out.read_text()  # the recovery's resume check, by name
 

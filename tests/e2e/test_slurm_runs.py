@@ -18,6 +18,7 @@ import pytest
 
 from glue.cloud.local.backend import LocalBackend
 from glue.runs.store import RunStore
+from glue.train import layout
 from tests.integration.test_runs import here, run_config, s3
 from tests.kit import GLUE, remove_kit_home_machines
 
@@ -79,7 +80,7 @@ def test_a_run_asking_more_gpus_per_node_than_any_node_has_is_refused(slurm_kit:
     assert len(line) == 1 and "resources.gpus_per_node is 2, but no node of the Slurm cluster has more than 1" \
         in line[0], res.stderr
     assert "too-big" not in squeue(kit)  # nothing submitted
-    assert not s3(here(kit)).list_objects_v2(Bucket="gpukit", Prefix="runs/too-big/").get("Contents")
+    assert not s3(here(kit)).list_objects_v2(Bucket="gpukit", Prefix=layout.run_prefix("too-big")).get("Contents")
 
 
 def allocated_gpu(kit: Kit, job: str) -> str:
@@ -131,9 +132,9 @@ def test_five_one_gpu_runs_queue_on_three_gpus_and_all_complete(slurm_kit: Kit, 
         assert st["state"] == "completed", st
         store = RunStore.open(kit.home, run)
         assert store.exit_record(1, 0)["exit_code"] == 0  # type: ignore[index]
-        keys = [o["Key"] for o in s3(fast).list_objects_v2(Bucket="gpukit", Prefix=f"runs/{run}/outputs/")
-                .get("Contents", [])]
-        assert {f"runs/{run}/outputs/model.pt", f"runs/{run}/outputs/final.json"} <= set(keys), keys
+        out = f"{layout.run_prefix(run)}{layout.OUTPUTS}/"
+        keys = [o["Key"] for o in s3(fast).list_objects_v2(Bucket="gpukit", Prefix=out).get("Contents", [])]
+        assert {out + "model.pt", out + "final.json"} <= set(keys), keys
     assert not {r for r in RUNS if r in squeue(kit) and squeue(kit)[r]["state"] in ("RUNNING", "PENDING")}
     assert "gpukit: job" in fast.glue("logs", "--run", RUNS[0], "--job-output").stdout
 
@@ -161,7 +162,7 @@ def test_slurmctld_down_is_one_line_for_deploy_and_status(slurm_kit: Kit, tmp_pa
         assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and "slurmctld on gpukit-1 does not answer" in lines[0], res.stderr
-        assert not s3(here(kit)).list_objects_v2(Bucket="gpukit", Prefix="runs/ctld-down/").get("Contents")
+        assert not s3(here(kit)).list_objects_v2(Bucket="gpukit", Prefix=layout.run_prefix("ctld-down")).get("Contents")
         st = kit.glue("status")
         assert "Slurm: slurmctld on gpukit-1 does not answer" in " ".join(st.stderr.split()), st.stderr
         assert "does not answer" in json.loads(kit.glue("status", "--json").stdout)["slurm"]["error"]

@@ -11,6 +11,7 @@ read held it as null.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any, Protocol, TypeVar
 
@@ -56,6 +57,7 @@ def _update(rec: Any, values: dict[str, Any]) -> None:
         if name not in known:
             raise TypeError(f"{type(rec).__name__} has no field {name!r}")
         setattr(rec, name, value)
+        getattr(rec, "_absent", {}).pop(name, None)  # set now: written, whatever it holds
         if _omit(known[name], value):
             rec.extra[name] = None
 
@@ -77,8 +79,9 @@ def _from_dict(cls: type[_R], doc: dict[str, Any], defaults: dict[str, Any]) -> 
     null = {k: empty for k, v in mine.items() if v is None and (empty := _default(known[k], defaults)) is not None}
     missing = {k: _default(f, defaults) for k, f in known.items() if k not in doc}
     rec = cls(**missing, **mine | null, extra={k: v for k, v in doc.items() if k not in mine})  # type: ignore[call-arg]
-    object.__setattr__(rec, "_absent", missing)
-    object.__setattr__(rec, "_null", null)
+    # Copies: a block the caller fills in place (record.nodes.append) differs from what was read.
+    object.__setattr__(rec, "_absent", copy.deepcopy(missing))
+    object.__setattr__(rec, "_null", copy.deepcopy(null))
     return rec
 
 

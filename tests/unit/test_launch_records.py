@@ -101,12 +101,14 @@ def test_an_old_shaped_record_reads_and_is_written_back_as_it_was() -> None:
     assert (rec.attempt, rec.backend, rec.resume, rec.nodes, rec.vm_id, rec.incident) == (2, "local", False, [],
                                                                                           None, None)
     assert rec.to_dict() == old_attempt
-    rec.update(failure_class="stall", signal=None)  # how the monitor records an end: a null signal is written
-    assert rec.to_dict() == old_attempt | {"failure_class": "stall", "signal": None}
+    rec.update(failure_class="stall", signal=None, exit=None)  # as the monitor records an end: nulls written
+    assert rec.to_dict() == old_attempt | {"failure_class": "stall", "signal": None, "exit": None}
     old_manifest = {"run": "r", "config": {"monitor": {"stall_timeout_seconds": 5}}, "environment": None}
     m = Manifest.from_dict(old_manifest)
     assert m.environment == {} and m.monitor == {"stall_timeout_seconds": 5} and m.workdir is None
     assert m.to_dict() == old_manifest
+    m.outputs["required"] = ["model.pt"]  # a block filled in place is written
+    assert m.to_dict() == old_manifest | {"outputs": {"required": ["model.pt"]}}
     interrupted = {"run": "r", "failed_attempt": 1, "new_attempt": 2, "verified": True, "interrupted": True}
     assert RecoveryRecord.from_dict(interrupted).to_dict() == interrupted
 

@@ -63,6 +63,8 @@ def _release(before: list[str]) -> str:
         "for p in " + " ".join(PATHS) + '; do [ -e "$p" ] || continue; case "$kept" in *" $p "*) continue;; esac; '
         'rm -rf "$p" 2>/dev/null || echo "left $p"; done',
         "systemctl daemon-reload 2>/dev/null || true",
+        # a unit that failed on its way down (rclone killed under its mount) is not remembered as failed
+        "systemctl reset-failed 'gpukit*' 2>/dev/null || true",
     ])
 
 

@@ -56,7 +56,8 @@ def local_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BucketHan
 # - OWN_VMS_LANE: tests with local VMs or clusters of their own (no step timing; waits bounded by
 #   deadlines of minutes): Ansible, the cluster's lifecycle, Lyceum's emulator, Slurm. (memprobe's own-job
 #   e2e uses the session's cluster: in the serial lane it takes no second 2-VM cluster of its own.)
-# (2026-12-06, two lanes under other work's load: side 2323 s of tests, serial 1854 s; memprobe's e2e then moved to serial.)
+# (2026-12-06, two lanes under other work's load: side 2323 s of tests, serial 1854 s; then memprobe's
+# e2e moved to serial.)
 SIDE_LANE = frozenset({
     "tests/integration/test_qemu.py",
     "tests/integration/test_qemu_seed.py",  # `stress`: only in `make test-all`

@@ -37,7 +37,14 @@ def recover(run_id: str, force: bool, from_scratch: bool, same_vm: bool, verify_
             wait_timeout: float, nodes: int | None, reshard_tolerance: float) -> None:
     """Recover a failed run onto a new VM from its last valid checkpoint, and verify the resume."""
     from glue.operations.recovery import recover as recover_mod
+    from glue.scheduler.slurm import takeover
 
+    if takeover.is_slurm_run(RunStore.open(home(), run_id)):  # Slurm restarts it: glue never starts one beside it
+        if force or from_scratch or same_vm or nodes is not None:
+            raise GlueError(f"run {run_id} runs under Slurm, which places and restarts its job: leave out "
+                            "--force, --from-scratch, --same-vm and --nodes (docs/slurm.md)")
+        err.print(f"[green]{run_id}[/]: {takeover.recover(home(), run_id, err).note}")
+        return
     if nodes is not None and same_vm:
         raise GlueError("--nodes continues on the surviving VMs as they are; leave out --same-vm")
     recover_mod.recover(home(), run_id, err, force=force, from_scratch=from_scratch, same_vm=same_vm,

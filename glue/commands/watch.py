@@ -19,6 +19,8 @@ from rich.table import Table
 from glue.commands.options import NON_NEGATIVE, POLL_SECONDS
 from glue.errors import GlueError
 from glue.paths import home
+from glue.runs.store import RunStore
+from glue.watch.watch_state import Row
 
 err = Console(stderr=True)
 
@@ -52,6 +54,18 @@ def once_failures(rows: list[dict[str, object]]) -> list[str]:
             if r["state"] == "error" or str(r["note"]).startswith("recovery failed")]
 
 
+def _slurm_row(store: RunStore) -> Row | None:
+    """A run under Slurm: Slurm restarts its job; the watcher replaces lost nodes' VMs and checks restarts."""
+    from glue.scheduler.slurm import takeover
+
+    if not takeover.is_slurm_run(store):
+        return None
+    taken = takeover.take(home(), store, err)
+    latest = store.latest_attempt()
+    return Row(run=store.run, state=taken.state, attempt=latest.attempt if latest else None, outcome="slurm",
+               note=taken.note)
+
+
 def _foreground(runs: tuple[str, ...], interval: float, once: bool, keep_failed: bool, tolerance: float) -> None:
     from glue.watch.controller import Watcher
 
@@ -69,7 +83,8 @@ def _foreground(runs: tuple[str, ...], interval: float, once: bool, keep_failed:
             if live is not None:
                 live.start()
 
-    watcher = Watcher(home(), runs, err, keep_failed=keep_failed, tolerance=tolerance, pause=pause, single_pass=once)
+    watcher = Watcher(home(), runs, err, keep_failed=keep_failed, tolerance=tolerance, pause=pause, single_pass=once,
+                      scheduled=_slurm_row)
     watcher.validate()
     last_lines: dict[str, str] = {}
     if live is not None:

@@ -9,12 +9,11 @@ One poll of one run:
               after its last heartbeat
   otherwise   the monitor's full check (told which VM the probe found silent; it refreshes expiring
               credentials and pushes them to the VMs, classifies, records the incident of a new failure)
-  then        policy.decide: recover (through `glue recover`'s verified path, under the run's
-              lease, counted in the bucket before it starts), wait out the backoff, or stop with an
-              incident and a notification.
+  then        policy.decide: recover (through `glue recover`'s verified path, under the run's lease,
+              counted in the bucket before it starts), wait out the backoff, or stop (incident, notification).
 Two watchers never act on one run: the decision is taken again under the run's lease, against the
 state in the bucket and the latest attempt; a watcher that loses the lease leaves the run alone.
-"""
+A run a scheduler restarts itself (Slurm) is the `scheduled` hook's: glue never recovers it beside it."""
 
 from __future__ import annotations
 
@@ -64,21 +63,20 @@ SUMMARY_KEYS = ("failed_attempt", "new_attempt", "checkpoint_step", "failure_ste
 
 
 class Watcher:
-    def __init__(self, home: Path, runs: tuple[str, ...], console: Console, keep_failed: bool = False,
-                 tolerance: float = 0.0,
-                 pause: Callable[[], AbstractContextManager[None]] = nullcontext, single_pass: bool = False,
-                 stores: Mapping[str, RunStore] | None = None) -> None:
-        """stores: the RunStore of a run (default: opened from the kit home's bucket on first use)."""
-        self.home, self.runs, self.console = home, runs, console
-        # `--once` (a cron job): no later poll collects a background probe's answer, so a late heartbeat
-        # gets the full check (SSH, process state) in this pass.
-        self.single_pass = single_pass
-        self.keep_failed, self.tolerance, self.pause = keep_failed, tolerance, pause
+    def __init__(self, home: Path, runs: tuple[str, ...], console: Console, *, keep_failed: bool = False,
+                 tolerance: float = 0.0, pause: Callable[[], AbstractContextManager[None]] = nullcontext,
+                 single_pass: bool = False, stores: Mapping[str, RunStore] | None = None,
+                 scheduled: Callable[[RunStore], Row | None] | None = None) -> None:
+        """stores: the RunStore of a run (default: opened from the kit home's bucket on first use).
+        scheduled: a run a job scheduler restarts itself (Slurm) gets this row instead of glue's recovery."""
+        self.home, self.runs, self.console, self.scheduled = home, runs, console, scheduled
+        # `--once` (a cron job): no later poll collects a background probe's answer: a late heartbeat gets
+        # the full check (SSH, process state) in this pass.
+        self.single_pass, self.keep_failed, self.tolerance, self.pause = single_pass, keep_failed, tolerance, pause
         self._stores: dict[str, RunStore] = dict(stores or {})
         self._configs: dict[str, tuple[runconfig.RunConfig, float | None]] = {}
         self._probes: dict[str, probe_mod.Probe] = {}
-        # Seconds a poll of a run took to classify a lost VM without SSH (the probe's verdict, or the
-        # backend's): the probe's verdict comes at least that much (x1.25) before lost_after_seconds.
+        # Seconds a poll took to class a lost VM without SSH: the probe's verdict comes that much (x1.25) sooner.
         self._lost_check_s = 0.0
         self.wake_at: float | None = None  # epoch seconds: poll again no later than this (a probe's window)
 
@@ -125,6 +123,8 @@ class Watcher:
     def watch_run(self, run: str) -> Row:
         t0 = time.monotonic()
         store = self._store(run)
+        if self.scheduled is not None and (taken := self.scheduled(store)) is not None:
+            return taken
         rc, started = self._config(store)
         attempts = store.attempts()
         if not attempts:

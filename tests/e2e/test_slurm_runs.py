@@ -18,6 +18,7 @@ import pytest
 
 from glue.cloud.local.backend import LocalBackend
 from glue.runs.store import RunStore
+from glue.scheduler.slurm import nodes as slurm_nodes
 from glue.train import layout
 from tests.integration.test_runs import here, run_config, s3
 from tests.kit import GLUE, remove_kit_home_machines
@@ -199,6 +200,16 @@ def test_a_lost_nodes_job_is_requeued_and_its_resume_verified(slurm_kit: Kit, tm
     sched = second["scheduler"]
     assert second["vm"] != "gpukit-2" and sched["job_id"] == first["scheduler"]["job_id"], second
     assert sched["restart_count"] == 1 and sched["resume_from"] >= 20, second
+    # `glue recover` of a Slurm run starts no attempt beside Slurm's restart: it replaces the lost node's VM
+    # (back in the partition under its name) and says where the job stands; recovery flags are refused.
+    bad = kit.glue("recover", "--run", "lost", "--same-vm", check=False)
+    assert bad.returncode != 0 and "runs under Slurm" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    out = kit.glue("recover", "--run", "lost", timeout=900)
+    said = " ".join(out.stderr.split())
+    assert "gpukit-2 lost; replacing" in said and f"Slurm job {sched['job_id']}" in said, out.stderr
+    states = {n.name: n for n in slurm_nodes.node_states(kit.home)}
+    assert states["gpukit-2"].in_service, states["gpukit-2"]
+    assert store.attempts() == [1, 2]  # glue started nothing: the attempts are Slurm's start and restart
     wait("the requeued run ends", lambda: store.exit_record(2, 0), 300)
     st = json.loads(fast.glue("status", "--run", "lost", "--json").stdout)
     assert st["state"] == "completed", st
@@ -207,3 +218,7 @@ def test_a_lost_nodes_job_is_requeued_and_its_resume_verified(slurm_kit: Kit, tm
     assert rec["verified"] and rec["first_resumed_step"] == sched["resume_from"] + 1, rec
     assert rec["compared_steps"] and rec["checkpoint_step"] == sched["resume_from"], rec
     assert "verified" in st["last_recovery"], st
+    # The watcher leaves a Slurm run to Slurm: one pass reads it completed, nothing recovered by glue.
+    watched = kit.glue("watch", "--once", "--run", "lost", timeout=300)
+    assert "lost: completed" in watched.stderr and "Slurm job" in watched.stderr, watched.stderr
+    assert store.attempts() == [1, 2]

@@ -1,0 +1,104 @@
+"""`glue recover` and `glue watch` on a run under Slurm. Slurm restarts the run's job itself (requeued when
+its node is lost, or after the notice's save); glue must never start an attempt beside it, which would
+train the run twice and hold a GPU Slurm gave to another job. What glue does instead:
+- replaces the VMs of lost nodes by `glue up`'s path (Terraform, then Ansible): each rejoins the
+  partition under its name, so the cluster gets its GPUs back;
+- judges every restart's resume as it judges a recovery (glue.scheduler.slurm.requeue.settle: first
+  resumed step = checkpoint + 1, equal losses; a restart from step 0 is a bad_restart);
+- says where the job stands. A job that ended on its own failure (OOM, crash) is not resubmitted:
+  never requeued blindly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from glue.cluster import current
+from glue.errors import GlueError
+from glue.operations import lifecycle
+from glue.runs import lease
+from glue.runs.records import RecoveryRecord
+from glue.runs.store import RunStore
+from glue.scheduler.slurm import jobs, queue, requeue
+
+# squeue states of a job Slurm still holds; RUNNING ones train (or are about to), the rest wait.
+RUNNING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
+
+
+@dataclass(frozen=True)
+class SlurmTake:
+    """What glue found and did for a Slurm run: `state` is the watcher's (running, waiting, completed,
+    stopped), `note` one line for the user."""
+
+    state: str
+    note: str
+    replaced: tuple[str, ...] = ()
+
+
+def is_slurm_run(store: RunStore) -> bool:
+    return jobs.job_of(store.read_manifest()) is not None
+
+
+def lost_vms(home: Path) -> list[str]:
+    """The cluster's VMs the backend no longer has (their nodes are down in Slurm)."""
+    backend = current.backend(home)
+    return [h.name for h in current.all_hosts(home) if backend.read_vm(h.id) is None]
+
+
+def _judged(store: RunStore, home: Path) -> str:
+    found = requeue.settle(home, store)
+    if not found:
+        return ""
+    last = RecoveryRecord.from_dict(found[-1])
+    verdict = "verified" if last.verified else last.failure_class or "not verified"
+    return f"; restart {last.new_attempt} resumed from step {last.checkpoint_step}: {verdict}"
+
+
+def _ended(store: RunStore, job_id: str, queued: dict[str, queue.Job]) -> SlurmTake:
+    sched = jobs.job_of(store.read_manifest()) or {}
+    row = jobs.run_row(store, sched, queued)
+    ended = str(row.get("ended") or "")
+    if ended in ("completed", "exited 0"):
+        return SlurmTake("completed", f"Slurm job {job_id} ended: completed")
+    return SlurmTake("stopped", f"Slurm job {job_id} ended ({ended or 'no exit recorded'}); a job's own failure "
+                                f"is not requeued: see `glue status --run {store.run}`, fix it and deploy it again")
+
+
+def take(home: Path, store: RunStore, console: Console, replace: bool = True) -> SlurmTake:
+    """Judge the run's restarts, replace lost nodes' VMs while its job is still Slurm's (replace=False: only
+    name them), and say where the job stands."""
+    sched = jobs.job_of(store.read_manifest())
+    if sched is None:
+        raise GlueError(f"run {store.run} was not submitted to Slurm")
+    job_id = str(sched.get("job_id"))
+    judged = _judged(store, home)
+    queued = {j.job_id: j for j in queue.jobs(home)}
+    job = queued.get(job_id)
+    if job is None:
+        ended = _ended(store, job_id, queued)
+        return SlurmTake(ended.state, ended.note + judged)
+    lost = lost_vms(home)
+    if lost and replace:
+        console.print(f"[bold]{store.run}[/]: node(s) {', '.join(lost)} lost; replacing their VMs (they rejoin "
+                      "Slurm's partition under their names)")
+        lifecycle.up(home, current.ClusterConfig.load(home), console)
+    where = f" on {job.nodes}" if job.nodes else ""
+    why = f" ({job.reason})" if job.reason and job.reason != "None" else ""
+    note = f"Slurm job {job_id} {job.state}{where}{why}; Slurm restarts it, glue checks each restart's resume"
+    if lost:
+        note += f"; {'replaced' if replace else 'lost'}: {', '.join(lost)}"
+    state = "running" if job.state in RUNNING_STATES else "waiting"
+    return SlurmTake(state, note + judged, tuple(lost) if replace else ())
+
+
+def recover(home: Path, run_id: str, console: Console) -> SlurmTake:
+    """`glue recover --run X` of a Slurm run, under the run's lease (one writer, as any recovery)."""
+    store = RunStore.open(home, run_id)
+    with lease.held(store, "recover"):
+        taken = take(home, store, console)
+    if taken.state == "stopped":
+        raise GlueError(f"run {run_id}: {taken.note}")
+    return taken

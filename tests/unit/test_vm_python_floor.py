@@ -51,3 +51,16 @@ def test_the_trainer_role_refuses_an_older_python_in_one_line(tmp_path: Path) ->
     assert refused.returncode != 0
     assert f"localhost has Python {here} and gpukit's trainer needs >= 3.99: use an image with a newer python3" \
         in refused.stdout, refused.stdout
+
+
+def test_the_ssh_hosts_check_takes_that_python_and_refuses_an_older_one() -> None:
+    from glue.cloud.ssh import probe
+    from glue.cloud.ssh.hosts import HostEntry
+
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert requires == ">=" + ".".join(map(str, probe.MIN_PYTHON))
+    host = HostEntry(address="10.0.0.5", identity_file="~/.ssh/id_ed25519")
+    facts = {"sudo": "yes", "os": "ubuntu 22.04", "disk_kb": str(50 * 1024 ** 2)}
+    assert probe._problems(host, {**facts, "python": "3.10"}) == []  # Ubuntu 22.04's own python3
+    [old] = probe._problems(host, {**facts, "python": "3.9"})
+    assert old.startswith("Python 3.9 found, gpukit's VM side needs python3 >= 3.10"), old

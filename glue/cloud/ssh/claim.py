@@ -13,6 +13,7 @@ import shlex
 from glue.cloud.ssh import remote
 from glue.cloud.ssh.hosts import HostEntry
 from glue.errors import GlueError
+from glue.train.state_paths import RUN_STATE_ROOT  # the attempts' pids files (StatePaths.pids)
 
 KEY_MARK = "gpukit-kit-key"
 # What the playbook and the runs leave on a host (ansible/roles/*, glue/runs/remote.py, glue.train's state).
@@ -52,7 +53,7 @@ def _release(before: list[str]) -> str:
         'systemctl disable --now "$u" >/dev/null 2>&1 || systemctl stop "$u" >/dev/null 2>&1 || true; done',
         # The attempts' supervisors and trainers (their pids files, and whatever runs from gpukit's venvs), with
         # their children and grandchildren (torchrun's workers run in sessions of their own).
-        "all=$( (cat /run/gpukit/runs/*/attempt-*.pids.json 2>/dev/null | grep -o '_pid\": *[0-9]*' "
+        f"all=$( (cat {RUN_STATE_ROOT}/*/attempt-*.pids.json 2>/dev/null | grep -o '_pid\": *[0-9]*' "
         f"| grep -o '[0-9]*$'; pgrep -f '^({VENV}|{WORK})/') | sort -u | tr '\\n' ' ')",
         "for p in $all; do for c in $(pgrep -P $p); do all=\"$all $c $(pgrep -P $c | tr '\\n' ' ')\"; done; done",
         '[ -z "${all# }" ] || kill -9 $all 2>/dev/null || true',

@@ -27,12 +27,25 @@ def _server(reply: bytes, close_at_once: bool = False) -> tuple[socket.socket, l
             seen.append(1)
             conn.sendall(reply)
             if close_at_once:
-                conn.close()
+                # End of stream for the client (FIN), then read what it sent until it hangs up: a close with
+                # its bytes unread would reset the connection instead, which may reach the client before it read
+                # the banner (then a banner error, not the cut-off handshake this test is about).
+                conn.shutdown(socket.SHUT_WR)
+                threading.Thread(target=_drain, args=(conn,), daemon=True).start()
             else:
                 threading.Timer(3, conn.close).start()
 
     threading.Thread(target=serve, daemon=True).start()
     return srv, seen
+
+
+def _drain(conn: socket.socket) -> None:
+    try:
+        while conn.recv(4096):
+            pass
+    except OSError:
+        pass
+    conn.close()
 
 
 def _host(port: int) -> Host:

@@ -97,3 +97,19 @@ def parse_job_id(text: str) -> str:
     if not job_id.isdigit():
         raise GlueError(f"sbatch did not print a job id (it said {text.strip()[:200]!r})")
     return job_id
+
+
+def mark_down(home: Path, nodes: list[str], why: str) -> None:
+    """Nodes whose VMs are gone, DOWN now: Slurm requeues their jobs at once instead of after SlurmdTimeout
+    (ReturnToService=2 takes each back when its new VM registers)."""
+    names = ",".join(n for n in nodes if n.replace("-", "").replace(".", "").isalnum())
+    on_head(home, f"timeout {TIMEOUT_S} scontrol update nodename={names} state=down reason={shlex.quote(why)}",
+            f"marking {names} down")
+
+
+def start_now(home: Path, job_id: str) -> None:
+    """A requeued job held back (Reason=BeginTime: the old credential's lifetime, which guards a job still
+    running on its node; none runs on a VM that is gone) may start at once."""
+    if not job_id.isdigit():
+        raise GlueError(f"{job_id!r} is not a Slurm job id")
+    on_head(home, f"timeout {TIMEOUT_S} scontrol update jobid={job_id} starttime=now", f"starting job {job_id} now")

@@ -11,6 +11,7 @@ train the run twice and hold a GPU Slurm gave to another job. What glue does ins
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +23,11 @@ from glue.operations import lifecycle
 from glue.runs import lease
 from glue.runs.records import RecoveryRecord
 from glue.runs.store import RunStore
-from glue.scheduler.slurm import jobs, queue, requeue
+from glue.scheduler.slurm import jobs, nodes, queue, requeue
 
 # squeue states of a job Slurm still holds; RUNNING ones train (or are about to), the rest wait.
 RUNNING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
+REQUEUE_WAIT_S = 15.0  # a job on a node marked DOWN is requeued within a second or two
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,28 @@ def _ended(store: RunStore, job_id: str, queued: dict[str, queue.Job]) -> SlurmT
                                 f"is not requeued: see `glue status --run {store.run}`, fix it and deploy it again")
 
 
+def _hasten(home: Path, lost: list[str], job: queue.Job) -> queue.Job:
+    """The lost nodes DOWN now, and the run's job, once requeued, free to start at once: Slurm alone waits
+    SlurmdTimeout, then the credential's lifetime (docs/slurm.md). Returns the job as it stands after."""
+    try:  # an optimisation: Slurm gets there by itself when a command here fails
+        down = {n for n in lost if n in _node_names(home)}
+        if down:
+            queue.mark_down(home, sorted(down), "gpukit: VM lost")
+        deadline = time.monotonic() + REQUEUE_WAIT_S
+        while job.state in RUNNING_STATES and set(job.nodes.split(",")) & down and time.monotonic() < deadline:
+            time.sleep(0.5)
+            job = queue.job(home, job.job_id) or job
+        if job.state == "PENDING" and job.reason == "BeginTime":
+            queue.start_now(home, job.job_id)
+    except GlueError:
+        pass
+    return job
+
+
+def _node_names(home: Path) -> set[str]:
+    return {n.name for n in nodes.node_states(home)}
+
+
 def take(home: Path, store: RunStore, console: Console, replace: bool = True) -> SlurmTake:
     """Judge the run's restarts, replace lost nodes' VMs while its job is still Slurm's (replace=False: only
     name them), and say where the job stands."""
@@ -82,6 +106,7 @@ def take(home: Path, store: RunStore, console: Console, replace: bool = True) ->
         return SlurmTake(ended.state, ended.note + judged)
     lost = lost_vms(home)
     if lost and replace:
+        job = _hasten(home, lost, job)
         console.print(f"[bold]{store.run}[/]: node(s) {', '.join(lost)} lost; replacing their VMs (they rejoin "
                       "Slurm's partition under their names)")
         lifecycle.up(home, current.ClusterConfig.load(home), console)

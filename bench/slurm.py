@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from polling import step_of, until  # bench/polling.py
 
 from glue.cloud.local.backend import LocalBackend
 from glue.cloud.local.bucket import LocalBucket
@@ -68,16 +69,6 @@ class Bench:
         return RunStore.open(self.home, run)
 
 
-def wait(what: str, pred: Any, timeout: float = 600) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise SystemExit(f"bench: timed out waiting for {what}")
-
-
 def epoch(iso: str) -> float:
     return parse_iso(iso).timestamp()
 
@@ -92,16 +83,11 @@ def ended_at(store: RunStore, attempt: int = 1) -> float | None:
     return epoch(rec["ended_at"]) if rec else None
 
 
-def step_of(store: RunStore, attempt: int) -> int:
-    beat = store.heartbeat() or {}
-    return int(beat.get("step") or 0) if beat.get("attempt") == attempt else 0
-
-
 def deploy_to_end(b: Bench, run: str, slurm: bool) -> float:
     """`glue deploy` started -> the run's exit record (attempt 1)."""
     t0 = time.time()
     b.glue("deploy", "--run", run, "--config", str(b.config(run, STEPS, slurm)))
-    end = wait(f"{run} ends", lambda: ended_at(b.store(run)))
+    end = until(f"{run} ends", lambda: ended_at(b.store(run)))
     return float(end - t0)
 
 
@@ -115,7 +101,7 @@ def queued_start(b: Bench) -> float:
         _, said = p.communicate(timeout=600)
         if p.returncode != 0:
             raise SystemExit(f"bench: a Slurm deploy failed: {said.strip()[-600:]}")
-    ends = {r: wait(f"{r} ends", lambda r=r: ended_at(b.store(r))) for r in runs}
+    ends = {r: until(f"{r} ends", lambda r=r: ended_at(b.store(r))) for r in runs}
     last = max(runs, key=lambda r: first_step_at(b.store(r), 1) or 0.0)  # the one that waited
     freed = min(t for r, t in ends.items() if r != last)
     first = first_step_at(b.store(last), 1)
@@ -126,12 +112,12 @@ def queued_start(b: Bench) -> float:
 
 def lose_vm(b: Bench, run: str) -> tuple[float, Any]:
     store = b.store(run)
-    wait(f"{run} reaches step {LOSE_AT}", lambda: step_of(store, 1) >= LOSE_AT, 600)
+    until(f"{run} reaches step {LOSE_AT}", lambda: step_of(store, 1) >= LOSE_AT, 600)
     vm = store.read_attempt(1)
     assert vm is not None
     t_lost = time.time()
     LocalBackend(b.home).delete_vm(str(vm.vm_id))
-    first = wait(f"{run}'s restarted attempt trains", lambda: first_step_at(store, 2), 900)
+    first = until(f"{run}'s restarted attempt trains", lambda: first_step_at(store, 2), 900)
     return float(first - t_lost), store
 
 
@@ -155,7 +141,7 @@ def lost_with_slurm(b: Bench) -> float:
     on_head(b, "scontrol update nodename=gpukit-1,gpukit-3 state=drain reason=bench-placement")
     try:
         b.glue("deploy", "--run", "lost-s", "--config", str(b.config("lost-s", LOST, True)))
-        wait("lost-s starts", lambda: b.store("lost-s").read_attempt(1), 300)
+        until("lost-s starts", lambda: b.store("lost-s").read_attempt(1), 300)
     finally:
         on_head(b, "for n in gpukit-1 gpukit-3; do scontrol update nodename=$n state=resume; done; true")
     watcher = watch(b, "lost-s")  # marks the node down, lets the requeued job start, replaces the VM
@@ -165,7 +151,7 @@ def lost_with_slurm(b: Bench) -> float:
                 for a in (store.read_attempt(1), store.read_attempt(2))]
         if jobs[0] is None or jobs[0] != jobs[1]:
             raise SystemExit("bench: the lost node's run did not restart as the same Slurm job (Slurm's requeue)")
-        wait("lost-s's restart verified", lambda: any(r.verified for r in store.read_recoveries()), 600)
+        until("lost-s's restart verified", lambda: any(r.verified for r in store.read_recoveries()), 600)
     finally:
         stop(watcher)
     b.glue("stop", "--run", "lost-s")
@@ -177,7 +163,7 @@ def lost_direct(b: Bench) -> float:
     watcher = watch(b, "lost-d")
     try:
         took, store = lose_vm(b, "lost-d")
-        rec = wait("lost-d's recovery record", lambda: (store.read_recoveries() or [None])[-1], 600)
+        rec = until("lost-d's recovery record", lambda: (store.read_recoveries() or [None])[-1], 600)
         if not rec.verified:
             raise SystemExit("bench: the direct recovery was not verified: not the path measured")
     finally:

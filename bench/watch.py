@@ -23,12 +23,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import path_check  # bench/path_check.py
+from polling import step_of, until  # bench/polling.py
 from rich.console import Console
 
 from glue.cloud.local.backend import LocalBackend
@@ -45,23 +44,8 @@ OVERRIDES = {"steps": 160, "step_sleep": 0.05, "checkpoint_interval": 20}
 LOSE_AT = 50
 
 
-def _wait(what: str, pred: Any, timeout: float = 300) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise SystemExit(f"bench: timed out waiting for {what}")
-
-
-def _step(store: RunStore, attempt: int) -> int:
-    beat = store.heartbeat() or {}
-    return int(beat.get("step") or 0) if beat.get("attempt") == attempt else 0
-
-
 def _figures(store: RunStore, lost_at: datetime) -> dict[str, float]:
-    rec = _wait("recovery record", lambda: store.get_json(layout.recovery_key(1)))
+    rec = until("recovery record", lambda: store.get_json(layout.recovery_key(1)))
     incident = store.get_json(str(store.attempt(1)["incident"]))
     first_t = min(m["t"] for m in store.metrics()[2].values())
     return {"detect_s": (parse_iso(incident["detected_at"]) - lost_at).total_seconds(),
@@ -74,11 +58,11 @@ def baseline(home: Path, console: Console, run: str) -> dict[str, float]:
     deploy_mod.deploy(home, run, PROJECT_ROOT / "examples" / "tiny_gpt.yaml", "gpukit-1", False, console,
                       config_overrides=OVERRIDES)
     store = RunStore.open(home, run)
-    _wait("step", lambda: _step(store, 1) >= LOSE_AT)
+    until("step", lambda: step_of(store, 1) >= LOSE_AT)
     backend, vm = LocalBackend(home), store.attempt(1)["vm_id"]
     backend.delete_vm(vm)
     lost_at = datetime.now(UTC)
-    _wait("the loss seen", lambda: backend.read_vm(vm) is None, 30)
+    until("the loss seen", lambda: backend.read_vm(vm) is None, 30)
     with path_check.watching() as seen:
         result = recover_mod.recover(home, run, console)
     path_check.expect("seed", path_check.recovery_path(seen, result), f"the recovery of {run}")
@@ -95,7 +79,7 @@ def watched(home: Path, run: str, notice: bool) -> dict[str, float]:
     proc = subprocess.Popen([sys.executable, "-m", "glue.cli", "watch", "--run", run, "--interval", "1"],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
-        _wait("step", lambda: _step(store, 1) >= LOSE_AT)
+        until("step", lambda: step_of(store, 1) >= LOSE_AT)
         vm = store.attempt(1)["vm_id"]
         backend = LocalBackend(home)
         if notice:

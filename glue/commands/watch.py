@@ -54,11 +54,17 @@ def once_failures(rows: list[dict[str, object]]) -> list[str]:
             if r["state"] == "error" or str(r["note"]).startswith("recovery failed")]
 
 
+# Whether a run went to Slurm is fixed at its deploy: asked of its manifest once per watcher, not every poll.
+_ON_SLURM: dict[str, bool] = {}
+
+
 def _slurm_row(store: RunStore) -> Row | None:
     """A run under Slurm: Slurm restarts its job; the watcher replaces lost nodes' VMs and checks restarts."""
     from glue.scheduler.slurm import takeover
 
-    if not takeover.is_slurm_run(store):
+    if store.run not in _ON_SLURM:
+        _ON_SLURM[store.run] = takeover.is_slurm_run(store)
+    if not _ON_SLURM[store.run]:
         return None
     taken = takeover.take(home(), store, err)
     latest = store.latest_attempt()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -59,8 +60,7 @@ def _judged(store: RunStore, home: Path) -> str:
     return f"; restart {last.new_attempt} resumed from step {last.checkpoint_step}: {verdict}"
 
 
-def _ended(store: RunStore, job_id: str, queued: dict[str, queue.Job]) -> SlurmTake:
-    sched = jobs.job_of(store.read_manifest()) or {}
+def _ended(store: RunStore, sched: dict[str, Any], job_id: str, queued: dict[str, queue.Job]) -> SlurmTake:
     row = jobs.run_row(store, sched, queued)
     ended = str(row.get("ended") or "")
     if ended in ("completed", "exited 0"):
@@ -102,7 +102,7 @@ def take(home: Path, store: RunStore, console: Console, replace: bool = True) ->
     queued = {j.job_id: j for j in queue.jobs(home)}
     job = queued.get(job_id)
     if job is None:
-        ended = _ended(store, job_id, queued)
+        ended = _ended(store, sched, job_id, queued)
         return SlurmTake(ended.state, ended.note + judged)
     lost = lost_vms(home)
     if lost and replace:

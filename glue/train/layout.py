@@ -6,12 +6,14 @@ sides build the same names. Light on purpose (no torch, no other glue module): t
 on every command. `make lint` (tests/lint_bucket_keys.py) fails on a bucket key spelled anywhere else in
 glue/; the record fields are in docs/design.md, section 4 "Bucket layout", which this table mirrors.
 
-At the bucket's root (code/ and wheels/ content-addressed: written once, never changed, never deleted):
+At the bucket's root (code/, wheels/ and envs/ content-addressed: written once, never changed, never deleted):
 
     code/<sha256>.tar                          code_key              a run's workdir, a deterministic tar
     code/<sha256>.json                         code_index_key        its file list (path, size), written first
     wheels/<set>/<file>.whl                    wheel_key             one wheel of a resolved requirements set
     wheels/<set>/index.json                    wheelhouse_index_key  the set (pins, sha256s); written last
+    envs/<set>/<sha256>.tar                    env_pack_key          the set's virtualenv, packed once on a VM
+    envs/<set>/index.json                      env_pack_index_key    that pack (sha256, size, path); written last
     runs/<run>/                                run_prefix, run_uri   everything about one run, below
     gpukit-doctor/<host>-<hex>                 doctor_probe_key      glue doctor's probe, deleted again at once
 
@@ -58,6 +60,7 @@ import re
 # -- bucket root ----------------------------------------------------------------------------------------
 CODE_PREFIX = "code/"
 WHEELS_PREFIX = "wheels/"
+ENVS_PREFIX = "envs/"
 RUNS_PREFIX = "runs/"
 DOCTOR_PREFIX = "gpukit-doctor/"  # the only keys glue doctor writes (and deletes again)
 
@@ -84,6 +87,17 @@ def wheel_key(set_sha256: str, wheel: str) -> str:
 
 def wheelhouse_index_key(set_sha256: str) -> str:
     return f"{wheelhouse_prefix(set_sha256)}index.json"
+
+
+def env_pack_key(set_sha256: str, pack_sha256: str) -> str:
+    """A dependency set's virtualenv as one tar (named by its own sha256: two VMs packing at once never
+    overwrite each other's), unpacked at the same path on every VM (glue.train.workspace.environment)."""
+    return f"{ENVS_PREFIX}{set_sha256}/{pack_sha256}.tar"
+
+
+def env_pack_index_key(set_sha256: str) -> str:
+    """Which pack of the set to use, with its sha256 (written after the pack: the pack is complete)."""
+    return f"{ENVS_PREFIX}{set_sha256}/index.json"
 
 
 def run_prefix(run: str) -> str:
@@ -338,7 +352,7 @@ def invalid_step_prefix(stamp: str, step: int) -> str:
 # of these as a key (a segment at a path boundary, a file name as the whole string or after "/") must be
 # built here instead. Key segments are "<name>/"; file names are whole names.
 KEY_SEGMENTS = tuple(p.rstrip("/") for p in (
-    CODE_PREFIX, WHEELS_PREFIX, RUNS_PREFIX, DOCTOR_PREFIX, ATTEMPTS_PREFIX, METRICS_PREFIX, LOGS_PREFIX,
+    CODE_PREFIX, WHEELS_PREFIX, ENVS_PREFIX, RUNS_PREFIX, DOCTOR_PREFIX, ATTEMPTS_PREFIX, METRICS_PREFIX, LOGS_PREFIX,
     INCIDENTS_PREFIX, RECOVERIES_PREFIX, EVALUATIONS_PREFIX, MEMPROBE_PREFIX, LEASE_PREFIX, CKPT_PREFIX, INVALID_PREFIX,
     WATCH_STATE.split("/")[0] + "/", OUTPUTS + "/"))
 KEY_FILES = (MANIFEST, COMMIT, REJECTED, REPORT, DRILL, heartbeat_key(0), _RELEASED)

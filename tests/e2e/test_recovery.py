@@ -246,6 +246,10 @@ def test_rclone_killed_under_the_mount_is_storage_lost_though_the_unit_brought_i
             time.sleep(1)
 
 
+# `stress` (make test-all, since 2026-12-06: the suite's time): make test classes a bucket that stops answering
+# under a live trainer storage_lost (tests/integration/test_runs.py) and recovers a lost VM without --force
+# (test_make_demo_passes_and_records_the_recovery); this joins them through the mount.
+@pytest.mark.stress
 def test_a_mount_lost_mid_run_is_storage_lost_and_recovers_without_force(cluster_kit: Kit, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
     # The kit's own checkpoints go through the S3 API; the trainer's own step log goes through the mount,

@@ -50,8 +50,8 @@ def _beat(store: RunStore) -> tuple[int, int]:
 
 # The second loss, with the only spare dead while idle, is `stress` (make test-all, ~40 s more): make test hands
 # no dead spare to a run (tests/unit/test_spare_take.py::test_a_spare_that_died_while_idle_is_never_handed_to_a_run)
-# and has a watcher recover a lost VM's run onto a new one
-# (tests/e2e/test_watch.py::test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall).
+# and has a watcher recover a run onto a new VM unattended
+# (tests/e2e/test_watch.py::test_watch_recovers_unattended_within_budgets).
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("dead_spare", [False, pytest.param(True, marks=pytest.mark.stress)],
                          ids=["one-loss", "then-a-dead-spare"])

@@ -211,6 +211,11 @@ def _gap(later: str, earlier: str) -> float:
     return (parse_iso(later) - parse_iso(earlier)).total_seconds()
 
 
+# `stress` (make test-all, since 2026-12-06: the suite's time): make test has the watcher's unattended recoveries
+# (the test above), a stopped trainer classed stall with its frames (tests/integration/test_runs.py::
+# test_sigstop_is_a_stall_with_stacks) and lost_after's probe (tests/unit/test_watch_probe.py); this adds a whole
+# VM frozen under SIGSTOP and a watcher killed mid-recovery.
+@pytest.mark.stress
 @pytest.mark.timeout(600)
 def test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall(cluster_kit: Kit,
                                                                                    tmp_path: Path) -> None:

@@ -23,11 +23,19 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# The model of a test's run unless the test sizes it: what a test proves (classes, resumes, losses equal) holds at
+# any size, and the example's model (d_model 64, 2 layers, batch 8 x 64) cost ~30 ms of CPU a step, the suite's
+# trainers most of its CPU on a 2-core host (py-spy, 2026-12-06); this one ~3 ms.
+SMALL_MODEL = {"d_model": 16, "n_layer": 1, "batch_size": 4, "seq_len": 16}
+
+
 def run_config(tmp_path: Path, name: str = "run.yaml", **overrides: Any) -> Path:
     cfg = yaml.safe_load((ROOT / "examples" / "tiny_gpt.yaml").read_text())
     # A heartbeat gap on a loaded 2-core machine is not a stall: a test of stall detection sets its own
     # timeout (or stops the trainer: a stopped process is a stall at once), the rest cannot be classed so.
     cfg["monitor"]["stall_timeout_seconds"] = 180
+    if not set(SMALL_MODEL) & set(overrides.get("config", {})):
+        cfg["config"].update(SMALL_MODEL)
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(cfg.get(key), dict):
             cfg[key].update(value)
@@ -139,11 +147,8 @@ def test_memory_limit_overrun_is_host_oom(cluster_kit: Kit, oom_run: str) -> Non
     assert "memprobe" in kit.glue("incidents", "--run", oom_run).stdout
 
 
-# `stress` (make test-all): make test classes a stopped trainer as a stall, its frames in the incident, under a
-# running watcher
-# (tests/e2e/test_watch.py::test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall);
-# this is `glue status` alone with a 4 s stall timeout.
-@pytest.mark.stress
+# In make test (since 2026-12-06, in place of the watcher's frozen-VM e2e, now make test-all's): a stopped
+# trainer is a stall under `glue status` alone with a 4 s stall timeout, its frames in the incident.
 def test_sigstop_is_a_stall_with_stacks(cluster_kit: Kit, tmp_path: Path) -> None:
     kit, fast = cluster_kit, here(cluster_kit)
     cfg = run_config(tmp_path, config={"steps": 1000, "step_sleep": 0.05}, monitor={"stall_timeout_seconds": 4})
@@ -376,9 +381,8 @@ def test_a_stopped_bucket_server_starts_again_on_demand_while_vms_run(cluster_ki
     assert "final.json" in vm_exec(fast, "gpukit-1", "ls", f"/mnt/s3/runs/{completed_run}/outputs")
 
 
-# `stress` (make test-all): make test finds a frozen VM by lost_after and a stopped trainer as a stall under a
-# running watcher
-# (tests/e2e/test_watch.py::test_watch_finds_a_frozen_vm_by_lost_after_and_a_stopped_trainer_is_a_stall).
+# `stress` (make test-all): make test classes a stopped trainer a stall (test_sigstop_is_a_stall_with_stacks) and
+# reads lost_after in the watcher's probe (tests/unit/test_watch_probe.py); this is one `--once` pass deciding it.
 @pytest.mark.stress
 def test_watch_once_finds_a_stopped_trainer_once_its_heartbeat_is_past_lost_after(cluster_kit: Kit,
                                                                                  tmp_path: Path) -> None:

@@ -11,37 +11,29 @@ from pathlib import Path
 from typing import Any
 
 from glue.train.storage.target import Storage
-from glue.train.workspace import package, venv, wheelhouse
-from glue.train.workspace.errors import WorkspaceError
-from glue.train.workspace.paths import WorkPaths
+from glue.train.workspace import envbuild, environment, package, venv
+from glue.train.workspace.paths import MEMORY_ROOT, WorkPaths
 
-SET_MARKER = "GPUKIT_SET"
+SET_MARKER = venv.MARKER
 
 
 def ensure_venv(storage: Storage, paths: WorkPaths, req: dict[str, Any]) -> Path:
-    """The run's venv for the set (reused when one checked earlier is still there). Returns its python."""
-    digest, pins = str(req["set_sha256"]), list(req["pins"])
-    vdir = paths.venv_dir(digest)
-    marker = vdir / SET_MARKER
-    if marker.is_file() and marker.read_text().strip() == digest:
-        try:
-            venv.check(vdir, pins)
-            return venv.python_of(vdir)
-        except WorkspaceError:
-            pass  # changed since (someone pip-installed into it): build it again from the wheelhouse
-    folder = paths.wheelhouse_dir(digest)
-    wheelhouse.fetch(storage, digest, dict(req["wheels"]), folder)
-    venv.create(vdir)
-    venv.install_offline(vdir, folder, pins)
-    venv.check(vdir, pins)
-    marker.write_text(digest + "\n")
-    return venv.python_of(vdir)
+    """The run's venv for the set from the wheelhouse alone (reused when one checked earlier is still
+    there), never from a pack. Returns its python."""
+    digest = str(req["set_sha256"])
+    if not venv.is_ready(paths.env_dir(digest), digest, list(req["pins"])):
+        envbuild.from_wheelhouse(storage, paths, req)
+    return envbuild.link(paths, digest)
 
 
-def prepare(storage: Storage, spec: dict[str, Any], root: Path | None = None) -> dict[str, Any]:
+def prepare(storage: Storage, spec: dict[str, Any], root: Path | None = None,
+            memory: Path | None = None) -> dict[str, Any]:
     """spec: run, attempt, package ({sha256, size} or None), requirements ({set_sha256, pins, wheels} or
-    None). Returns where the trainer runs: {python, code_dir, package_sha256, requirements_set}."""
-    paths = WorkPaths(str(spec["run"]), int(spec["attempt"]), **({"root": root} if root else {}))
+    None). Returns where the trainer runs: {python, code_dir, package_sha256, requirements_set} and, with
+    requirements, how their environment came to be (environment: glue.train.workspace.environment).
+    root: the work folder (a test's); memory: where environments may go in memory (a VM's: /dev/shm)."""
+    paths = (WorkPaths(str(spec["run"]), int(spec["attempt"]), root, memory) if root
+             else WorkPaths(str(spec["run"]), int(spec["attempt"]), memory=MEMORY_ROOT))
     paths.attempt_dir.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {"python": sys.executable, "code_dir": None, "package_sha256": None,
                            "requirements_set": None}
@@ -50,5 +42,6 @@ def prepare(storage: Storage, spec: dict[str, Any], root: Path | None = None) ->
         out.update(code_dir=rec["code_dir"], package_sha256=rec["sha256"])
     req = spec.get("requirements")
     if req and req.get("pins"):
-        out.update(python=str(ensure_venv(storage, paths, req)), requirements_set=req["set_sha256"])
+        python, how = environment.ready(storage, paths, req)
+        out.update(python=str(python), requirements_set=req["set_sha256"], environment=how)
     return out

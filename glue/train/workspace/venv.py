@@ -18,6 +18,7 @@ from glue.train.workspace.errors import WorkspaceError
 from glue.train.workspace.pins import as_dict, first_difference
 
 BASE_PTH = "_gpukit_image_packages.pth"
+MARKER = "GPUKIT_SET"  # the set's sha256, written once the venv was checked against its pins
 PIP_TIMEOUT_S = 1800
 
 
@@ -29,12 +30,44 @@ def python_of(venv_dir: Path) -> Path:
     return venv_dir / "bin" / "python"
 
 
-def create(venv_dir: Path) -> None:
-    """An empty venv (no pip of its own: the image's pip installs into it) that sees the image's packages."""
-    if venv_dir.exists():
+def remove(venv_dir: Path) -> None:
+    """The venv gone: a folder, or a link (and the folder in memory it points to, when still there)."""
+    if venv_dir.is_symlink():
+        real = venv_dir.resolve()
+        venv_dir.unlink()
+        if real.is_dir():
+            shutil.rmtree(real)
+    elif venv_dir.exists():
         shutil.rmtree(venv_dir)
+
+
+def skeleton(venv_dir: Path) -> None:
+    """This VM's own part of a venv in `venv_dir` (an empty folder, or a link to one): pyvenv.cfg and the
+    python links for its interpreter, and the .pth that puts the image's packages after the venv's."""
     venv.EnvBuilder(with_pip=False, symlinks=True).create(venv_dir)
     (site_packages(venv_dir) / BASE_PTH).write_text(sysconfig.get_paths()["purelib"] + "\n")
+
+
+def create(venv_dir: Path) -> None:
+    """An empty venv (no pip of its own: the image's pip installs into it) that sees the image's packages."""
+    remove(venv_dir)
+    skeleton(venv_dir)
+
+
+def is_ready(venv_dir: Path, set_sha256: str, pins: list[str]) -> bool:
+    """A venv checked for the set earlier (its marker) that still holds exactly the pinned set."""
+    marker = venv_dir / MARKER
+    if not (marker.is_file() and marker.read_text().strip() == set_sha256):
+        return False
+    try:
+        check(venv_dir, pins)
+    except WorkspaceError:
+        return False  # changed since (someone pip-installed into it): made again
+    return True
+
+
+def mark(venv_dir: Path, set_sha256: str) -> None:
+    (venv_dir / MARKER).write_text(set_sha256 + "\n")
 
 
 def pip(venv_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

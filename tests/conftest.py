@@ -98,6 +98,7 @@ OWN_VMS_LANE = frozenset({
     "tests/e2e/test_slurm_runs.py",
     # Machines of their own, started outside gpukit (the ssh backend's hosts).
     "tests/e2e/test_ssh_hosts.py",
+    "tests/e2e/test_user_module.py",
 })
 # The unit tests too (no VMs), first: they run while the serial lane's first test bakes the VM image
 # (a minute from a fresh clone), which every other test of every lane waits for.

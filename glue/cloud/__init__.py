@@ -7,7 +7,7 @@ from pathlib import Path
 from glue.cloud.base import Backend
 from glue.errors import GlueError
 
-BACKENDS = ("local", "lyceum", "qemu", "ssh")
+BACKENDS = ("local", "lyceum", "qemu", "ssh", "terraform")
 
 
 def get_backend(name: str, home: Path) -> Backend:
@@ -28,4 +28,8 @@ def get_backend(name: str, home: Path) -> Backend:
         from glue.cloud.ssh.backend import SshBackend
 
         return SshBackend(home)
+    if name == "terraform":
+        from glue.cloud.terraform.backend import TerraformBackend
+
+        return TerraformBackend(home)
     raise GlueError(f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")

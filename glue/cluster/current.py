@@ -33,6 +33,7 @@ class ClusterConfig:
     spares: int = 0  # warm spares: configured, idle VMs a recovery takes (glue.operations.spares)
     scheduler: str = "none"  # "slurm": the slurm role runs slurmctld on <prefix>-1, slurmd on every VM
     hosts: str = ""  # the ssh backend's hosts file (`glue up --hosts`), an absolute path; "" elsewhere
+    module: str = ""  # the terraform backend's root module (`glue up --module`), an absolute path; "" elsewhere
 
     @classmethod
     def load(cls, home: Path) -> ClusterConfig:
@@ -50,11 +51,12 @@ class ClusterConfig:
               and type(raw.get("vms", DEFAULT_VMS)) is int and 1 <= raw.get("vms", DEFAULT_VMS) <= 16
               and isinstance(raw.get("name_prefix", ""), str)
               and type(raw.get("spares", 0)) is int and 0 <= raw.get("spares", 0) <= MAX_SPARES
-              and raw.get("scheduler", "none") in SCHEDULERS and isinstance(raw.get("hosts", ""), str))
+              and raw.get("scheduler", "none") in SCHEDULERS and isinstance(raw.get("hosts", ""), str)
+              and isinstance(raw.get("module", ""), str))
         if not ok:
             raise GlueError(f"{path} is not a cluster config ({json.dumps(raw)[:120]}): fix it (keys: backend, one of "
                             f"{', '.join(BACKENDS)}; vms; name_prefix; spares; scheduler, one of "
-                            f"{', '.join(SCHEDULERS)}; hosts, a path) or, with no VMs running, remove it")
+                            f"{', '.join(SCHEDULERS)}; hosts, module: paths) or, with no VMs running, remove it")
         return cls(**raw)
 
     def vm_names(self) -> list[str]:

@@ -38,7 +38,7 @@ def _check_prefix(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--backend", type=click.Choice(list(BACKENDS)), default=None,
               help="Where VMs run (default: as last time, else local). Local VMs boot the baked image "
                    "(`glue image build`) as systemd-nspawn machines; qemu VMs boot it with their own kernel; ssh "
-                   "takes machines you already have from --hosts.")
+                   "takes machines you already have from --hosts; terraform runs your own root module (--module).")
 @click.option("--name-prefix", default=None, callback=_check_prefix,
               help="VM name prefix (default: gpukit): 2-32 lowercase letters, digits and dashes.")
 @click.option("--spares", type=click.IntRange(0, current.MAX_SPARES), default=None,
@@ -52,14 +52,17 @@ def _check_prefix(ctx: click.Context, param: click.Parameter, value: str | None)
                    "docs/guides/ssh-hosts.md); default: as last time. Hosts beyond --vms are the spares.")
 @click.option("--accept-new-host-keys", is_flag=True,
               help="ssh backend: pin a host key seen for the first time without asking (its fingerprint is shown).")
+@click.option("--module", "module_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The terraform backend's root module: your own Terraform, any provider, emitting the kit's "
+                   "outputs (docs/guides/own-terraform.md); default: as last time.")
 @click.option("--no-configure", is_flag=True, help="Only create the VMs; skip the Ansible playbook.")
 @click.option("--converge", "converge_all", is_flag=True,
               help="Run the playbook on every VM, even those whose configuration did not change.")
 @click.option("--force", is_flag=True, help="Remove VMs (fewer --vms, another --name-prefix) even with runs "
                                             "unfinished or uploads pending on them.")
 def up(vms: int | None, backend: str | None, name_prefix: str | None, spares: int | None, scheduler: str | None,
-       hosts_file: Path | None, accept_new_host_keys: bool, no_configure: bool, converge_all: bool,
-       force: bool) -> None:
+       hosts_file: Path | None, accept_new_host_keys: bool, module_dir: Path | None, no_configure: bool,
+       converge_all: bool, force: bool) -> None:
     """Create (or repair) the cluster: terraform apply, pin host keys, run the playbook on the VMs whose
     configuration changed (each named with the reason). With nothing changed and every VM alive, it applies
     and converges nothing: it checks that each VM answers with its bucket mount live, and says so."""
@@ -78,6 +81,7 @@ def up(vms: int | None, backend: str | None, name_prefix: str | None, spares: in
     if no_configure and converge_all:
         raise click.UsageError("--converge and --no-configure contradict each other: pick one")
     _ssh_hosts(cfg, hosts_file, accept_new_host_keys)
+    _user_module(cfg, module_dir)
     hosts = lifecycle.up(h, cfg, err, configure=not no_configure, force=force, converge_all=converge_all)
     table = Table(title=f"cluster ({cfg.backend})", box=None)
     for col in ("vm", "ssh", "gpu"):
@@ -104,6 +108,22 @@ def _ssh_hosts(cfg: current.ClusterConfig, hosts_file: Path | None, accept_new: 
     confirm = (lambda q: click.confirm(q, default=False, err=True)) if sys.stdin.isatty() else None
     setup.prepare(home(), Path(cfg.hosts), cfg.vms, setup.Asking(accept_new, confirm),
                   lambda line: err.print(line, highlight=False, markup=False, soft_wrap=True))
+
+
+def _user_module(cfg: current.ClusterConfig, module_dir: Path | None) -> None:
+    """The terraform backend: the user's root module checked and recorded before terraform runs."""
+    if cfg.backend != "terraform":
+        if module_dir is not None:
+            raise click.UsageError("--module is for --backend terraform")
+        return
+    from glue.cloud.terraform import module
+
+    if module_dir is not None:
+        cfg.module = str(module.check(module_dir))
+    if not cfg.module:
+        raise click.UsageError("--backend terraform needs --module DIR: your root module "
+                               "(docs/guides/own-terraform.md)")
+    module.record(home(), Path(cfg.module))
 
 
 @click.command()

@@ -30,6 +30,7 @@ from rich.live import Live
 from rich.table import Table
 
 from glue.errors import GlueError, NoCapacity
+from glue.infra import user_module
 from glue.paths import PROJECT_ROOT
 from glue.tfprovider.install import install
 
@@ -113,6 +114,8 @@ class Terraform:
         self.workdir = home / "terraform" / backend
         self.console = console or Console(stderr=True)
         self.binary = _terraform_binary()
+        self.user = backend == user_module.BACKEND  # the user's own module (glue/infra/user_module.py)
+        self.applied = False  # an apply by this instance succeeded: its outputs are held to the contract
 
     # -- plumbing ------------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
@@ -131,7 +134,8 @@ class Terraform:
 
     def _sync(self) -> None:
         """Copy the env's .tf files into the working dir and the modules beside it (see the module doc)."""
-        _sync_tf(self.src, self.workdir, lambda text: _MODULE_SOURCE.sub(r"\1../modules/", text))
+        place = user_module.place(self.home) if self.user else str
+        _sync_tf(self.src, self.workdir, lambda text: place(_MODULE_SOURCE.sub(r"\1../modules/", text)))
         modules = self.workdir.parent / "modules"
         wanted = {d.name for d in MODULES_DIR.iterdir() if d.is_dir()} if MODULES_DIR.is_dir() else set()
         for name in sorted(wanted):
@@ -203,6 +207,7 @@ class Terraform:
         if code != 0:
             detail = "; ".join(dict.fromkeys(errors)) or stderr.strip().splitlines()[-1:] or ["unknown error"]
             text = detail if isinstance(detail, str) else " ".join(detail)
+            text = user_module.explain(text) if self.user else text
             kind = NoCapacity if NoCapacity.said_in(text) else GlueError  # the provider's kind of error, kept
             raise kind(f"terraform {args[0]} failed: {text}")
 
@@ -230,6 +235,8 @@ class Terraform:
         self.init()
         self._vars_file(variables)
         args = ["apply", "-json", "-input=false", "-auto-approve"] + (["-destroy"] if destroy else [])
+        if self.user and not destroy:
+            replace = user_module.replacing(self.home, replace or [], self.state_ids())
         args += [f"-replace={addr}" for addr in replace or []]
         rows: dict[str, ResourceProgress] = {}
         try:
@@ -244,6 +251,7 @@ class Terraform:
         if untouched and not destroy:
             raise GlueError(f"terraform replaced nothing at {', '.join(untouched)}: no such resource "
                             f"(a VM's address is {vm_address('<name>')})")
+        self.applied = not destroy
         return rows
 
     def _output(self) -> subprocess.CompletedProcess[str]:
@@ -266,12 +274,15 @@ class Terraform:
     def state_rm(self, address: str) -> None:
         """Terraform lets go of a resource without destroying it (the next apply creates a new one under
         its address). Call under locked()."""
-        self._state("rm", address)
+        self._state("rm", *self._real([address]))
 
     def state_mv(self, source: str, destination: str) -> None:
         """The resource at `source` is from now on the one at `destination` (nothing is created or
         destroyed). Call under locked()."""
-        self._state("mv", source, destination)
+        self._state("mv", *self._real([source, destination]))
+
+    def _real(self, addresses: list[str]) -> list[str]:
+        return user_module.real(self.home, addresses, self.state_ids()) if self.user else addresses
 
     def state_ids(self) -> dict[str, str]:
         """{resource address: its id} of every managed resource in the state."""
@@ -307,7 +318,11 @@ class Terraform:
             out = self._output()
         if out.returncode != 0:
             raise GlueError(f"terraform output failed: {' '.join(out.stderr.split())[:300]}")
-        return {k: v["value"] for k, v in json.loads(out.stdout or "{}").items()}
+        found = {k: v["value"] for k, v in json.loads(out.stdout or "{}").items()}
+        if self.user:
+            return user_module.outputs(self.home, self.workdir, found, self.applied,
+                                       lambda line: self.console.print(line, highlight=False, markup=False))
+        return found
 
 
 def _sync_tf(src: Path, dst: Path, transform: Callable[[str], str] = str) -> None:

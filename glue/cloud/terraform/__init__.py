@@ -1,0 +1,1 @@
+"""Backend `terraform`: the user's own root module makes the VMs, with any provider."""

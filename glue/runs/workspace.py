@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +67,26 @@ def target(home: Path, host: Host) -> dict[str, Any]:
 
 
 def prepare(home: Path, host: Host, store: RunStore, ws: Workspace, attempt: int) -> dict[str, Any]:
-    """Code unpacked and venv ready on `host` for `attempt`: {python, code_dir, package_sha256, requirements_set}."""
-    return _call(home, host, store, "prepare", ws.prepare_spec(store.run, attempt),
-                 StatePaths.of(store.run, attempt).workspace_spec,
-                 PREPARE_TIMEOUT_S)
+    """Code unpacked and venv ready on `host` for `attempt`: {python, code_dir, package_sha256, requirements_set,
+    environment}. How the venv came to be is said on stderr (a live status display prints it above itself)."""
+    ready = _call(home, host, store, "prepare", ws.prepare_spec(store.run, attempt),
+                  StatePaths.of(store.run, attempt).workspace_spec,
+                  PREPARE_TIMEOUT_S)
+    said = environment_line(host.name, ready.get("environment"))
+    if said:
+        print(said, file=sys.stderr, flush=True)
+    return ready
+
+
+def environment_line(vm: str, how: dict[str, Any] | None) -> str | None:
+    """One line on how `vm` made the run's environment (glue.train.workspace.environment); None: reused."""
+    if not how or how.get("source") == "reused":
+        return None
+    if how.get("source") == "pack":
+        where = "in memory" if how.get("in_memory") else "on disk"
+        return (f"{vm}: environment: unpacked the set's packed virtualenv ({how['bytes'] / 2**20:.0f} MiB, {where}) "
+                f"in {how['seconds']:.1f} s, its pins checked against the manifest's")
+    return f"{vm}: environment: {how.get('note')} ({how.get('seconds', 0):.1f} s)"
 
 
 def launch(argv: list[str], image_python: str, env: dict[str, str], ready: dict[str, Any] | None,

@@ -320,8 +320,9 @@ class Terraform:
             raise GlueError(f"terraform output failed: {' '.join(out.stderr.split())[:300]}")
         found = {k: v["value"] for k, v in json.loads(out.stdout or "{}").items()}
         if self.user:
+            say = self.console.print
             return user_module.outputs(self.home, self.workdir, found, self.applied,
-                                       lambda line: self.console.print(line, highlight=False, markup=False))
+                                       lambda line: say(line, highlight=False, markup=False, soft_wrap=True))
         return found
 
 

@@ -36,7 +36,7 @@ class ContractBroken(GlueError):
 
 
 def _broken(where: str, field: str, want: str, got: object = None) -> ContractBroken:
-    said = f"has no {field}" if got is None else f"has a wrong {field} ({str(got)[:60]!r})"
+    said = f"has no {field}" if got is None else f"has a wrong {field} ({repr(got)[:60]})"
     return ContractBroken(f"your module's output {where} {said}: it must be {want}; fix the output "
                           "(docs/guides/own-terraform.md) and run `glue up` again")
 

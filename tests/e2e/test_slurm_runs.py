@@ -94,20 +94,34 @@ def allocated_gpu(kit: Kit, job: str) -> str:
 @pytest.mark.timeout(900)
 def test_five_one_gpu_runs_queue_on_three_gpus_and_all_complete(slurm_kit: Kit, tmp_path: Path) -> None:
     kit, fast = slurm_kit, here(slurm_kit)
-    # Submitted at once, each long enough (a minute of steps) that the first three still train when the
-    # last two wait: a deploy itself takes ~25 s of preflight here.
-    cfg = run_config(tmp_path, config={"steps": 60, "step_sleep": 1.0}, checkpoint={"interval_steps": 20},
-                     resources={"gpus_per_node": 1, "time": "00:30:00"})
-    deploys = [subprocess.Popen([*GLUE, "deploy", "--run", run, "--config", str(cfg)], env=kit.env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-               for run in RUNS]
-    for proc in deploys:
-        _, said = proc.communicate(timeout=300)
-        assert proc.returncode == 0 and "submitted to Slurm as job" in said, said
-    jobs = wait("three jobs running", lambda: (lambda q: q if sum(j["state"] == "RUNNING" for j in q.values()) == 3
-                                               else None)(squeue(kit)), 120)
-    pending = [j for j in jobs.values() if j["state"] == "PENDING"]
-    assert len(pending) == 2, jobs
+    # Three long runs (80 steps of a second: they still train while the last two are deployed, ~25 s of preflight
+    # each here) fill the three GPUs; two short ones (10 steps) then queue behind them and run once GPUs free.
+    def config(steps: int) -> Path:
+        return run_config(tmp_path, f"run-{steps}.yaml", config={"steps": steps, "step_sleep": 1.0},
+                          checkpoint={"interval_steps": 20}, resources={"gpus_per_node": 1, "time": "00:30:00"})
+
+    def deploy(runs: list[str], cfg: Path) -> None:
+        procs = [subprocess.Popen([*GLUE, "deploy", "--run", run, "--config", str(cfg)], env=kit.env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                 for run in runs]
+        for proc in procs:
+            _, said = proc.communicate(timeout=300)
+            assert proc.returncode == 0 and "submitted to Slurm as job" in said, said
+
+    def running() -> int:
+        return sum(j["state"] == "RUNNING" for j in squeue(kit).values())
+
+    deploy(RUNS[:3], config(80))
+    wait("three jobs running", lambda: running() == 3, 120)
+    deploy(RUNS[3:], config(10))
+
+    def queued() -> dict[str, dict[str, str]] | None:  # once Slurm's scheduler gave the two their reasons
+        q = squeue(kit)
+        return q if all(q[r]["state"] == "PENDING" and q[r]["reason"] != "None" for r in RUNS[3:]) else None
+
+    jobs = wait("the last two jobs queued", queued, 60)
+    assert {r for r in RUNS if jobs[r]["state"] == "RUNNING"} == set(RUNS[:3]), jobs
+    pending = [jobs[r] for r in RUNS[3:]]
     # The first job in line waits for GPUs (Resources); one behind it may wait its turn (Priority).
     assert "Resources" in {j["reason"] for j in pending} and {j["reason"] for j in pending} <= {"Resources",
                                                                                                   "Priority"}, jobs

@@ -66,7 +66,8 @@ class TerraformBackend:
                 "your module's resources); leave --spares out: a recovery replaces the lost VM with `-replace`")
 
     def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
-        return {"vm_count": vm_count, "name_prefix": name_prefix, "ssh_public_key": ssh_public_key}
+        return {"vm_count": vm_count, "name_prefix": name_prefix, "ssh_public_key": ssh_public_key,
+                "module_digest": module.digest(module.recorded(self.home))}
 
     def create_vm(self, spec: VMSpec) -> VMRecord:
         raise GlueError("the terraform backend makes no VM itself: your module's own provider does (use "

@@ -3,6 +3,7 @@ recorded in <home>/user-module/module.json, where the backend and the kit's terr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -57,3 +58,19 @@ def recorded(home: Path) -> Path:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise GlueError(f"{_record(home)} cannot be read ({exc}); run `glue up --backend terraform --module DIR` "
                         "again") from None
+
+
+_SKIPPED = (".terraform", ".git")
+
+
+def digest(path: Path) -> str:
+    """The module's files as one hash (its .terraform/, .git/ and any state left out): a change to them makes
+    the next `glue up` apply, though its variables did not change."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        rel = f.relative_to(path)
+        if rel.parts[0] in _SKIPPED or ".tfstate" in f.name:
+            continue
+        h.update(f"{rel.as_posix()}\0{f.stat().st_size}\0".encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()

@@ -15,3 +15,9 @@ variable "ssh_public_key" {
   description = "The kit's public key: your module authorises it for each VM's ssh_user."
   type        = string
 }
+
+variable "module_digest" {
+  description = "A hash of your module's files, unused here: a change to them makes `glue up` apply."
+  type        = string
+  default     = ""
+}

@@ -134,4 +134,8 @@ def test_a_module_that_takes_no_kit_inputs_or_is_missing_is_refused_before_terra
     assert code == 2 and "--backend terraform needs --module DIR" in err
     code, err = _glue(home, "up", "--module", str(module))
     assert code == 2 and "--module is for --backend terraform" in err
-    assert not (home / "terraform").exists() and not (home / "cluster.json").exists()
+    (module / "main.tf").write_text(MODULE)
+    code, err = _glue(home, "up", "--backend", "terraform", "--module", str(module), "--spares", "1")
+    assert code == 1 and _error(err).startswith("Error: --spares 1: warm spares are not supported with --backend "
+                                                "terraform yet")
+    assert not (home / "terraform" / "terraform").exists() and not (home / "cluster.json").exists()

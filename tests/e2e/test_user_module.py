@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from glue.cloud.local.backend import LocalBackend
+from glue.train.layout import recovery_key, run_prefix
 from tests.integration.test_runs import here, run_config, s3, wait_for
 from tests.kit import Kit, remove_kit_home_machines
 
@@ -118,7 +119,8 @@ def test_a_users_module_drives_the_kit(tmp_path: Path) -> None:
         res = kit.glue("recover", "--run", "mine", timeout=600)
         print(f"glue recover through the user's module: {time.monotonic() - t1:.1f} s")
         assert 'module.user.gpukit_vm.box["gpukit-2"]' in res.stderr, res.stderr  # the module's own resource
-        rec = json.loads(s3(fast).get_object(Bucket="gpukit", Key="runs/mine/recoveries/1.json")["Body"].read())
+        record = run_prefix("mine") + recovery_key(1)
+        rec = json.loads(s3(fast).get_object(Bucket="gpukit", Key=record)["Body"].read())
         assert rec["verified"] and rec["failure_class"] == "vm_lost", rec
         assert rec["old_vm"]["id"] == old and rec["new_vm"]["id"] != old, rec
         assert rec["first_resumed_step"] == rec["checkpoint_step"] + 1
@@ -129,7 +131,7 @@ def test_a_users_module_drives_the_kit(tmp_path: Path) -> None:
 
         kit.glue("down", timeout=600)
         assert LocalBackend(kit.home).owned_vm_ids() == []
-        assert s3(fast).head_object(Bucket="gpukit", Key="runs/mine/recoveries/1.json")  # the bucket is kept
+        assert s3(fast).head_object(Bucket="gpukit", Key=record)  # the bucket and its data are kept
     finally:
         if fast is not None:
             kit.glue("down", "--force", check=False)

@@ -96,6 +96,7 @@ OWN_VMS_LANE = frozenset({
     # Slurm clusters of their own: jobs wait on Slurm's states under deadlines of minutes.
     "tests/integration/test_slurm_cluster.py",
     "tests/e2e/test_slurm_runs.py",
+    "tests/e2e/test_slurm_head.py",
     # Machines of their own, started outside gpukit (the ssh backend's hosts).
     "tests/e2e/test_ssh_hosts.py",
     "tests/e2e/test_user_module.py",

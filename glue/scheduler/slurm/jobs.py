@@ -13,7 +13,7 @@ from glue.errors import GlueError
 from glue.infra import ssh
 from glue.runs import records
 from glue.runs.records import AttemptRecord, Manifest
-from glue.runs.store import RunStore, all_run_ids
+from glue.runs.store import RunStore, all_run_ids, utc_iso
 from glue.scheduler.slurm import queue, requeue
 from glue.scheduler.slurm.batch import gpus_of
 from glue.scheduler.slurm.nodes import node_states
@@ -43,6 +43,7 @@ def run_row(store: RunStore, sched: dict[str, Any], queued: dict[str, queue.Job]
     latest attempt recorded (the node, the GPUs it was given, how it ended)."""
     job_id = str(sched.get("job_id"))
     job = queued.get(job_id)
+    job = job if job is not None and job.run == store.run else None  # a new head numbers jobs from 1 again
     last = _latest(store)
     slurm = (last.scheduler if last else None) or {}
     ended = last and (last.failure_class or last.outcome)
@@ -91,11 +92,15 @@ def stop(home: Path, run: str) -> str:
         raise GlueError(f"run {run} was not submitted to Slurm")
     job_id = str(sched["job_id"])
     job = queue.job(home, job_id)
+    job = job if job is not None and job.run == run else None  # a new head numbers jobs from 1 again
+    if job is None and not store.attempts():
+        raise GlueError(f"run {run}: its job {job_id} is no longer in Slurm's queue and never started")
     if job is not None:
         queue.cancel(home, job_id)
-    if not store.attempts():
-        if job is None:
-            raise GlueError(f"run {run}: its job {job_id} is no longer in Slurm's queue and never started")
+    manifest = store.read_manifest()  # stopped: never resubmitted, should the head be lost later
+    manifest.scheduler = {**sched, "cancelled_at": utc_iso()}
+    store.put_manifest(manifest)
+    if job is not None and not store.attempts():
         return f"run {run}: job {job_id} cancelled while {job.state.lower()} ({job.reason or 'no reason'}); " \
                "it never started"
     said = stop_run(home, run)

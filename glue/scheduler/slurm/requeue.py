@@ -38,11 +38,14 @@ def newest_valid_before(store: RunStore, manifest: Manifest, started_at: str) ->
     return max(steps, default=None)
 
 
-def _why_ended(store: RunStore, n: int) -> tuple[str, str]:
-    """How the attempt before a restart ended: saved on the notice (preempted) or lost with its node."""
+def _why_ended(store: RunStore, n: int, resubmitted: bool = False) -> tuple[str, str]:
+    """How the attempt before a restart ended: saved on the notice (preempted), lost with its node, or lost
+    with the head's queue (glue resubmitted the run as a new job)."""
     ended = store.exit_record(n, 0)
     if ended is not None and ended.get("exit_code") == PREEMPTED_EXIT:
         return str(AttemptClass.PREEMPTED), "saved on Slurm's notice (USR1) and requeued"
+    if resubmitted:
+        return str(AttemptClass.VM_LOST), "its job was lost with the Slurm head's queue; glue resubmitted the run"
     if ended is None:
         return str(AttemptClass.VM_LOST), "its node was lost; Slurm requeued the job"
     return str(AttemptClass.KILLED), f"ended with exit {ended.get('exit_code')}; Slurm requeued the job"
@@ -65,7 +68,8 @@ def check_restart(home: Path, store: RunStore, manifest: Manifest, n: int) -> di
         newest_valid_before(store, manifest, rec.started_at)
     upto = min(max(old, default=0), max(new))
     check = check_resume(old, new, ckpt, upto, TOLERANCE)
-    failure, reason = _why_ended(store, n - 1)
+    resubmitted = not sched.get("restart_count")  # a new job's first start: glue resubmitted it (the head lost)
+    failure, reason = _why_ended(store, n - 1, resubmitted)
     if not prev.ended:
         prev.update(failure_class=failure, reason=reason, ended_at=prev.ended_at or rec.started_at)
         store.put_attempt(prev)
@@ -74,7 +78,8 @@ def check_restart(home: Path, store: RunStore, manifest: Manifest, n: int) -> di
         old_vm={"name": prev.vm, "id": prev.vm_id},
         new_vm={"name": rec.vm, "id": rec.vm_id},
         nodes=list(rec.nodes), dropped_vms=[], world_size=1,
-        resume_check={"kind": "exact", "by": "slurm requeue"}, rendezvous=None, checkpoint_step=ckpt,
+        resume_check={"kind": "exact", "by": "slurm resubmission" if resubmitted else "slurm requeue"},
+        rendezvous=None, checkpoint_step=ckpt,
         failure_step=max(old, default=0), seconds={}, work_lost={"steps": max(old, default=0) - (ckpt or 0)},
         verified=check.ok, first_resumed_step=check.first_step, compared_steps=check.compared, problem=check.problem,
         tolerance=TOLERANCE, scheduler={"job_id": sched.get("job_id"),
@@ -116,7 +121,7 @@ def settle(home: Path, store: RunStore) -> list[dict[str, Any]]:
     for n in attempts[1:]:
         rec = store.read_attempt(n)
         sched = (rec.scheduler if rec else None) or {}
-        if n in judged or not sched.get("restart_count"):
+        if n in judged or not sched:  # every later Slurm start: a requeue, or a resubmission after a lost head
             continue
         found = check_restart(home, store, manifest, n)
         if found is not None:

@@ -105,7 +105,8 @@ class SlurmDeployment(Deployment):
             spec = self.job_spec(host, argvs[0], ws)
             script = BatchScript(self.store.run, options, remote.python(host)).render()
             job_id = submit_job(self.home, host, self.store.run, spec, script)
-            sched = {"name": "slurm", "job_id": job_id, "submitted_at": utc_iso(), "sbatch": options.args()}
+            sched = {"name": "slurm", "job_id": job_id, "submitted_at": utc_iso(), "sbatch": options.args(),
+                     "head_vm_id": host.id}
             environment = {**info, "gpu_type": host.gpu_type, "gpu_count": options.gpus_per_node,
                            "backend": host.backend, "market": host.market}
             manifest = Manifest.of_run(self.store, self.rc, environment, self.eval_pin, image_digest=digest,
@@ -121,19 +122,25 @@ class SlurmDeployment(Deployment):
         return sched
 
     def job_spec(self, host: Host, argv: list[str], ws: Workspace) -> SlurmJobSpec:
-        store, rc = self.store, self.rc
-        env = {**rc.env, **{name: os.environ[name] for name in rc.secrets},
-               **trainer_env.for_vm(store, rc, 1, False).to_env(), "PYTHONUNBUFFERED": "1"}
-        prep = {k: v for k, v in ws.prepare_spec(store.run, 1).items() if k != "attempt"} if ws.needs_prepare \
-            else None
-        info = store.info
-        return SlurmJobSpec(
-            run=store.run, first_attempt=1, resume=False, command=argv, env=env,
-            bucket=SpecBucket(name=info.name, endpoint=info.endpoint, region=info.signing_region),
-            credentials_file=remote.CREDENTIALS_PATH, credentials=credentials_doc(store.creds).decode(),
-            image_python=remote.python(host), scratch=remote.SCRATCH, backend=host.backend,
-            vm_ids={h.name: h.id for h in current.hosts(self.home)}, workspace=prep,
-            memory_limit_mb=self.memory_limit_mb)
+        return job_spec(self.home, self.store, self.rc, host, argv, ws, memory_limit_mb=self.memory_limit_mb)
+
+
+def job_spec(home: Path, store: RunStore, rc: runconfig.RunConfig, host: Host, argv: list[str], ws: Workspace, *,
+             memory_limit_mb: int | None = None, first_attempt: int = 1, resume: bool = False) -> SlurmJobSpec:
+    """What every start of the run's job needs: its command, environment (run.yaml's env, the secrets from
+    this shell, the trainer's), the bucket and its keys, the workspace to prepare. A resubmission (the head
+    lost with its queue) starts at the run's next attempt, resumed."""
+    env = {**rc.env, **{name: os.environ[name] for name in rc.secrets},
+           **trainer_env.for_vm(store, rc, first_attempt, resume).to_env(), "PYTHONUNBUFFERED": "1"}
+    prep = {k: v for k, v in ws.prepare_spec(store.run, first_attempt).items() if k != "attempt"} \
+        if ws.needs_prepare else None
+    info = store.info
+    return SlurmJobSpec(
+        run=store.run, first_attempt=first_attempt, resume=resume, command=argv, env=env,
+        bucket=SpecBucket(name=info.name, endpoint=info.endpoint, region=info.signing_region),
+        credentials_file=remote.CREDENTIALS_PATH, credentials=credentials_doc(store.creds).decode(),
+        image_python=remote.python(host), scratch=remote.SCRATCH, backend=host.backend,
+        vm_ids={h.name: h.id for h in current.hosts(home)}, workspace=prep, memory_limit_mb=memory_limit_mb)
 
 
 def submit_job(home: Path, host: Host, run: str, spec: SlurmJobSpec, script: str) -> str:

@@ -6,7 +6,9 @@ train the run twice and hold a GPU Slurm gave to another job. What glue does ins
 - judges every restart's resume as it judges a recovery (glue.scheduler.slurm.requeue.settle: first
   resumed step = checkpoint + 1, equal losses; a restart from step 0 is a bad_restart);
 - says where the job stands. A job that ended on its own failure (OOM, crash) is not resubmitted:
-  never requeued blindly.
+  never requeued blindly;
+- when the head itself is lost (slurmctld's queue on its disk), replaces it first and resubmits a run its
+  new controller does not know from the bucket's records (glue.scheduler.slurm.resubmit).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from glue.operations import lifecycle
 from glue.runs import lease
 from glue.runs.records import RecoveryRecord
 from glue.runs.store import RunStore
-from glue.scheduler.slurm import jobs, nodes, queue, requeue
+from glue.scheduler.slurm import jobs, nodes, queue, requeue, resubmit
 
 # squeue states of a job Slurm still holds; RUNNING ones train (or are about to), the rest wait.
 RUNNING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED")
@@ -91,20 +93,60 @@ def _node_names(home: Path) -> set[str]:
     return {n.name for n in nodes.node_states(home)}
 
 
+def _own_job(queued: dict[str, queue.Job], job_id: str, run: str) -> queue.Job | None:
+    """The run's job in the queue: its id and its name (a new controller numbers jobs from 1 again)."""
+    job = queued.get(job_id)
+    return job if job is not None and job.run == run else None
+
+
+def _head_name(home: Path) -> str:
+    return current.ClusterConfig.load(home).vm_names()[0]
+
+
+def _replace_head(home: Path, store: RunStore, console: Console, lost: list[str]) -> None:
+    console.print(f"[bold]{store.run}[/]: the Slurm head {lost[0] if len(lost) == 1 else ', '.join(lost)} lost "
+                  "(slurmctld's queue went with it); replacing the VM(s), then resubmitting from the bucket")
+    lifecycle.up(home, current.ClusterConfig.load(home), console)
+
+
+def _unknown(home: Path, store: RunStore, sched: dict[str, Any], queued: dict[str, queue.Job],
+             head_replaced: bool, console: Console, replace: bool) -> SlurmTake:
+    """The controller does not know the run's job: it ended (Slurm forgot it), or it was lost with the head's
+    queue: then resubmitted from the run's records (glue.scheduler.slurm.resubmit)."""
+    latest = store.latest_attempt()
+    exit_rec = store.exit_record(latest.attempt, 0) if latest else None
+    decision = resubmit.decide(sched, nodes.head(home).id, latest, exit_rec, head_replaced)
+    if not decision.submits:
+        return _ended(store, sched, str(sched.get("job_id")), queued)
+    if not replace:
+        return SlurmTake("waiting", f"Slurm job {sched.get('job_id')} was lost with the head's queue "
+                                    f"({decision.why}); `glue recover --run {store.run}` resubmits it")
+    said = resubmit.resubmit(home, store, sched, decision, console)
+    return SlurmTake("waiting", said)
+
+
 def take(home: Path, store: RunStore, console: Console, replace: bool = True) -> SlurmTake:
     """Judge the run's restarts, replace lost nodes' VMs while its job is still Slurm's (replace=False: only
-    name them), and say where the job stands."""
+    name them), and say where the job stands. A lost head is replaced first, and a job its new controller
+    does not know resubmitted from the bucket's records."""
     sched = jobs.job_of(store.read_manifest())
     if sched is None:
         raise GlueError(f"run {store.run} was not submitted to Slurm")
     job_id = str(sched.get("job_id"))
     judged = _judged(store, home)
-    queued = {j.job_id: j for j in queue.jobs(home)}
-    job = queued.get(job_id)
-    if job is None:
-        ended = _ended(store, sched, job_id, queued)
-        return SlurmTake(ended.state, ended.note + judged)
     lost = lost_vms(home)
+    head_lost = _head_name(home) in lost
+    if head_lost and not replace:
+        return SlurmTake("waiting", f"the Slurm head {_head_name(home)} is lost; `glue recover --run {store.run}` "
+                                    "replaces it and resubmits the run")
+    if head_lost:
+        _replace_head(home, store, console, lost)
+        lost = []
+    queued = {j.job_id: j for j in queue.jobs(home)}
+    job = _own_job(queued, job_id, store.run)
+    if job is None:
+        taken = _unknown(home, store, sched, queued, head_lost, console, replace)
+        return SlurmTake(taken.state, taken.note + judged, taken.replaced)
     if lost and replace:
         job = _hasten(home, lost, job)
         console.print(f"[bold]{store.run}[/]: node(s) {', '.join(lost)} lost; replacing their VMs (they rejoin "

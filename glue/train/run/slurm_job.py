@@ -194,7 +194,7 @@ def start(spec: SlurmJobSpec, alloc: Allocation, notice: str) -> int:
             print(f"gpukit: preparing the run's workspace failed: {exc}", file=sys.stderr)
             return 2
         record["nodes"][0].update(code_sha256=ready["package_sha256"], requirements_set=ready["requirements_set"])
-    if alloc.restart_count:
+    if alloc.restart_count or spec.resume:  # a requeue, or glue's resubmission after the head was lost
         record["scheduler"]["resume_from"] = newest_valid_checkpoint(spec)
     _write_private(paths.spec, launch_spec(spec, alloc, number, ready, notice).to_json().decode())
     Path(spec.scratch).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,116 @@
+"""Losing the Slurm head loses no run. A cluster of its own (`glue up --vms 2 --scheduler slurm`: the head
+gpukit-1 and gpukit-2, one stand-in GPU each), two runs training (one on each node), then gpukit-1's VM
+destroyed: slurmctld's queue goes with its disk. `glue recover --run` of each replaces the head (a fresh
+slurmctld that knows no job) and resubmits the run from the bucket's records as its next attempt, resumed
+from the newest valid checkpoint; both complete, and each resubmission's resume is verified (first resumed
+step = checkpoint + 1, equal losses) in the run's recovery record."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glue.cloud.local.backend import LocalBackend
+from glue.runs.store import RunStore
+from tests.integration.test_runs import here, run_config
+from tests.kit import remove_kit_home_machines
+
+from .conftest import Kit
+
+pytestmark = pytest.mark.e2e
+LINE = re.compile(r"head gpukit-1 lost: replaced; run (\S+) resubmitted as job (\d+), resumes from step (\d+)")
+
+
+@pytest.fixture(scope="module")
+def head_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
+    home = tmp_path_factory.mktemp("slurm-head") / "home"
+    home.mkdir()
+    kit = Kit(home=home, env={**os.environ, "GPUKIT_HOME": str(home)})
+    kit.glue("up", "--vms", "2", "--scheduler", "slurm", timeout=900)
+    yield kit
+    kit.glue("down", "--force", check=False, timeout=300)
+    remove_kit_home_machines(home)
+
+
+def on_head(kit: Kit, command: str) -> str:
+    return kit.glue("ssh", "gpukit-1", "--", "sh", "-c", command).stdout
+
+
+def wait(what: str, pred: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+def step_of(store: RunStore) -> int:
+    return int((store.heartbeat(0) or {}).get("step") or 0)
+
+
+@pytest.mark.timeout(900)
+def test_a_lost_head_is_replaced_and_both_runs_resubmitted_resumed_and_verified(head_kit: Kit, tmp_path: Path) -> None:
+    kit, fast = head_kit, here(head_kit)
+    # `long` trains on gpukit-2 past the head's replacement (it must still run when its recover comes); `short`
+    # trains on the head. Placed by draining: `long` first while gpukit-1 is held out, then `short` on the
+    # only GPU left.
+    configs = {run: run_config(tmp_path, f"{run}.yaml", config={"steps": steps, "step_sleep": 0.25},
+                               checkpoint={"interval_steps": 10})
+               for run, steps in (("long", 600), ("short", 60))}
+    stores = {run: RunStore.open(kit.home, run) for run in configs}
+    on_head(kit, "scontrol update nodename=gpukit-1 state=drain reason=e2e-placement")
+    try:
+        kit.glue("deploy", "--run", "long", "--config", str(configs["long"]))
+        assert wait("long's attempt 1", lambda: stores["long"].attempt(1) or None, 180)["vm"] == "gpukit-2"
+    finally:
+        on_head(kit, "scontrol update nodename=gpukit-1 state=resume")
+    kit.glue("deploy", "--run", "short", "--config", str(configs["short"]))
+    assert wait("short's attempt 1", lambda: stores["short"].attempt(1) or None, 180)["vm"] == "gpukit-1"
+    wait("a checkpoint in both", lambda: min(step_of(s) for s in stores.values()) >= 12, 180)
+    old_jobs = {run: s.read_manifest().scheduler["job_id"] for run, s in stores.items()}  # type: ignore[index]
+
+    head_id = next(v["id"] for v in json.loads(fast.glue("status", "--json").stdout)["vms"] if v["name"] == "gpukit-1")
+    lost_at = time.monotonic()
+    LocalBackend(kit.home).delete_vm(head_id)
+    said: dict[str, re.Match[str]] = {}
+    for run in ("long", "short"):  # the first replaces the head; each resubmits its own run
+        out = kit.glue("recover", "--run", run, timeout=600)
+        found = LINE.search(" ".join(out.stderr.split()))
+        assert found and found.group(1) == run, out.stderr
+        said[run] = found
+    recovered_s = time.monotonic() - lost_at
+
+    for run, store in stores.items():
+        found = said[run]
+        sched = store.read_manifest().scheduler or {}
+        assert sched["job_id"] == found.group(2) and [h["job_id"] for h in sched["history"]] == [old_jobs[run]]
+        second = wait(f"{run}'s resubmitted start", lambda s=store: s.attempt(2) or None, 240)
+        assert second["scheduler"]["job_id"] == found.group(2) and second["resume"], second
+        assert second["scheduler"]["resume_from"] == int(found.group(3)) >= 10, second
+    for store in stores.values():
+        wait(f"{store.run} ends", lambda s=store: s.exit_record(2, 0), 300)
+    done_s = time.monotonic() - lost_at
+    fast.glue("status", "--json")  # judges each restart's resume as it shows the queue
+    for run, store in stores.items():
+        assert store.exit_record(2, 0)["exit_code"] == 0  # type: ignore[index]
+        st = json.loads(fast.glue("status", "--run", run, "--json").stdout)
+        assert st["state"] == "completed", st
+        rec = store.recoveries()[-1]
+        ckpt = int(said[run].group(3))
+        assert (rec["failed_attempt"], rec["new_attempt"], rec["failure_class"]) == (1, 2, "vm_lost"), rec
+        assert rec["verified"] and rec["checkpoint_step"] == ckpt and rec["first_resumed_step"] == ckpt + 1, rec
+        assert rec["compared_steps"] and rec["resume_check"]["by"] == "slurm resubmission", rec
+        assert store.attempts() == [1, 2]
+    print(f"\nhead lost -> both runs resubmitted {recovered_s:.1f} s; -> both completed {done_s:.1f} s")
+    # Nothing more to do: a second recover reads the run completed (its job ended on the new head).
+    again = kit.glue("recover", "--run", "short", timeout=300)
+    assert "ended: completed" in again.stderr, again.stderr

@@ -190,3 +190,14 @@ def test_without_a_usable_pack_the_wheelhouse_installs_and_says_why(tmp_path: Pa
     bucket.put(layout.env_pack_index_key(req["set_sha256"]), b"{not json")
     shutil.rmtree(tmp_path / "elsewhere")
     refused(tmp_path, bucket, req, "index envs/.* is not JSON; not using it")
+
+
+def test_without_gnu_tar_the_pack_unpacks_with_tarfile(
+        tmp_path: Path, bucket: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+    req, _, _ = packed(tmp_path, bucket)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools-here"))  # no `tar` to be found
+    out = prepare_on(tmp_path / "vm", req, bucket, attempt=2)
+    env = tmp_path / "vm" / "envs" / req["set_sha256"][:16]
+    assert out["environment"]["source"] == "pack" and venv.installed(env) == {"mydep": "0.1"}
+    assert run(str(env / "bin" / "mydep-hello")) == "mydep script 42"
+    assert not [p for p in env.rglob("*") if p.is_file() and p.stat().st_mode & 0o022]  # no group/other write

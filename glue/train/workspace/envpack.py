@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
+import subprocess
 import tarfile
 from pathlib import Path, PurePosixPath
 
@@ -64,15 +66,28 @@ def check_member(member: tarfile.TarInfo) -> None:
     if path.name in OWN_NAMES:
         raise WorkspaceError(f"the packed environment holds {member.name!r}, which each VM writes itself; "
                              "not unpacking it")
+    if member.mode & 0o7000:
+        raise WorkspaceError(f"the packed environment's {member.name!r} has a set-id or sticky bit; not unpacking it")
 
 
 def unpack(data: bytes | bytearray, env: Path) -> int:
-    """Every member checked first, then unpacked into `env` (which venv.skeleton made). Returns the files."""
+    """Every member checked first, then the same bytes unpacked into `env` (which venv.skeleton made): by GNU
+    tar where there is one (2-3x faster than tarfile for the thousands of files of a set, measured), owned by
+    whoever unpacks, the umask applied. Returns the number of files."""
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         members = tar.getmembers()
         for m in members:
             check_member(m)
-            m.mode &= 0o755  # no set-id, sticky or group/other-writable bits
-        extra = {"filter": "fully_trusted"} if hasattr(tarfile, "data_filter") else {}
-        tar.extractall(env, members=members, numeric_owner=True, **extra)  # type: ignore[arg-type]
+        gnu_tar = shutil.which("tar")
+        if gnu_tar is None:
+            for m in members:
+                m.mode &= 0o755  # as the umask would: no group/other write
+            extra = {"filter": "fully_trusted"} if hasattr(tarfile, "data_filter") else {}
+            tar.extractall(env, members=members, **extra)  # type: ignore[arg-type]
+    if gnu_tar is not None:
+        res = subprocess.run([gnu_tar, "-x", "-f", "-", "-C", str(env), "--no-same-owner", "--no-same-permissions"],
+                             input=data, capture_output=True, timeout=600, check=False)
+        if res.returncode != 0:
+            why = res.stderr.decode(errors="replace").strip().splitlines()
+            raise WorkspaceError(f"unpacking the packed environment failed: {why[-1] if why else res.returncode}")
     return sum(m.isfile() for m in members)

@@ -20,7 +20,8 @@ KEY_MARK = "gpukit-kit-key"
 PATHS = ("/etc/gpukit", "/usr/local/sbin/gpukit-mount", "/opt/gpukit", "/var/lib/gpukit/work",
          "/var/lib/gpukit/scratch", "/var/lib/gpukit/configured-from", "/var/lib/gpukit", "/var/cache/gpukit-rclone",
          "/etc/systemd/system/gpukit-*.service", "/etc/systemd/system/gpukit-*.socket",
-         "/etc/tmpfiles.d/gpukit-*.conf", "/etc/ansible/facts.d/gpukit.fact", "/run/gpukit", "/mnt/s3")
+         "/etc/tmpfiles.d/gpukit-*.conf", "/etc/ansible/facts.d/gpukit.fact", "/run/gpukit", "/mnt/s3",
+         "/dev/shm/gpukit-envs")  # runs' environments unpacked into memory (glue.train.workspace.paths.MEMORY_ROOT)
 MOUNT = "/mnt/s3"
 VENV = "/opt/gpukit/venv"
 WORK = "/var/lib/gpukit/work"  # runs' code and virtualenvs (glue.train.workspace.paths)

@@ -27,11 +27,12 @@ from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.runs import config as runconfig
-from glue.runs import monitor, remote
+from glue.runs import lease, monitor, remote
 from glue.runs.attempt import check_command
 from glue.runs.class_policy import AttemptClass
-from glue.runs.records import AttemptRecord
+from glue.runs.records import AttemptRecord, Manifest
 from glue.runs.store import RunStore, utc_iso
+from glue.scheduler.slurm import queue
 from glue.scheduler.slurm.batch import BatchScript, SbatchOptions
 from glue.scheduler.slurm.nodes import head, node_states
 from glue.scheduler.slurm.submit import check_fits, job_spec, submit_job
@@ -117,8 +118,17 @@ def _record(sched: dict[str, Any], job_id: str, head_id: str, why: str) -> dict[
 
 
 def resubmit(home: Path, store: RunStore, sched: dict[str, Any], decision: Decision, console: Console) -> str:
-    """Submit the run again from its records (decision fresh or resume). Returns the one line saying so."""
-    manifest = store.read_manifest()
+    """Submit the run again from its records (decision fresh or resume), under the run's lease: a watcher
+    and a `glue recover` never both resubmit it. Returns the one line saying so."""
+    with lease.held(store, "resubmit"):
+        manifest = store.read_manifest()
+        now = manifest.scheduler or {}
+        if now.get("job_id") != sched.get("job_id"):  # another process resubmitted it meanwhile
+            return f"run {store.run} was resubmitted as job {now.get('job_id')} meanwhile"
+        return _submit(home, store, manifest, decision, console)
+
+
+def _submit(home: Path, store: RunStore, manifest: Manifest, decision: Decision, console: Console) -> str:
     rc = runconfig.parse(manifest.config, store.run, store.info.name)
     missing_secret(store.run, rc)
     host = head(home)
@@ -136,8 +146,12 @@ def resubmit(home: Path, store: RunStore, sched: dict[str, Any], decision: Decis
     spec = job_spec(home, store, rc, host, argv, ws, memory_limit_mb=limit, first_attempt=first, resume=resume)
     script = BatchScript(store.run, options, remote.python(host)).render()
     job_id = submit_job(home, host, store.run, spec, script)
-    manifest.scheduler = _record(sched, job_id, host.id, decision.why)
-    store.put_manifest(manifest)
+    manifest.scheduler = _record(manifest.scheduler or {}, job_id, host.id, decision.why)
+    try:
+        store.put_manifest(manifest)
+    except GlueError:
+        queue.cancel(home, job_id)  # no job runs for a run whose records do not name it
+        raise
     start = f"resumes from step {ckpt}" if ckpt is not None else \
         "starts from step 0" + (" (no valid checkpoint)" if resume else " (it never started)")
     said = f"head {host.name} lost: replaced; run {store.run} resubmitted as job {job_id}, {start}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import statistics
 import time
@@ -103,6 +104,13 @@ def forget_env(home: Path, host: Host, digest: str) -> None:
     ssh.run(home, host, "rm -rf " + " ".join(shlex.quote(str(p)) for p in gone), timeout=120)
 
 
+def settle() -> None:
+    """The host's disk writes flushed before each measurement (the VMs' disks are this host's): the pack just
+    stored, the baseline's venv just written and removed, would otherwise slow the next measurement down (a
+    recovery finds the pack stored long before)."""
+    os.sync()
+
+
 def timed_prepare(home: Path, host: Host, store: RunStore, ws: Workspace, attempt: int) -> tuple[float, dict[str, Any]]:
     t0 = time.monotonic()
     ready = workspace.prepare(home, host, store, ws, attempt)
@@ -123,10 +131,13 @@ def measure(home: Path, repeats: int) -> dict[str, Any]:
     pack, pip = [], []
     for k in range(repeats):
         forget_env(home, host, digest)
+        settle()
         pack.append(timed_prepare(home, host, store, ws, 2 + k))
+        settle()
         pip.append(on_vm(home, host, PIP, "/var/lib/gpukit/scratch/bench-wheels", json.dumps(req["pins"]))["seconds"])
     forget_env(home, host, digest)
     spec = StatePaths.of(RUN, 1 + repeats).workspace_spec
+    settle()
     disk = on_vm(home, host, ON_DISK, spec)
     comp = on_vm(home, host, COMPRESSION, str(WorkPaths(RUN, 0).env_dir(digest)))
     load = " / ".join(Path("/proc/loadavg").read_text().split()[:3])

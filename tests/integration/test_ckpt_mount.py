@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from glue.train import TrainState, validate_checkpoints
+from glue.train import TrainState, layout, validate_checkpoints
 from glue.train.run.context import RunContext
 from glue.train.storage.mount import bucket_url
 
@@ -28,9 +28,9 @@ def _env(bucket: Any, tmp_path: Path, run: str) -> dict[str, str]:
     mnt.mkdir(exist_ok=True)
     return {
         "GPUKIT_RUN": run,
-        "GPUKIT_CHECKPOINT": f"{mnt}/runs/{run}",
+        "GPUKIT_CHECKPOINT": f"{mnt}/{layout.RUNS_PREFIX}{run}",
         "GPUKIT_BUCKET_MOUNT": str(mnt),
-        "GPUKIT_OUTPUTS": f"{mnt}/runs/{run}/outputs",
+        "GPUKIT_OUTPUTS": f"{mnt}/{layout.run_prefix(run)}{layout.OUTPUTS}",
         "GPUKIT_BUCKET_NAME": bucket.info.name,
         "GPUKIT_BUCKET_ENDPOINT": bucket.info.endpoint,
         "GPUKIT_CREDENTIALS_FILE": str(creds),
@@ -54,11 +54,12 @@ def test_commits_through_the_mount_are_in_the_bucket_when_the_mount_dies(local_b
     cached = [p for p in (tmp_path / "mnt").rglob("*") if p.is_file()]
     shutil.rmtree(tmp_path / "mnt")  # the mount dies with its write cache
     assert cached == [], "checkpoint or output bytes went through the mount's cache"
-    url = f"s3://{local_bucket.info.name}/runs/{run}"
+    url = layout.run_uri(local_bucket.info.name, run)
     kw = {"endpoint_url": local_bucket.info.endpoint, "credentials": lambda: local_bucket.creds}
     valid = [s.step for s in validate_checkpoints(url, **kw) if s.valid]
     assert valid == [3, 2], "the newest commit and the previous checkpoint are valid in the bucket itself"
-    obj = local_bucket.client().get_object(Bucket=local_bucket.info.name, Key=f"runs/{run}/outputs/result.txt")
+    key = f"{layout.run_prefix(run)}{layout.OUTPUTS}/result.txt"
+    obj = local_bucket.client().get_object(Bucket=local_bucket.info.name, Key=key)
     assert obj["Body"].read() == b"done"
 
     with RunContext(_env(local_bucket, tmp_path, run)) as ctx:  # a new VM, its mount empty
@@ -72,9 +73,10 @@ def test_commits_through_the_mount_are_in_the_bucket_when_the_mount_dies(local_b
 
 
 def test_bucket_url_maps_only_paths_under_the_mount() -> None:
-    assert bucket_url("/mnt/s3/runs/r1", "b") == "s3://b/runs/r1"
-    assert bucket_url("/mnt/s3/runs/../runs/r1/", "b") == "s3://b/runs/r1"
+    run = layout.RUNS_PREFIX + "r1"
+    assert bucket_url(f"/mnt/s3/{run}", "b") == layout.run_uri("b", "r1")
+    assert bucket_url(f"/mnt/s3/{layout.RUNS_PREFIX}../{run}/", "b") == layout.run_uri("b", "r1")
     assert bucket_url("/mnt/s3", "b") == "s3://b"
-    assert bucket_url("/mnt/s3x/runs/r1", "b") is None
+    assert bucket_url(f"/mnt/s3x/{run}", "b") is None
     assert bucket_url("/data/ckpt", "b") is None
-    assert bucket_url("s3://b/runs/r1", "b") is None
+    assert bucket_url(layout.run_uri("b", "r1"), "b") is None

@@ -26,6 +26,7 @@ from glue.train import (
     StorageError,
     TargetError,
     TrainState,
+    layout,
     validate_checkpoints,
 )
 from glue.train.storage.folder import FileStorage
@@ -77,7 +78,7 @@ class Model:
 
 
 def _steps(root: Path) -> list[int]:
-    d = root / "ckpt"
+    d = root / layout.CKPT_PREFIX
     return sorted(int(p.name[5:]) for p in d.iterdir()) if d.exists() else []
 
 
@@ -102,12 +103,12 @@ def test_commit_is_last_and_lists_every_object(tmp_path: Path) -> None:
     m = Model()
     with m.register(_ck(tmp_path)) as ck:
         ck.save(7, blocking=True)
-    step_dir = tmp_path / "ckpt" / "step-7"
+    step_dir = tmp_path / layout.step_prefix(7)
     files = {p.name: p for p in step_dir.iterdir()}
-    commit = json.loads(files.pop("COMMIT.json").read_text())
+    commit = json.loads(files.pop(layout.COMMIT).read_text())
     assert {o["key"] for objs in commit["components"].values() for o in objs} == set(files)
     # Written last: nothing in the directory is newer than COMMIT.json.
-    assert all(p.stat().st_mtime_ns <= (step_dir / "COMMIT.json").stat().st_mtime_ns for p in files.values())
+    assert all(p.stat().st_mtime_ns <= (step_dir / layout.COMMIT).stat().st_mtime_ns for p in files.values())
 
 
 def test_resaving_a_step_replaces_it_and_removes_leftovers(tmp_path: Path) -> None:
@@ -116,14 +117,14 @@ def test_resaving_a_step_replaces_it_and_removes_leftovers(tmp_path: Path) -> No
         m.at(1)
         ck.save(1, blocking=True)
     # leftovers of an earlier, interrupted attempt at step 2
-    (tmp_path / "ckpt" / "step-2").mkdir()
-    (tmp_path / "ckpt" / "step-2" / "junk.rank3.pt").write_bytes(b"old")
+    (tmp_path / layout.step_prefix(2)).mkdir()
+    (tmp_path / layout.step_prefix(2) / "junk.rank3.pt").write_bytes(b"old")
     with m.register(_ck(tmp_path)) as ck:
         m.at(2)
         ck.save(2, blocking=True)
         m.at(22)
         ck.save(2, blocking=True)  # same step again, different content: the new one wins
-    assert not (tmp_path / "ckpt" / "step-2" / "junk.rank3.pt").exists()
+    assert not (tmp_path / layout.step_prefix(2) / "junk.rank3.pt").exists()
     fresh = Model()
     with fresh.register(_ck(tmp_path)) as ck:
         assert ck.restore() == 2
@@ -134,14 +135,14 @@ def test_restored_step_is_not_rewritten(tmp_path: Path) -> None:
     m = Model()
     with m.register(_ck(tmp_path)) as ck:
         ck.save(4, blocking=True)
-    commit = tmp_path / "ckpt" / "step-4" / "COMMIT.json"
+    commit = tmp_path / layout.commit_key(4)
     before = commit.read_bytes()
     with Model().register(_ck(tmp_path)) as ck:
         assert ck.restore() == 4
         ck.save(4, blocking=True)  # already committed, identical: skipped (never made invalid)
         assert commit.read_bytes() == before
         ck.save(5, blocking=True)
-        timings = json.loads((tmp_path / "ckpt" / "step-5" / "COMMIT.json").read_text())["timings"]
+        timings = json.loads((tmp_path / layout.commit_key(5)).read_text())["timings"]
     assert timings["restore"]["from_step"] == 4
 
 
@@ -150,7 +151,7 @@ def test_partial_newer_steps_are_skipped_recorded_and_later_pruned(tmp_path: Pat
     with m.register(_ck(tmp_path)) as ck:
         for s in (1, 2):
             ck.save(s, blocking=True)
-    partial = tmp_path / "ckpt" / "step-9"
+    partial = tmp_path / layout.step_prefix(9)
     partial.mkdir()
     (partial / "model.pt").write_bytes(b"half")
     with Model().register(_ck(tmp_path)) as ck:
@@ -158,7 +159,7 @@ def test_partial_newer_steps_are_skipped_recorded_and_later_pruned(tmp_path: Pat
         (incident,) = [json.loads(p.read_text()) for p in (tmp_path / "incidents").iterdir()]
         assert incident["step"] == 9 and "COMMIT.json is missing" in incident["what"]
         assert incident["class"] == "ckpt_interrupted"  # routine after a kill: not reported as corruption
-        assert incident["object"] == "ckpt/step-9/COMMIT.json" and incident["fell_back_to"] == 2
+        assert incident["object"] == layout.commit_key(9) and incident["fell_back_to"] == 2
         ck.save(3, blocking=True)
     assert _steps(tmp_path) == [2, 3], "the old timeline's partial step 9 is gone after the next save"
 
@@ -169,7 +170,7 @@ def test_truncated_object_on_filesystem_falls_back(tmp_path: Path) -> None:
         for s in (1, 2):
             m.at(s)
             ck.save(s, blocking=True)
-    obj = tmp_path / "ckpt" / "step-2" / "model.pt"
+    obj = tmp_path / layout.step_prefix(2) / "model.pt"
     truncated = obj.read_bytes()[:-10]
     obj.write_bytes(truncated)
     fresh = Model()
@@ -214,7 +215,7 @@ def test_a_resumed_process_may_not_overwrite_its_history(tmp_path: Path) -> None
         for s in (1, 2, 3):
             m.at(s)
             ck.save(s, blocking=True)
-    before = (tmp_path / "ckpt" / "step-2" / "COMMIT.json").read_bytes()
+    before = (tmp_path / layout.commit_key(2)).read_bytes()
     resumed = Model()
     with resumed.register(_ck(tmp_path, keep_last=3)) as ck:
         assert ck.restore() == 3
@@ -224,7 +225,7 @@ def test_a_resumed_process_may_not_overwrite_its_history(tmp_path: Path) -> None
             ck.save(2, blocking=True)
         resumed.at(4)
         ck.save(4, blocking=True)  # counting on is fine
-    assert (tmp_path / "ckpt" / "step-2" / "COMMIT.json").read_bytes() == before and _steps(tmp_path) == [2, 3, 4]
+    assert (tmp_path / layout.commit_key(2)).read_bytes() == before and _steps(tmp_path) == [2, 3, 4]
 
 
 def test_only_rejected_checkpoints_left_start_fresh(tmp_path: Path) -> None:
@@ -266,7 +267,7 @@ def test_a_rejected_checkpoint_is_never_resumed_and_kept_aside(tmp_path: Path) -
         assert ck.restore() == 1
     assert float(fresh.net.weight.detach()[0, 0]) == 1.0
     moved = sorted(p.parent.name for p in (tmp_path / "ckpt-invalid").glob(f"*/step-*/{REJECTED}"))
-    assert moved == ["step-2", "step-3"] and not (tmp_path / "ckpt" / "step-3").exists()
+    assert moved == ["step-2", "step-3"] and not (tmp_path / layout.step_prefix(3)).exists()
     kinds = sorted(json.loads(p.read_text())["class"] for p in (tmp_path / "incidents").glob("*.json"))
     assert kinds == ["ckpt_rejected", "ckpt_rejected"]
 
@@ -318,9 +319,9 @@ def test_simulated_ranks_each_restore_their_own(tmp_path: Path) -> None:
     next(it), next(it)
     t0.step = 3
     ck1.save(3, blocking=True)  # rank 1 uploads its part and a rank manifest
-    assert not (tmp_path / "ckpt" / "step-3" / "COMMIT.json").exists()
+    assert not (tmp_path / layout.commit_key(3)).exists()
     ck0.save(3, blocking=True)  # rank 0 collects it, verifies everything, commits
-    commit = json.loads((tmp_path / "ckpt" / "step-3" / "COMMIT.json").read_text())
+    commit = json.loads((tmp_path / layout.commit_key(3)).read_text())
     assert commit["world_size"] == 2
     assert [o["key"] for o in commit["components"]["data"]] == ["data.rank0.pt", "data.rank1.pt"]
     assert [o["key"] for o in commit["components"]["train"]] == ["train.pt"]
@@ -482,7 +483,7 @@ def test_bad_arguments(tmp_path: Path) -> None:
 @pytest.mark.skipif(os.path.ismount("/mnt/s3"), reason="the bucket is mounted here")
 def test_unmounted_bucket_path_is_refused() -> None:
     with pytest.raises(TargetError, match="not mounted"):
-        Checkpointer("/mnt/s3/runs/x", handle_sigterm=False)
+        Checkpointer(f"/mnt/s3/{layout.RUNS_PREFIX}x", handle_sigterm=False)
 
 
 def test_with_retry_backs_off_then_gives_up() -> None:
@@ -516,7 +517,7 @@ def test_stateful_dataloader_is_per_rank_and_round_trips(tmp_path: Path) -> None
     with _ck(tmp_path) as ck:
         ck.register("data", loader)
         ck.save(1, blocking=True)
-    assert (tmp_path / "ckpt" / "step-1" / "data.rank0.pt").exists()
+    assert (tmp_path / layout.step_prefix(1) / "data.rank0.pt").exists()
     fresh = sdl.StatefulDataLoader(data, batch_size=4)
     with _ck(tmp_path) as ck:
         ck.register("data", fresh)

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from glue.train import layout
 from glue.train.checkpoint.fence import FencedError, FencedStorage
 from glue.train.storage.folder import FileStorage
 
-COMMIT_KEY = "ckpt/step-3/COMMIT.json"
+COMMIT_KEY = layout.commit_key(3)
 
 
 class RecoveryLandsDuringTheWrite(FileStorage):
@@ -21,14 +22,14 @@ class RecoveryLandsDuringTheWrite(FileStorage):
         self.run_store = run_store
 
     def put(self, key: str, data: bytes | bytearray) -> None:
-        if key.endswith("COMMIT.json"):
-            self.run_store.put("attempts/2.json", b'{"attempt": 2}')
+        if key.endswith(layout.COMMIT):
+            self.run_store.put(layout.attempt_key(2), b'{"attempt": 2}')
         super().put(key, data)
 
 
 def _stores(tmp_path: Path) -> tuple[FileStorage, Path]:
     run_store = FileStorage(tmp_path / "run")
-    run_store.put("attempts/1.json", b'{"attempt": 1}')
+    run_store.put(layout.attempt_key(1), b'{"attempt": 1}')
     return run_store, tmp_path / "ckpt"
 
 
@@ -36,13 +37,13 @@ def test_a_commit_that_raced_the_new_attempt_is_taken_back(tmp_path: Path) -> No
     run_store, ckpt_root = _stores(tmp_path)
     inner = RecoveryLandsDuringTheWrite(ckpt_root, run_store)
     fenced = FencedStorage(inner, run_store, "r1", 1)
-    fenced.put("ckpt/step-3/model.pt", b"weights")
+    fenced.put(layout.step_prefix(3) + "model.pt", b"weights")
     with pytest.raises(FencedError, match=r"attempt 2 of run r1 has replaced.*took back the commit"):
         fenced.put(COMMIT_KEY, b"{}")
     assert not (ckpt_root / COMMIT_KEY).exists()
-    assert (ckpt_root / "ckpt/step-3/model.pt").read_bytes() == b"weights"  # nothing else removed
+    assert (ckpt_root / (layout.step_prefix(3) + "model.pt")).read_bytes() == b"weights"  # nothing else removed
     with pytest.raises(FencedError, match="not committing"):
-        fenced.put("ckpt/step-4/COMMIT.json", b"{}")
+        fenced.put(layout.commit_key(4), b"{}")
 
 
 def test_the_current_attempt_commits(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from glue.train import (
     StateMismatchError,
     TargetError,
     TrainState,
+    layout,
     validate_checkpoints,
 )
 
@@ -42,7 +43,7 @@ class Env:
     def __init__(self, bucket: Any) -> None:
         self.bucket = bucket
         self.name = bucket.info.name
-        self.prefix = f"runs/t-{uuid.uuid4().hex[:10]}"
+        self.prefix = f"{layout.RUNS_PREFIX}t-{uuid.uuid4().hex[:10]}"
         self.target = f"s3://{self.name}/{self.prefix}"
         self.s3 = bucket.client()
 
@@ -64,7 +65,7 @@ class Env:
         self.s3.put_object(Bucket=self.name, Key=f"{self.prefix}/{key}", Body=body)
 
     def incidents(self) -> list[dict[str, Any]]:
-        return [json.loads(self.read(k)) for k in self.keys("incidents/")]
+        return [json.loads(self.read(k)) for k in self.keys(layout.INCIDENTS_PREFIX)]
 
 
 @pytest.fixture
@@ -112,23 +113,23 @@ def _saved(env: Env, steps: list[int], keep_last: int = 2) -> Small:
 @pytest.mark.timeout(60)
 def test_commit_json_format_and_pruning(env: Env) -> None:
     _saved(env, [10, 20, 30, 40])
-    steps = sorted({int(k.split("/")[1][5:]) for k in env.keys("ckpt/")})
+    steps = sorted({int(k.split("/")[1][5:]) for k in env.keys(layout.CKPT_PREFIX)})
     assert steps == [30, 40], "keep_last=2 keeps exactly the two newest"
-    commit = json.loads(env.read("ckpt/step-40/COMMIT.json"))
+    commit = json.loads(env.read(layout.commit_key(40)))
     assert commit["step"] == 40 and commit["world_size"] == 1 and commit["format"] == "gpukit-ckpt/1"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", commit["created_at"])
     assert set(commit["components"]) == {"model", "optimizer", "train", "rng"}
     assert commit["components"]["rng"][0]["key"] == "rng.rank0.pt"  # per-rank by default
     for objs in commit["components"].values():
         for o in objs:
-            body = env.read(f"ckpt/step-40/{o['key']}")
+            body = env.read(layout.step_prefix(40) + o["key"])
             assert len(body) == o["size"] and hashlib.sha256(body).hexdigest() == o["sha256"]
     t = commit["timings"]
     for k in ("snapshot_s", "serialize_s", "upload_s", "verify_s", "bytes", "wait_s"):
         assert k in t, k
     assert t["bytes"] == sum(o["size"] for objs in commit["components"].values() for o in objs)
-    listed = {f"ckpt/step-40/{o['key']}" for objs in commit["components"].values() for o in objs}
-    assert set(env.keys("ckpt/step-40/")) == listed | {"ckpt/step-40/COMMIT.json"}
+    listed = {layout.step_prefix(40) + o["key"] for objs in commit["components"].values() for o in objs}
+    assert set(env.keys(layout.step_prefix(40))) == listed | {layout.commit_key(40)}
 
 
 def _flip(body: bytes, at: int) -> bytes:
@@ -141,14 +142,14 @@ def _flip(body: bytes, at: int) -> bytes:
     [
         ("truncate", "model.pt", "size"),
         ("flip", "optimizer.pt", "sha256"),
-        ("no_commit", "COMMIT.json", "COMMIT.json is missing"),
+        ("no_commit", layout.COMMIT, "COMMIT.json is missing"),
         ("stray", "extra.bin", "stray object"),
-        ("bad_commit", "COMMIT.json", "not valid JSON"),
+        ("bad_commit", layout.COMMIT, "not valid JSON"),
     ],
 )
 def test_corruption_is_detected_and_skipped(env: Env, damage: str, obj: str, what: str) -> None:
     _saved(env, [1, 2, 3], keep_last=3)
-    key = f"ckpt/step-3/{obj}"
+    key = layout.step_prefix(3) + obj
     if damage == "truncate":
         env.write(key, env.read(key)[:-100])
     elif damage == "flip":
@@ -174,11 +175,11 @@ def test_corruption_is_detected_and_skipped(env: Env, damage: str, obj: str, wha
     assert incident["step"] == 3 and incident["fell_back_to"] == 2
     assert incident["object"].endswith(key) and what in incident["what"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT.*Z", incident["at"])
-    moved = env.keys("ckpt-invalid/")
+    moved = env.keys(layout.INVALID_PREFIX)
     if routine:
         assert moved == []  # prune removes an interrupted save's leftovers later
     else:  # the evidence is kept, out of the way of prune and of a later save of step 3
-        assert any(k.endswith(f"/step-3/{obj}") for k in moved) and not env.keys("ckpt/step-3/")
+        assert any(k.endswith(f"/step-3/{obj}") for k in moved) and not env.keys(layout.step_prefix(3))
     status = {x.step: x for x in validate_checkpoints(env.target, endpoint_url=env.bucket.info.endpoint,
                                                       credentials=env.creds)}
     assert (3 not in status or not status[3].valid) and status[2].valid and status[1].valid
@@ -191,7 +192,7 @@ def test_corruption_is_detected_and_skipped(env: Env, damage: str, obj: str, wha
 def test_all_invalid_restores_nothing_and_records_each(env: Env) -> None:
     _saved(env, [1, 2], keep_last=2)
     for step in (1, 2):
-        env.s3.delete_object(Bucket=env.name, Key=f"{env.prefix}/ckpt/step-{step}/COMMIT.json")
+        env.s3.delete_object(Bucket=env.name, Key=f"{env.prefix}/{layout.commit_key(step)}")
     s = Small()
     before = s.model.weight.detach().clone()
     with s.register(env.ckpt()) as ck:
@@ -305,7 +306,7 @@ def test_bucket_stopped_mid_save_retries_and_commits(env: Env) -> None:
     assert fired.wait(5)
     for _ in range(20):
         big(torch.randn(8, 512)).sum().backward()
-    assert not _on_disk(env, "ckpt/step-2/COMMIT.json")
+    assert not _on_disk(env, layout.commit_key(2))
     ck.flush()
     assert ck.last_committed_step == 2
     # Retrying (ours and boto's) never drew from the training loop's global `random` stream.
@@ -329,7 +330,7 @@ def test_bucket_down_for_good_fails_loudly_and_keeps_previous(env: Env) -> None:
         assert time.monotonic() - t0 < 1.0
         with pytest.raises(SaveFailedError, match="step 2 failed"):
             ck.save(3)  # the failure surfaces on the next save (or flush)
-        assert not _on_disk(env, "ckpt/step-2/COMMIT.json")
+        assert not _on_disk(env, layout.commit_key(2))
     finally:
         env.bucket.server.ensure_running()
     assert ck.latest_valid() == 1  # the previous valid checkpoint is intact

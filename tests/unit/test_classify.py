@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from glue.runs.classify import AttemptClass, Evidence, classify
+from glue.train import layout
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
+TARGET = f"/mnt/s3/{layout.RUNS_PREFIX}r"  # a run's checkpoint target through the bucket mount
 
 
 @pytest.mark.parametrize(
@@ -84,12 +86,13 @@ def test_exit_record_before_vm_loss_wins() -> None:
     "error",
     [
         "SaveFailedError: checkpoint of step 40 failed and was not committed: cannot write "
-        "/mnt/s3/runs/r/ckpt/step-40/model.pt: permission denied",
-        "OSError: [Errno 107] Transport endpoint is not connected: '/mnt/s3/runs/r/ckpt'",
-        "OSError: [Errno 5] Input/output error: '/mnt/s3/runs/r/ckpt/step-10/COMMIT.json'",
-        "glue.train.errors.TargetError: /mnt/s3/runs/r is under /mnt/s3 but the bucket is not mounted there",
+        f"{TARGET}/{layout.step_prefix(40)}model.pt: permission denied",
+        f"OSError: [Errno 107] Transport endpoint is not connected: '{TARGET}/{layout.CKPT_PREFIX.rstrip('/')}'",
+        f"OSError: [Errno 5] Input/output error: '{TARGET}/{layout.commit_key(10)}'",
+        f"glue.train.errors.TargetError: {TARGET} is under /mnt/s3 but the bucket is not mounted there",
         "glue.train.errors.TargetError: cannot reach S3 endpoint http://127.0.0.1:9000: EndpointConnectionError",
-        "glue.train.errors.StorageError: put ckpt/step-3/model.pt failed after 6 attempts over 30.2s: timeout",
+        f"glue.train.errors.StorageError: put {layout.step_prefix(3)}model.pt failed after 6 attempts over 30.2s: "
+        "timeout",
     ],
 )
 def test_a_lost_bucket_is_storage_lost_not_the_users_error(error: str) -> None:
@@ -113,8 +116,8 @@ def test_a_trainer_stuck_on_a_dead_mount_is_storage_lost_not_a_stall() -> None:
     assert classify(Evidence(process_alive=True, heartbeat_age_s=90, stall_timeout_s=20)).outcome is AttemptClass.STALL
     running = classify(Evidence(process_alive=True, heartbeat_age_s=1, storage_problem=dead))
     assert running.outcome is AttemptClass.RUNNING
-    v = classify(Evidence(exit_code=1, error_text="OSError: [Errno 13] Permission denied: '/mnt/s3/logs/x'",
-                          storage_problem=dead, process_alive=False))
+    denied = f"OSError: [Errno 13] Permission denied: '/mnt/s3/{layout.LOGS_PREFIX}x'"
+    v = classify(Evidence(exit_code=1, error_text=denied, storage_problem=dead, process_alive=False))
     assert v.outcome is AttemptClass.STORAGE_LOST and v.reason == dead
     # A bug of the trainer's own stays the trainer's, dead mount or not.
     v = classify(Evidence(exit_code=1, error_text="ValueError: boom", storage_problem=dead, process_alive=False))

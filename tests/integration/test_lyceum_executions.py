@@ -16,6 +16,7 @@ from glue.cloud.lyceum.backend import LyceumBackend
 from glue.cloud.lyceum.executions import Execution, Executions, Submission, state_of
 from glue.errors import GlueError
 from glue.storage import bucket as bucket_store
+from glue.train import layout
 from tests.lyceum_emulator import Emulator
 
 pytestmark = pytest.mark.integration
@@ -48,15 +49,17 @@ def _until_state(runs: Executions, ex_id: str, state: str, timeout: float = 60) 
 
 def test_an_execution_runs_with_the_bucket_at_mnt_s3_and_its_logs_and_secret(emu: Emulator, tmp_path: Path) -> None:
     runs = Executions(LyceumClient.from_env())
-    script = ("import os, pathlib; p = pathlib.Path('/mnt/s3/runs/ex1'); p.mkdir(parents=True, exist_ok=True); "
+    seen, out = layout.run_prefix("ex0") + "seen.txt", layout.run_prefix("ex1") + "out.txt"
+    script = (f"import os, pathlib; p = pathlib.Path('/mnt/s3/{layout.RUNS_PREFIX}ex1'); "
+              "p.mkdir(parents=True, exist_ok=True); "
               "(p / 'out.txt').write_text(os.environ['GREETING'] + ' ' + str(len(os.environ['HF_TOKEN']))); "
               "print('hello from the run', flush=True)")
     sub = Submission(image="ghcr.io/example/trainer:1", command=[PY, "-c", script], env={"GREETING": "hi"},
                      secrets=("HF_TOKEN",), execution_type="gpu.a100", timeout=120)
     creds = LyceumBackend(tmp_path / "kit").bucket_credentials()
     s3 = bucket_store.client(BucketInfo(emu.sts.endpoint, "gpukit", "us-east-1"), creds)
-    s3.put_object(Bucket="gpukit", Key="runs/ex0/seen.txt", Body=b"x")
-    assert [o["Key"] for o in s3.list_objects_v2(Bucket="gpukit", Prefix="runs/")["Contents"]] == ["runs/ex0/seen.txt"]
+    s3.put_object(Bucket="gpukit", Key=seen, Body=b"x")
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket="gpukit", Prefix=layout.RUNS_PREFIX)["Contents"]] == [seen]
     ex = runs.start(sub, {"HF_TOKEN": "hf_s3cr3t_value"})
     assert ex.state == "pending" and ex.id
     done = _until_ended(runs, ex.id)
@@ -65,11 +68,11 @@ def test_an_execution_runs_with_the_bucket_at_mnt_s3_and_its_logs_and_secret(emu
     # What the run wrote at /mnt/s3 is in the account's bucket, listed (within the emulator's 1 s directory
     # cache) and read over S3.
     deadline = time.monotonic() + 10
-    while (listed := [o["Key"] for o in s3.list_objects_v2(Bucket="gpukit", Prefix="runs/")["Contents"]]) != [
-            "runs/ex0/seen.txt", "runs/ex1/out.txt"]:
+    while (listed := [o["Key"] for o in s3.list_objects_v2(Bucket="gpukit", Prefix=layout.RUNS_PREFIX)["Contents"]]) \
+            != [seen, out]:
         assert time.monotonic() < deadline, listed
         time.sleep(0.2)
-    assert s3.get_object(Bucket="gpukit", Key="runs/ex1/out.txt")["Body"].read() == b"hi 15"
+    assert s3.get_object(Bucket="gpukit", Key=out)["Body"].read() == b"hi 15"
     # The secret went in the request body only: not in the emulator's request log or a run record.
     assert "hf_s3cr3t_value" not in repr(emu.requests) and "hf_s3cr3t_value" not in repr(done.detail)
 

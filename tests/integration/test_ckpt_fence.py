@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from glue.train import layout
 from tests.integration.test_ckpt_toy import run_context_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,9 +35,9 @@ with RunContext.from_env() as ctx:
 
 
 def _commits(s3: Any, bucket: str, run: str) -> set[int]:
-    resp = s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/{run}/ckpt/")
-    keys = [o["Key"] for o in resp.get("Contents", [])]
-    return {int(k.split("/")[3][5:]) for k in keys if k.endswith("/COMMIT.json")}
+    resp = s3.list_objects_v2(Bucket=bucket, Prefix=layout.run_prefix(run) + layout.CKPT_PREFIX)
+    keys = [o["Key"].removeprefix(layout.run_prefix(run)) for o in resp.get("Contents", [])]
+    return {step for k in keys if (step := layout.commit_step(k)) is not None}
 
 
 @pytest.mark.timeout(120)
@@ -44,7 +45,7 @@ def test_replaced_trainer_never_commits_again(local_bucket: Any, tmp_path: Path)
     run, name = f"fence-{uuid.uuid4().hex[:8]}", local_bucket.info.name
     env = run_context_env(local_bucket, run, tmp_path, GPUKIT_HEARTBEAT_SECONDS="60")
     s3 = local_bucket.client()
-    s3.put_object(Bucket=name, Key=f"runs/{run}/attempts/1.json", Body=b'{"attempt": 1}')
+    s3.put_object(Bucket=name, Key=layout.run_prefix(run) + layout.attempt_key(1), Body=b'{"attempt": 1}')
     proc = subprocess.Popen([sys.executable, "-c", TRAINER], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -54,7 +55,7 @@ def test_replaced_trainer_never_commits_again(local_bucket: Any, tmp_path: Path)
         assert line, proc.stderr.read() if proc.stderr else ""
         proc.send_signal(signal.SIGSTOP)  # a paused VM: recovery gives up on it and starts attempt 2
         before = _commits(s3, name, run)
-        s3.put_object(Bucket=name, Key=f"runs/{run}/attempts/2.json", Body=b'{"attempt": 2}')
+        s3.put_object(Bucket=name, Key=layout.run_prefix(run) + layout.attempt_key(2), Body=b'{"attempt": 2}')
         proc.send_signal(signal.SIGCONT)
         _, err = proc.communicate(timeout=60)
     finally:

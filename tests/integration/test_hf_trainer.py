@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from glue.train import layout
 from tests.integration.test_ckpt_toy import json_result, run_context_env
 
 STEPS, EVERY = 12, 4
@@ -51,9 +52,9 @@ def test_a_new_machine_resumes_the_trainer_from_the_newest_valid_sealed_checkpoi
     target = tmp_path / "bucket"
     ref = _run(target, tmp_path / "vm1", tmp_path / "ref.json", resume=False)
     assert sorted(ref["losses"]) == list(range(1, STEPS + 1))
-    steps = sorted(int(p.name.removeprefix("step-")) for p in (target / "ckpt").iterdir())
+    steps = sorted(int(p.name.removeprefix("step-")) for p in (target / layout.CKPT_PREFIX).iterdir())
     assert steps == [8, 12]  # keep_last=2: step 4 pruned after 12 committed
-    commit = json.loads((target / "ckpt" / "step-8" / "COMMIT.json").read_text())
+    commit = json.loads((target / layout.commit_key(8)).read_text())
     local = tmp_path / "vm1" / "checkpoint-8"
     files = {o["key"]: o for o in commit["components"]["files"]}
     assert {k.removeprefix("files/") for k in files if k.startswith("files/")} == \
@@ -121,11 +122,11 @@ def test_a_termination_notice_makes_the_trainer_save_seal_and_exit_preempted(loc
     run, name = f"hf-notice-{uuid.uuid4().hex[:8]}", local_bucket.info.name
     env = run_context_env(local_bucket, run, tmp_path, GPUKIT_NOTICE_FILE=str(tmp_path / "no-notice-file"))
     s3 = local_bucket.client()
-    s3.put_object(Bucket=name, Key=f"runs/{run}/attempts/1.json", Body=b'{"attempt": 1}')
+    s3.put_object(Bucket=name, Key=layout.run_prefix(run) + layout.attempt_key(1), Body=b'{"attempt": 1}')
     proc = subprocess.run([sys.executable, "-c", NOTICE_TRAINER, str(tmp_path / "out")], env=env, text=True,
                           capture_output=True, timeout=240)
     assert proc.returncode == 75, proc.stderr[-3000:]  # PREEMPTED_EXIT: classed `preempted`
-    notice = json.loads(s3.get_object(Bucket=name, Key=f"runs/{run}/attempts/1.notice.rank0.json")["Body"].read())
+    notice = json.loads(s3.get_object(Bucket=name, Key=layout.run_prefix(run) + layout.notice_key(1, 0))["Body"].read())
     assert notice["source"] == "SIGTERM" and notice["step"] == 5 and notice["saved_step"] == 5, notice
-    commit = json.loads(s3.get_object(Bucket=name, Key=f"runs/{run}/ckpt/step-5/COMMIT.json")["Body"].read())
+    commit = json.loads(s3.get_object(Bucket=name, Key=layout.run_prefix(run) + layout.commit_key(5))["Body"].read())
     assert "files/trainer_state.json" in {o["key"] for o in commit["components"]["files"]}

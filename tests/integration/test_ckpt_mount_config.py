@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from glue.train import Checkpointer, TrainState
+from glue.train import Checkpointer, TrainState, layout
 from glue.train.storage.mount_config import mounted_bucket, resolve
 from tests.conftest import BucketHandle
 
@@ -52,7 +52,7 @@ def test_checkpoints_under_the_mount_go_to_the_bucket(tmp_path: Path, local_buck
     assert not any(mnt.iterdir()), "nothing may be written through the mount path"
     keys = [o["Key"] for o in local_bucket.client().list_objects_v2(
         Bucket=local_bucket.info.name, Prefix=prefix)["Contents"]]
-    assert f"{prefix}/ckpt/step-3/COMMIT.json" in keys and f"{prefix}/ckpt/step-2/COMMIT.json" in keys
+    assert f"{prefix}/{layout.commit_key(3)}" in keys and f"{prefix}/{layout.commit_key(2)}" in keys
     assert not any("/step-1/" in k for k in keys), "pruned in the bucket, after step 3 was verified there"
 
 
@@ -64,8 +64,8 @@ def test_without_readable_settings_the_mount_path_is_kept_with_a_warning(
     with caplog.at_level(logging.WARNING, logger="glue.train"):
         with Checkpointer(target, components={"train": TrainState()}) as ck:
             ck.save(1, blocking=True)
-    assert (target / "ckpt" / "step-1" / "COMMIT.json").exists()
+    assert (target / layout.commit_key(1)).exists()
     assert not any("under /mnt/s3" in r.message for r in caplog.records)  # not a mount path: no warning
     with caplog.at_level(logging.WARNING, logger="glue.train"):
-        assert resolve("/mnt/s3/runs/x", None) == ("/mnt/s3/runs/x", None, None, None)
+        assert resolve(f"/mnt/s3/{layout.RUNS_PREFIX}x", None) == (f"/mnt/s3/{layout.RUNS_PREFIX}x", None, None, None)
     assert any("judged by the mount's write cache" in r.message for r in caplog.records)

@@ -15,7 +15,7 @@ import pytest
 
 from glue.paths import PROJECT_ROOT
 from glue.runs.records import AttemptRecord, Manifest, RecoveryRecord
-from glue.train import trainer_vars
+from glue.train import layout, trainer_vars
 from glue.train.run.launch import LaunchSpec, MissingTrainerEnv, SpecBucket, TrainerEnv, node_vars
 from glue.train.state_paths import StatePaths
 
@@ -30,7 +30,8 @@ OLD_SERVERLESS_SPEC = {"run": "r2", "attempt": 1, "node": 0, "command": ["python
 
 
 def test_trainer_env_round_trips_and_leaves_unset_variables_out() -> None:
-    env = TrainerEnv(run="r1", checkpoint="s3://b/runs/r1", outputs="s3://b/runs/r1/outputs", bucket_name="b",
+    env = TrainerEnv(run="r1", checkpoint=layout.run_uri("b", "r1"),
+                     outputs=f"{layout.run_uri('b', 'r1')}/{layout.OUTPUTS}", bucket_name="b",
                      attempt=2, resume=True, config={"lr": 0.1}, via_mount=True, stop_at=12.5, vm="lyceum-run-2")
     wire = env.to_env()
     assert wire["GPUKIT_RESUME"] == "1" and wire["GPUKIT_BUCKET_VIA"] == "mount"

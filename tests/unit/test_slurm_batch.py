@@ -22,6 +22,7 @@ from glue.scheduler.slurm.batch import BatchScript, SbatchOptions, gpus_of, run_
 from glue.scheduler.slurm.nodes import NodeState
 from glue.scheduler.slurm.queue import gpus_held, parse_job_id, parse_squeue
 from glue.scheduler.slurm.submit import check_fits, refuse_flags
+from glue.train import layout
 from glue.train import trainer_vars as V
 from glue.train.run.launch import SpecBucket, TrainerEnv
 from glue.train.run.slurm_job import Allocation, SlurmJobSpec, attempt_record, launch_spec, notice_file
@@ -97,7 +98,8 @@ def test_squeue_lines_and_sbatch_ids() -> None:
 
 
 def _spec(**kw: Any) -> SlurmJobSpec:
-    env = TrainerEnv(run="r1", checkpoint="s3://b/runs/r1", outputs="s3://b/runs/r1/outputs", bucket_name="b")
+    target = layout.run_uri("b", "r1")
+    env = TrainerEnv(run="r1", checkpoint=target, outputs=f"{target}/{layout.OUTPUTS}", bucket_name="b")
     return SlurmJobSpec(**{"run": "r1", "first_attempt": 1, "resume": False,
                            "command": ["/opt/gpukit/venv/bin/python", "-m", "glue.examples.tiny_gpt"],
                            "env": {**env.to_env(), "WANDB_API_KEY": "s3cret"}, "bucket": SpecBucket(name="b"),

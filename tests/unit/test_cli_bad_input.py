@@ -8,6 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from glue.cli import cli
+from glue.train import layout
 
 
 def _glue(tmp_path: Path, *args: str) -> tuple[int, str, str]:
@@ -35,8 +36,9 @@ def test_a_report_into_a_missing_folder_is_refused_before_the_bucket_is_read(tmp
 
 
 def test_a_bad_run_id_is_a_usage_error_not_a_bucket_error(tmp_path: Path) -> None:
-    code, _, err = _glue(tmp_path, "status", "--run", "../runs/r1")
-    assert code == 1 and "invalid run id '../runs/r1'" in err and "bucket" not in err
+    escape = f"../{layout.RUNS_PREFIX}r1"  # another run's records
+    code, _, err = _glue(tmp_path, "status", "--run", escape)
+    assert code == 1 and f"invalid run id '{escape}'" in err and "bucket" not in err
 
 
 def test_a_damaged_cluster_json_is_one_line_not_the_defaults(tmp_path: Path) -> None:

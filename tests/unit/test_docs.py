@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from glue.train import validate_checkpoints
-from glue.train.layout import METRICS_PREFIX, run_prefix
+from glue.train.layout import METRICS_PREFIX, run_prefix, run_uri
 
 ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 300
@@ -106,7 +106,8 @@ def _run_env(tmp_path: Path) -> dict[str, str]:
     env.update({
         "GPUKIT_RUN": "docs-example", "GPUKIT_ATTEMPT": "1", "GPUKIT_BUCKET_NAME": "gpukit",
         "GPUKIT_BUCKET_VIA": "mount", "GPUKIT_BUCKET_MOUNT": str(tmp_path / "bucket"),
-        "GPUKIT_CHECKPOINT": "s3://gpukit/runs/docs-example", "GPUKIT_OUTPUTS": "s3://gpukit/runs/docs-example/out",
+        "GPUKIT_CHECKPOINT": run_uri("gpukit", "docs-example"),
+        "GPUKIT_OUTPUTS": f"{run_uri('gpukit', 'docs-example')}/out",
         "GPUKIT_CONFIG": '{"steps": 12}', "GPUKIT_CHECKPOINT_INTERVAL": "5", "GPUKIT_SCRATCH": str(tmp_path),
         "GPUKIT_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT), "PATH": f"{venv_bin}:{env.get('PATH', '')}",
         "OMP_NUM_THREADS": "1",

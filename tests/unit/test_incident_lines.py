@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from glue.commands.runs import incident_lines
+from glue.train import layout
 
 ATTEMPT = {"run": "r1", "attempt": 1, "vm": "gpukit-1", "class": "vm_lost", "reason": "the VM is gone",
            "detected_at": "2026-12-02T08:00:00Z", "last_completed_step": 57, "last_valid_checkpoint": 40,
@@ -11,8 +12,8 @@ BUDGET = {"run": "r1", "attempt": 3, "class": "budget_exhausted", "reason": "3 r
           "policy": "stopped: recover by hand", "detected_at": "2026-12-02T08:10:00Z",
           "failure_class": "vm_lost", "failure_reason": "the VM is gone"}
 # What glue.train writes when a restore skips a checkpoint whose save was cut off (the run's prefix is the target).
-INTERRUPTED = {"class": "ckpt_interrupted", "at": "2026-12-02T08:05:00Z", "target": "s3://gpukit/runs/r1",
-               "step": 60, "object": "step-00000060/COMMIT.json", "what": "COMMIT.json is missing",
+INTERRUPTED = {"class": "ckpt_interrupted", "at": "2026-12-02T08:05:00Z", "target": layout.run_uri("gpukit", "r1"),
+               "step": 60, "object": f"step-00000060/{layout.COMMIT}", "what": "COMMIT.json is missing",
                "objects": [], "fell_back_to": 40, "rank": 0, "host": "gpukit-1", "pid": 7}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import yaml
 from glue.errors import GlueError
 from glue.runs import config
 from glue.runs.store import RunStore
+from glue.train import layout
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny_gpt.yaml"
 
@@ -23,7 +25,8 @@ def _base() -> dict[str, Any]:
 
 def test_the_example_parses_with_locations_substituted() -> None:
     rc = config.parse(_base(), "r1", "bkt")
-    assert rc.checkpoint.target == "s3://bkt/runs/r1" and rc.outputs.destination == "s3://bkt/runs/r1/outputs"
+    target = layout.run_uri("bkt", "r1")
+    assert rc.checkpoint.target == target and rc.outputs.destination == f"{target}/{layout.OUTPUTS}"
     assert rc.monitor.heartbeat_seconds == 1.0 and rc.checkpoint.interval_steps == 20
     assert rc.as_dict()["outputs"]["required"] == ["model.pt", "final.json"]
     assert rc.with_config({"steps": 7}).config["steps"] == 7 and rc.config["steps"] == 120
@@ -143,8 +146,9 @@ def test_a_file_that_is_no_run_config_is_one_line(tmp_path: Path, content: bytes
 
 def test_a_run_id_with_a_path_in_it_is_refused_before_the_bucket_is_asked(tmp_path: Path) -> None:
 
-    with pytest.raises(GlueError, match=r"invalid run id '\.\./runs/r1'"):
-        RunStore.open(tmp_path, "../runs/r1")  # no cluster, no bucket: the id alone is refused
+    escape = f"../{layout.RUNS_PREFIX}r1"  # another run's records
+    with pytest.raises(GlueError, match=re.escape(f"invalid run id '{escape}'")):
+        RunStore.open(tmp_path, escape)  # no cluster, no bucket: the id alone is refused
 
 
 @pytest.mark.parametrize(("extra", "needle"), [

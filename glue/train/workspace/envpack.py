@@ -1,8 +1,8 @@
 """A dependency set's virtualenv as one tar, and back: what the set installed (site-packages, its scripts),
 never this VM's own part (pyvenv.cfg, the python links, the image's .pth: venv.skeleton writes those on
-the VM that unpacks it). Uncompressed: on this project's host gzip made the pack 3.1x smaller but its
-unpacking 2.7x slower (docs/benchmarks.md, "The run's environment"), and the bucket is read in parallel
-parts at disk speed.
+the VM that unpacks it). Uncompressed: for the Hugging Face example's set gzip made the pack 3.1x smaller
+but its unpacking 1.9-3.6x slower, plus ~3 s to compress, while the bucket is read in parallel parts at
+270-460 MiB/s (bench/env_prepare.py; docs/benchmarks.md, "The run's environment").
 
 The venv lives at the same path on every VM (WorkPaths.env_dir), so nothing in it is relocated.
 """

@@ -15,6 +15,7 @@ from glue.cloud.lyceum import bucket as lyceum_creds
 from glue.cloud.lyceum.api import LyceumClient, RetryPolicy
 from glue.cloud.lyceum.backend import LyceumBackend
 from glue.storage import bucket as bucket_store
+from glue.train import layout
 from glue.train.storage.target import open_target
 from tests.lyceum_emulator import Emulator
 
@@ -99,7 +100,7 @@ def test_checkpoint_writes_continue_across_expiries(backend: LyceumBackend, emu:
     """A writer running for several credential lifetimes never sees a failure."""
     cb = backend.bucket_credentials if callback == "bucket_credentials" else backend.credentials_callback()
     info = backend.bucket()
-    storage = open_target(f"s3://{info.name}/runs/r1/ckpt", endpoint_url=info.endpoint, credentials=cb)
+    storage = open_target(f"{layout.run_uri(info.name, 'r1')}/ckpt", endpoint_url=info.endpoint, credentials=cb)
     tokens = set()
     deadline = time.monotonic() + 3 * TTL
     n = 0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from glue.train import layout
 from glue.train.checkpoint.sealed import FolderCheckpoints
 from glue.train.errors import CheckpointError, SaveFailedError
 from glue.train.storage.folder import FileStorage
@@ -28,7 +29,7 @@ def test_sealed_folders_come_back_whole_and_keep_last_prunes(tmp_path: Path) -> 
         sealed.seal_async(step, _folder(tmp_path / "vm1", step))
     sealed.close()  # waits for the last one
     assert sorted(p.name for p in (tmp_path / "bucket" / "ckpt").iterdir()) == ["step-12", "step-8"]
-    commit = json.loads((tmp_path / "bucket" / "ckpt" / "step-12" / "COMMIT.json").read_text())
+    commit = json.loads((tmp_path / "bucket" / layout.commit_key(12)).read_text())
     assert sorted(o["key"] for o in commit["components"]["files"]) == [
         "files/model.safetensors", "files/nested/rng_state.pth", "folder.json"]
     got = FolderCheckpoints(tmp_path / "bucket").fetch(tmp_path / "vm2")

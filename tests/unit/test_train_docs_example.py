@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch.utils.data import TensorDataset
 
+from glue.train import layout
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -40,7 +42,7 @@ class Net(torch.nn.Linear):
 
 
 def _run(target: Path, crash_after: int | None = None) -> dict[str, Any]:
-    code = _example().replace('"s3://gpukit/runs/my-run"', repr(str(target))).replace(
+    code = _example().replace(f'"{layout.run_uri("gpukit", "my-run")}"', repr(str(target))).replace(
         "save_every = 500", "save_every = 4"
     )
     g = torch.Generator().manual_seed(0)

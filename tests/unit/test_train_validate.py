@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from glue.train import Checkpointer, TrainState
+from glue.train import Checkpointer, TrainState, layout
 from glue.train.checkpoint.format import list_steps, validate_step
 from glue.train.storage.folder import FileStorage
 
@@ -50,7 +50,7 @@ def test_the_first_bad_object_in_commit_order_is_reported(tmp_path: Path) -> Non
     st = SlowFirst(tmp_path, slow=first)
     status = validate_step(st, 1, list_steps(st)[1], deep=True)
     assert not status.valid
-    assert [p.object for p in status.problems] == [f"ckpt/step-1/{first}"]
+    assert [p.object for p in status.problems] == [layout.step_prefix(1) + first]
     assert "sha256" in status.problems[0].what
     assert len(st.reads) <= 1 + 2, "a problem stops the reads that have not started"  # COMMIT.json + 2 at once
 

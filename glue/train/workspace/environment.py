@@ -94,7 +94,7 @@ def from_pack(storage: Storage, paths: WorkPaths, req: dict[str, Any], index: di
         venv.skeleton(real)  # venv refuses a link; the pack's own scripts name env, not real
         files = envpack.unpack(data, real)
         venv.check(env, pins)
-    except WorkspaceError as exc:
+    except (WorkspaceError, OSError) as exc:  # OSError: this VM's disk or memory (full, read-only)
         venv.remove(env)
         raise WorkspaceError(f"the set's packed environment {index['key']}: {exc}") from None
     venv.mark(env, digest)

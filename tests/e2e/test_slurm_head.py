@@ -1,15 +1,17 @@
 """Losing the Slurm head loses no run. A cluster of its own (`glue up --vms 2 --scheduler slurm`: the head
 gpukit-1 and gpukit-2, one stand-in GPU each), two runs training (one on each node), then gpukit-1's VM
-destroyed: slurmctld's queue goes with its disk. `glue recover --run` of each replaces the head (a fresh
-slurmctld that knows no job) and resubmits the run from the bucket's records as its next attempt, resumed
-from the newest valid checkpoint; both complete, and each resubmission's resume is verified (first resumed
-step = checkpoint + 1, equal losses) in the run's recovery record."""
+destroyed: slurmctld's queue goes with its disk. `glue recover --run short` replaces the head (a fresh
+slurmctld that knows no job) and resubmits its run from the bucket's records as its next attempt, resumed
+from the newest valid checkpoint; one pass of `glue watch` resubmits the other; both complete, and each
+resubmission's resume is verified (first resumed step = checkpoint + 1, equal losses) in the run's
+recovery record."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +22,7 @@ import pytest
 from glue.cloud.local.backend import LocalBackend
 from glue.runs.store import RunStore
 from tests.integration.test_runs import here, run_config
-from tests.kit import remove_kit_home_machines
+from tests.kit import GLUE, remove_kit_home_machines
 
 from .conftest import Kit
 
@@ -70,15 +72,20 @@ def test_a_lost_head_is_replaced_and_both_runs_resubmitted_resumed_and_verified(
     # only GPU left.
     configs = {run: run_config(tmp_path, f"{run}.yaml", config={"steps": steps, "step_sleep": 0.2},
                                checkpoint={"interval_steps": 20})
-               for run, steps in (("long", 600), ("short", 100))}
+               for run, steps in (("long", 540), ("short", 100))}
     stores = {run: RunStore.open(kit.home, run) for run in configs}
     on_head(kit, "scontrol update nodename=gpukit-1 state=drain reason=e2e-placement")
     try:
         kit.glue("deploy", "--run", "long", "--config", str(configs["long"]))
+        # short's deploy (its preflight: tens of seconds here) meanwhile; its job waits for gpukit-1
+        short = subprocess.Popen([*GLUE, "deploy", "--run", "short", "--config", str(configs["short"])],
+                                 env=kit.env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 stdin=subprocess.DEVNULL)
         assert wait("long's attempt 1", lambda: stores["long"].attempt(1) or None, 180)["vm"] == "gpukit-2"
     finally:
         on_head(kit, "scontrol update nodename=gpukit-1 state=resume")
-    kit.glue("deploy", "--run", "short", "--config", str(configs["short"]))
+    _, err = short.communicate(timeout=300)
+    assert short.returncode == 0 and "submitted to Slurm as job" in err, err
     assert wait("short's attempt 1", lambda: stores["short"].attempt(1) or None, 180)["vm"] == "gpukit-1"
     # The head goes while `short`'s shipped metrics are a few steps past its newest checkpoint: its resumed
     # losses then have steps to be compared with.
@@ -90,8 +97,12 @@ def test_a_lost_head_is_replaced_and_both_runs_resubmitted_resumed_and_verified(
     lost_at = time.monotonic()
     LocalBackend(kit.home).delete_vm(head_id)
     said: dict[str, re.Match[str]] = {}
-    for run in ("long", "short"):  # the first replaces the head; each resubmits its own run
-        out = kit.glue("recover", "--run", run, timeout=600)
+    took: dict[str, float] = {}
+    # `glue recover` replaces the head and resubmits its run; the watcher (one pass) resubmits the other.
+    for run, command in (("short", ("recover", "--run", "short")), ("long", ("watch", "--once", "--run", "long"))):
+        t0 = time.monotonic()
+        out = kit.glue(*command, timeout=600)
+        took[run] = time.monotonic() - t0
         found = LINE.search(" ".join(out.stderr.split()))
         assert found and found.group(1) == run, out.stderr
         said[run] = found
@@ -118,7 +129,8 @@ def test_a_lost_head_is_replaced_and_both_runs_resubmitted_resumed_and_verified(
         assert rec["verified"] and rec["checkpoint_step"] == ckpt and rec["first_resumed_step"] == ckpt + 1, rec
         assert rec["compared_steps"] and rec["resume_check"]["by"] == "slurm resubmission", rec
         assert store.attempts() == [1, 2]
-    print(f"\nhead lost -> both runs resubmitted {recovered_s:.1f} s; -> both completed {done_s:.1f} s")
+    print(f"\nhead lost -> recover (head replaced, short resubmitted) {took['short']:.1f} s, watch --once (long "
+          f"resubmitted) {took['long']:.1f} s; both resubmitted {recovered_s:.1f} s; both completed {done_s:.1f} s")
     # Nothing more to do: a second recover reads the run completed (its job ended on the new head).
     again = kit.glue("recover", "--run", "short", timeout=300)
     assert "ended: completed" in again.stderr, again.stderr

@@ -104,8 +104,10 @@ def _head_name(home: Path) -> str:
 
 
 def _replace_head(home: Path, store: RunStore, console: Console, lost: list[str]) -> None:
-    console.print(f"[bold]{store.run}[/]: the Slurm head {lost[0] if len(lost) == 1 else ', '.join(lost)} lost "
-                  "(slurmctld's queue went with it); replacing the VM(s), then resubmitting from the bucket")
+    others = [name for name in lost if name != _head_name(home)]
+    also = f" (and node(s) {', '.join(others)})" if others else ""
+    console.print(f"[bold]{store.run}[/]: the Slurm head {_head_name(home)}{also} lost (slurmctld's queue went "
+                  "with it); replacing the VM(s), then resubmitting what the queue held from the bucket")
     lifecycle.up(home, current.ClusterConfig.load(home), console)
 
 
@@ -139,6 +141,7 @@ def take(home: Path, store: RunStore, console: Console, replace: bool = True) ->
     if head_lost and not replace:
         return SlurmTake("waiting", f"the Slurm head {_head_name(home)} is lost; `glue recover --run {store.run}` "
                                     "replaces it and resubmits the run")
+    replaced = tuple(lost) if head_lost else ()
     if head_lost:
         _replace_head(home, store, console, lost)
         lost = []
@@ -146,7 +149,7 @@ def take(home: Path, store: RunStore, console: Console, replace: bool = True) ->
     job = _own_job(queued, job_id, store.run)
     if job is None:
         taken = _unknown(home, store, sched, queued, head_lost, console, replace)
-        return SlurmTake(taken.state, taken.note + judged, taken.replaced)
+        return SlurmTake(taken.state, taken.note + judged, replaced)
     if lost and replace:
         job = _hasten(home, lost, job)
         console.print(f"[bold]{store.run}[/]: node(s) {', '.join(lost)} lost; replacing their VMs (they rejoin "

@@ -14,7 +14,11 @@ from glue.errors import GlueError
 from glue.runs import config as runconfig
 from glue.runs.records import AttemptRecord
 from glue.scheduler.slurm import resubmit
+from glue.train import layout
+from glue.train import trainer_vars as V
+from glue.train.run.launch import SpecBucket, TrainerEnv
 from glue.train.run.notice import PREEMPTED_EXIT
+from glue.train.run.slurm_job import Allocation, SlurmJobSpec, attempt_record, launch_spec, notice_file
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_HEAD, NEW_HEAD = "vm-old-head", "vm-new-head"
@@ -85,3 +89,20 @@ def test_a_missing_secret_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch)
     assert "\n" not in line and "secret WANDB_API_KEY is not set" in line and "nothing submitted" in line, line
     monkeypatch.setenv("WANDB_API_KEY", "x")
     resubmit.missing_secret("r1", rc)
+
+
+def test_a_resubmitted_jobs_first_start_is_the_runs_next_attempt_resumed() -> None:
+    """On the node: a job glue resubmitted at attempt 3 (resume) starts as attempt 3, resumed, and its later
+    Slurm restarts count on from there."""
+    target = layout.run_uri("b", "r1")
+    env = TrainerEnv(run="r1", checkpoint=target, outputs=f"{target}/{layout.OUTPUTS}", bucket_name="b")
+    spec = SlurmJobSpec(run="r1", first_attempt=3, resume=True, command=["/opt/gpukit/venv/bin/python", "-m", "x"],
+                        env=env.to_env(), bucket=SpecBucket(name="b"), credentials_file="/run/gpukit/c.json",
+                        credentials="{}", image_python="/opt/gpukit/venv/bin/python", scratch="/tmp",
+                        backend="local", vm_ids={"gpukit-1": "id-1"})
+    start = Allocation(job_id="3", restart_count=0, nodelist="gpukit-1", node="gpukit-1", gpus="0")
+    launch = launch_spec(spec, start, 3, None, notice_file("r1", "3"))
+    assert (launch.attempt, launch.env[V.ATTEMPT], launch.env[V.RESUME]) == (3, "3", "1")
+    assert attempt_record(spec, start, 3)["resume"] is True
+    requeued = Allocation(job_id="3", restart_count=1, nodelist="gpukit-2", node="gpukit-2", gpus="0")
+    assert launch_spec(spec, requeued, 4, None, notice_file("r1", "3")).env[V.ATTEMPT] == "4"

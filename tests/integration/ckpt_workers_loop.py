@@ -32,6 +32,7 @@ from glue.train import (
     RNGState,
     TrainState,
     WorkerRNG,
+    layout,
 )
 
 N_SAMPLES, BATCH = 40, 4  # 10 steps per epoch
@@ -88,7 +89,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    resuming = any(Path(args.target).glob("ckpt/step-*/COMMIT.json"))  # a first save may have been cut off
+    commits = f"{layout.CKPT_PREFIX}step-*/{layout.COMMIT}"
+    resuming = any(Path(args.target).glob(commits))  # a first save may have been cut off
     seed = 999 if resuming else 0  # whatever matches after a resume came from the checkpoint
     random.seed(seed)
     np.random.seed(seed)

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from glue.train import Checkpointer
+from glue.train import Checkpointer, layout
 from tests.integration.test_ckpt_toy import (
     S3Conn,
     fingerprint,
@@ -76,11 +76,11 @@ def _phase(phase: str, target: str, conn: S3Conn, tmp_path: Path) -> list[dict[s
 @pytest.mark.timeout(300)
 def test_ddp_each_rank_restores_its_own_state(local_bucket: Any, tmp_path: Path) -> None:
     conn = S3Conn(local_bucket.info.endpoint, local_bucket.creds.access_key, local_bucket.creds.secret_key)
-    prefix = f"runs/ddp-{uuid.uuid4().hex[:8]}"
+    prefix = f"{layout.RUNS_PREFIX}ddp-{uuid.uuid4().hex[:8]}"
     target = f"s3://{local_bucket.info.name}/{prefix}"
     saved = _phase("save", target, conn, tmp_path)
     commit = json.loads(
-        local_bucket.client().get_object(Bucket=local_bucket.info.name, Key=f"{prefix}/ckpt/step-{M}/COMMIT.json")[
+        local_bucket.client().get_object(Bucket=local_bucket.info.name, Key=f"{prefix}/{layout.commit_key(M)}")[
             "Body"
         ].read()
     )

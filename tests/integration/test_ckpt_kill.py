@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from glue.train import Checkpointer, open_target
+from glue.train import Checkpointer, layout, open_target
 from glue.train.checkpoint import hold_point
 from glue.train.checkpoint.format import list_steps
 from tests.integration.test_ckpt_toy import (
@@ -141,7 +141,7 @@ def _kill_loop(target: str, conn: S3Conn | None, tmp_path: Path, iterations: int
             ck.close()
             if any(got is None or s > got for s in steps_present):
                 partial_seen += 1  # a newer, incomplete step directory was skipped
-            committed_dirs = [s for s, objs in steps_present.items() if "COMMIT.json" in objs]
+            committed_dirs = [s for s, objs in steps_present.items() if layout.COMMIT in objs]
             uncommitted = set(steps_present) - set(committed_dirs)
             if len(committed_dirs) > 2 or any(got is not None and s < got for s in uncommitted):
                 in_prune += 1  # killed between a commit and the end of its prune
@@ -194,12 +194,12 @@ def _kill_in_windows(target: str, conn: S3Conn | None, tmp_path: Path) -> None:
             ck.close()
             # What the window leaves behind, and what restore makes of it.
             if point in ("upload", "verify", "commit"):
-                assert "COMMIT.json" not in steps_present.get(held, {}) and steps_present.get(held), (i, point)
+                assert layout.COMMIT not in steps_present.get(held, {}) and steps_present.get(held), (i, point)
                 assert got == held - K, f"kill {i} at {point}: restored {got}, not the last committed {held - K}"
             else:
-                assert "COMMIT.json" in steps_present[held] and got == held, f"kill {i} at {point}: restored {got}"
+                assert layout.COMMIT in steps_present[held] and got == held, f"kill {i} at {point}: restored {got}"
             if point == "prune":
-                half = [s for s, objs in steps_present.items() if s < held and "COMMIT.json" not in objs and objs]
+                half = [s for s, objs in steps_present.items() if s < held and layout.COMMIT not in objs and objs]
                 assert half, f"kill {i} at prune: no step left half-pruned ({steps_present})"
             assert got is not None and got >= best and got >= saved - K and got % K == 0, (i, got, best, saved)
             assert same(fingerprint(toy), ref.at(got)), f"kill {i}: step {got} does not match the reference"
@@ -209,7 +209,7 @@ def _kill_in_windows(target: str, conn: S3Conn | None, tmp_path: Path) -> None:
 @pytest.mark.timeout(600)
 def test_kill9_in_every_window_of_save_and_prune_s3(local_bucket: Any, tmp_path: Path) -> None:
     conn = S3Conn(local_bucket.info.endpoint, local_bucket.creds.access_key, local_bucket.creds.secret_key)
-    target = f"s3://{local_bucket.info.name}/runs/kill-{uuid.uuid4().hex[:8]}"
+    target = layout.run_uri(local_bucket.info.name, f"kill-{uuid.uuid4().hex[:8]}")
     _kill_in_windows(target, conn, tmp_path)
 
 
@@ -223,7 +223,7 @@ def test_kill9_in_every_window_of_save_and_prune_filesystem(tmp_path: Path) -> N
 @pytest.mark.parametrize("seed", [11, 12, 13])
 def test_kill9_stress_s3(local_bucket: Any, tmp_path: Path, seed: int) -> None:
     conn = S3Conn(local_bucket.info.endpoint, local_bucket.creds.access_key, local_bucket.creds.secret_key)
-    target = f"s3://{local_bucket.info.name}/runs/kill-stress-{uuid.uuid4().hex[:8]}"
+    target = layout.run_uri(local_bucket.info.name, f"kill-stress-{uuid.uuid4().hex[:8]}")
     _kill_loop(target, conn, tmp_path, iterations=200, seed=seed)
 
 

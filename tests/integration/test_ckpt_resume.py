@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from glue.train import Checkpointer, validate_checkpoints
+from glue.train import Checkpointer, layout, validate_checkpoints
 from tests.integration.test_ckpt_toy import S3Conn, fingerprint, in_fresh_process, make_toy, register, run, same
 
 
@@ -57,7 +57,7 @@ def _check(target: str, conn: S3Conn | None, tmp_path: Path, m: int, n: int, blo
 @pytest.mark.parametrize(("m", "n", "blocking"), [(6, 14, False), (9, 17, True)], ids=["epoch-end", "mid-epoch"])
 def test_bitwise_resume_s3(local_bucket: Any, tmp_path: Path, m: int, n: int, blocking: bool) -> None:
     conn = S3Conn(local_bucket.info.endpoint, local_bucket.creds.access_key, local_bucket.creds.secret_key)
-    _check(f"s3://{local_bucket.info.name}/runs/resume-{uuid.uuid4().hex[:8]}", conn, tmp_path, m, n, blocking)
+    _check(layout.run_uri(local_bucket.info.name, f"resume-{uuid.uuid4().hex[:8]}"), conn, tmp_path, m, n, blocking)
 
 
 @pytest.mark.timeout(240)

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from glue.examples import tiny_gpt
-from glue.train import Checkpointer, CheckpointError
+from glue.train import Checkpointer, CheckpointError, layout
 from tests.integration.test_ckpt_toy import S3Conn, free_port, fresh_context, start_and_join
 
 CFG = {"steps": 8, "checkpoint_interval": 4, "parallel": "fsdp", "corpus_chars": 5000, "seq_len": 16,
@@ -103,7 +103,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict
 @pytest.mark.timeout(300)
 def test_every_rank_writes_its_shards_and_rank0_commits_them_all(reference: Any) -> None:
     target, _ = reference
-    commit = json.loads((target / "ckpt" / "step-4" / "COMMIT.json").read_text())
+    commit = json.loads((target / layout.commit_key(4)).read_text())
     assert commit["world_size"] == 2
     assert sorted(commit["sharded"]) == ["model", "optimizer"]
     for name in ("model", "optimizer"):
@@ -114,7 +114,8 @@ def test_every_rank_writes_its_shards_and_rank0_commits_them_all(reference: Any)
             assert (target / "ckpt" / "step-4" / o["key"]).stat().st_size == o["size"]
     assert [o["key"] for o in commit["rank_manifests"]] == ["rank1.json"]
     # The step directory holds nothing COMMIT.json does not list: nothing renamed, no temporary file.
-    listed = {o["key"] for objs in commit["components"].values() for o in objs} | {"rank1.json", "COMMIT.json"}
+    listed = {o["key"] for objs in commit["components"].values() for o in objs}
+    listed |= {layout.rank_part_key(1), layout.COMMIT}
     assert {p.name for p in (target / "ckpt" / "step-4").iterdir()} == listed
 
 
@@ -126,11 +127,12 @@ def test_resume_at_the_same_world_size_is_bitwise(reference: Any, tmp_path: Path
     assert _equal(resumed[0]["full"], ref[0]["full"])
     # The same through S3 (the parallel transfer path): saved, then resumed from step 4.
     conn = S3Conn(local_bucket.info.endpoint, local_bucket.creds.access_key, local_bucket.creds.secret_key)
-    s3 = f"s3://{local_bucket.info.name}/runs/sharded-{uuid.uuid4().hex[:8]}"
+    s3 = layout.run_uri(local_bucket.info.name, f"sharded-{uuid.uuid4().hex[:8]}")
     _launch(2, s3, tmp_path, resume=False, conn=conn, steps=8, checkpoint_interval=4)
     client, bucket = local_bucket.client(), local_bucket.info.name
     prefix = s3.split("/", 3)[3]
-    for key in [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/ckpt/step-8/")["Contents"]]:
+    listed_8 = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/{layout.step_prefix(8)}")["Contents"]
+    for key in [o["Key"] for o in listed_8]:
         client.delete_object(Bucket=bucket, Key=key)
     again = _launch(2, s3, tmp_path, resume=True, conn=conn)
     assert again[0]["losses"] == {s: ref[0]["losses"][s] for s in range(5, 9)}

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from glue.examples import tiny_gpt
-from glue.train import Checkpointer, TrainState
+from glue.train import Checkpointer, TrainState, layout
 from glue.train.checkpoint import hold_point
 from glue.train.checkpoint.format import list_steps
 from glue.train.storage.folder import FileStorage
@@ -156,10 +156,10 @@ def test_kill9_in_every_window_of_a_sharded_save(tmp_path: Path) -> None:
         present = list_steps(FileStorage(Path(target)))
         got, state = _restored(target)
         if point in ("upload", "verify", "commit"):
-            assert present.get(held) and "COMMIT.json" not in present[held], (i, point, present)
+            assert present.get(held) and layout.COMMIT not in present[held], (i, point, present)
             assert got == held - K, f"kill {i} at {point}: restored {got}, not the last committed {held - K}"
         else:
-            assert "COMMIT.json" in present[held] and got == held, f"kill {i} at {point}: restored {got}"
+            assert layout.COMMIT in present[held] and got == held, f"kill {i} at {point}: restored {got}"
         _check(got, state, reference_states, f"kill {i} at {point}")
 
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from glue.train import Checkpointer, ResumableSampler, RNGState, TrainState
+from glue.train import Checkpointer, ResumableSampler, RNGState, TrainState, layout
 
 
 @dataclass
@@ -204,7 +204,8 @@ def run_context_env(bucket: Any, run: str, tmp_path: Path, **extra: str) -> dict
     name = bucket.info.name
     return {**os.environ, "GPUKIT_RUN": run, "GPUKIT_ATTEMPT": "1", "GPUKIT_BUCKET_NAME": name,
             "GPUKIT_BUCKET_ENDPOINT": bucket.info.endpoint, "GPUKIT_CREDENTIALS_FILE": str(creds),
-            "GPUKIT_CHECKPOINT": f"s3://{name}/runs/{run}", "GPUKIT_OUTPUTS": f"s3://{name}/runs/{run}/outputs",
+            "GPUKIT_CHECKPOINT": layout.run_uri(name, run),
+            "GPUKIT_OUTPUTS": f"{layout.run_uri(name, run)}/{layout.OUTPUTS}",
             "PYTHONWARNINGS": "ignore", **extra}
 
 

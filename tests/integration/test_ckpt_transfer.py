@@ -13,7 +13,7 @@ import pytest
 import torch
 from boto3.s3.transfer import TransferConfig
 
-from glue.train import Checkpointer, TrainState
+from glue.train import Checkpointer, TrainState, layout
 from glue.train.storage.s3 import S3Storage
 from glue.train.storage.s3_client import make_s3_client
 
@@ -29,7 +29,7 @@ SMALL = TransferConfig(
 def storage(local_bucket: Any) -> S3Storage:
     creds = local_bucket.creds
     client = make_s3_client(local_bucket.info.endpoint, credentials=lambda: creds)
-    return S3Storage(local_bucket.info.name, f"runs/xfer-{uuid.uuid4().hex[:8]}", client, transfer=SMALL)
+    return S3Storage(local_bucket.info.name, f"{layout.RUNS_PREFIX}xfer-{uuid.uuid4().hex[:8]}", client, transfer=SMALL)
 
 
 @pytest.mark.timeout(120)
@@ -48,7 +48,7 @@ def test_round_trip_is_exact_on_and_off_part_boundaries(storage: S3Storage, loca
 @pytest.mark.timeout(120)
 def test_a_flipped_byte_in_a_later_part_is_caught(local_bucket: Any) -> None:
     info, creds = local_bucket.info, local_bucket.creds
-    prefix = f"runs/xfer-{uuid.uuid4().hex[:8]}"
+    prefix = f"{layout.RUNS_PREFIX}xfer-{uuid.uuid4().hex[:8]}"
     target = f"s3://{info.name}/{prefix}"
 
     def ckpt() -> Checkpointer:
@@ -65,7 +65,7 @@ def test_a_flipped_byte_in_a_later_part_is_caught(local_bucket: Any) -> None:
                 model.weight.fill_(float(step))
             ck.save(step)
     s3 = local_bucket.client()
-    key = f"{prefix}/ckpt/step-2/model.pt"
+    key = f"{prefix}/{layout.step_prefix(2)}model.pt"
     body = bytearray(s3.get_object(Bucket=info.name, Key=key)["Body"].read())
     assert len(body) > 2 * PART
     at = 2 * PART + 4321  # in the third part, downloaded in parallel with the first two

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from glue.train import layout
+
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 24  # 10 steps per epoch: resumed runs cross two epoch boundaries
 
@@ -133,7 +135,8 @@ def test_kill9_storm_with_workers(tmp_path: Path, tmp_path_factory: pytest.TempP
             break
         os.killpg(proc.pid, signal.SIGKILL)  # the trainer and its workers, like a lost VM
         proc.wait()
-        killed_after.add(max((int(p.parent.name[5:]) for p in target.glob("ckpt/step-*/COMMIT.json")), default=0))
+        commits = target.glob(f"{layout.CKPT_PREFIX}step-*/{layout.COMMIT}")
+        killed_after.add(max((int(p.parent.name[5:]) for p in commits), default=0))
     assert len(killed_after) >= 3, f"the kills did not land across the run: {killed_after}"
     got = trained(out, target, *args)
     assert got["model"] == ref["model"]

@@ -13,7 +13,7 @@ import pytest
 import torch
 from boto3.s3.transfer import TransferConfig
 
-from glue.train import Checkpointer, TrainState
+from glue.train import Checkpointer, TrainState, layout
 from glue.train.checkpoint.format import ObjectRef
 from glue.train.checkpoint.load import deserialize
 from glue.train.storage.buffers import BlobReader
@@ -50,7 +50,7 @@ def _ckpt(local_bucket: Any, prefix: str) -> Checkpointer:
 
 @pytest.mark.timeout(180)
 def test_a_restored_run_continues_exactly_like_the_saved_one(local_bucket: Any) -> None:
-    prefix = f"runs/restore-{uuid.uuid4().hex[:8]}"
+    prefix = f"{layout.RUNS_PREFIX}restore-{uuid.uuid4().hex[:8]}"
     model, opt = _model()
     _train(model, opt, 3, seed=1)
     with _ckpt(local_bucket, prefix) as ck:
@@ -94,7 +94,7 @@ def test_deserialized_tensors_are_views_of_the_downloaded_bytes() -> None:
 
 @pytest.mark.timeout(180)
 def test_the_first_bad_object_in_commit_order_is_reported_and_nothing_is_loaded(local_bucket: Any) -> None:
-    prefix = f"runs/restore-{uuid.uuid4().hex[:8]}"
+    prefix = f"{layout.RUNS_PREFIX}restore-{uuid.uuid4().hex[:8]}"
     model, opt = _model()
     train = TrainState()
     with _ckpt(local_bucket, prefix) as ck:
@@ -112,7 +112,7 @@ def test_the_first_bad_object_in_commit_order_is_reported_and_nothing_is_loaded(
     # Corrupt the last part of the (large) optimizer object and the first of the (smaller) model
     # object: the optimizer's is found at any download order, model.pt comes first in COMMIT.json.
     for key, at in (("optimizer.pt", -100), ("model.pt", 100)):
-        full = f"{prefix}/ckpt/step-2/{key}"
+        full = f"{prefix}/{layout.step_prefix(2)}{key}"
         body = bytearray(s3.get_object(Bucket=name, Key=full)["Body"].read())
         body[at] ^= 0x01
         s3.put_object(Bucket=name, Key=full, Body=bytes(body))

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from glue.train import layout
 from tests.integration.test_ckpt_toy import json_result
 
 STEPS, EVERY = 12, 4
@@ -65,8 +66,8 @@ def test_a_new_machine_resumes_lightning_exactly_from_the_newest_valid_sealed_ch
     target = tmp_path / "bucket"
     ref = _run(target, tmp_path / "vm1", tmp_path / "ref.json", resume=False)
     assert sorted(ref["losses"]) == list(range(1, STEPS + 1))
-    assert sorted(int(p.name.removeprefix("step-")) for p in (target / "ckpt").iterdir()) == [8, 12]
-    commit = json.loads((target / "ckpt" / "step-8" / "COMMIT.json").read_text())
+    assert sorted(int(p.name.removeprefix("step-")) for p in (target / layout.CKPT_PREFIX).iterdir()) == [8, 12]
+    commit = json.loads((target / layout.commit_key(8)).read_text())
     [ckpt] = [o for o in commit["components"]["files"] if o["key"].startswith("files/")]
     assert ckpt["key"] == "files/epoch=0-step=8.ckpt"
     assert ckpt["size"] == (tmp_path / "vm1" / "epoch=0-step=8.ckpt").stat().st_size

@@ -14,6 +14,7 @@ import json
 import pytest
 
 from glue.runs.store import RunStore
+from glue.train import layout
 
 from .conftest import Kit
 
@@ -23,16 +24,16 @@ pytestmark = pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_memprobe_for_an_oom_host_run(kit: Kit) -> None:
     store = RunStore.open(kit.home, "mp-oom")
-    store.put_json("manifest.json", {
+    store.put_json(layout.MANIFEST, {
         "run": "mp-oom", "command": ["python", "-m", "glue.examples.tiny_gpt"],
         "config": {"command": ["python", "-m", "glue.examples.tiny_gpt"], "runtime": "process",
                    "config": {"batch_size": 16, "seq_len": 128, "d_model": 64, "n_layer": 2, "steps": 100}},
     })
-    store.put_json("attempts/1.json", {"run": "mp-oom", "attempt": 1, "vm": "gpukit-2", "memory_limit_mb": 450,
+    store.put_json(layout.attempt_key(1), {"run": "mp-oom", "attempt": 1, "vm": "gpukit-2", "memory_limit_mb": 450,
                                        "failure_class": "oom_host", "last_step": 0})
     res = kit.glue("memprobe", "--run", "mp-oom", "--range", "16:64", "--grid", "pow2", "--trial-steps", "1",
                    "--accept-steps", "6", "--remedy", "grad_accum", "--remedy", "checkpointing", timeout=800)
-    keys = [k for k in store.keys("memprobe/") if k.endswith(".json")]
+    keys = [k for k in store.keys(layout.MEMPROBE_PREFIX) if k.endswith(".json")]
     assert len(keys) == 1, keys
     report = store.get_json(keys[0])
     assert report["source"]["run"] == "mp-oom" and report["memory_limit_mb"] == 450
@@ -55,7 +56,7 @@ def test_memprobe_for_an_oom_host_run(kit: Kit) -> None:
     assert items["checkpointing"]["status"] == "oom" or items["checkpointing"]["accepted"]
     assert items["grad_accum"]["peak_mb"] < rm["baseline"]["peak_mb"]
     assert "grad_accum" in rm["works"]
-    assert f"runs/mp-oom/{keys[0]}" in res.stderr
+    assert layout.run_prefix("mp-oom") + keys[0] in res.stderr
     assert "smallest that fails 64" in res.stdout
     assert json.dumps(report)  # plain JSON all the way down
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from glue.train import layout
 from tests.integration.test_runs import ROOT, here, s3
 
 from .conftest import Kit
@@ -40,7 +41,7 @@ def _project(tmp_path: Path, name: str, files: dict[str, str | bytes]) -> Path:
 def test_bad_workdirs_and_requirements_are_one_line_and_ship_nothing(cluster_kit: Kit, tmp_path: Path) -> None:
     fast = here(cluster_kit)
     client = s3(fast)
-    before = (_keys(client, "code/"), _keys(client, "wheels/"))
+    before = (_keys(client, layout.CODE_PREFIX), _keys(client, layout.WHEELS_PREFIX))
     ok = {"requirements.txt": "einops==0.8.1\n"}
     cases = [
         (_config(tmp_path, workdir=str(tmp_path / "nope")), None, "does not exist"),
@@ -64,7 +65,7 @@ def test_bad_workdirs_and_requirements_are_one_line_and_ship_nothing(cluster_kit
         lines = res.stderr.strip().splitlines()
         assert res.returncode != 0 and says in lines[-1], (says, res.stderr)
         assert "Traceback" not in res.stderr and len(lines) == 1, res.stderr
-        assert _keys(client, f"runs/bad-{i}/") == []  # no manifest, no attempt: nothing started
+        assert _keys(client, layout.run_prefix(f"bad-{i}")) == []  # no manifest, no attempt: nothing started
         if "requirement" in says:
             assert "gpukit-no-such-package" in lines[-1], res.stderr
-    assert (_keys(client, "code/"), _keys(client, "wheels/")) == before  # nothing uploaded
+    assert (_keys(client, layout.CODE_PREFIX), _keys(client, layout.WHEELS_PREFIX)) == before  # nothing uploaded

@@ -12,6 +12,7 @@ import pytest
 
 from glue.cloud.local.bucket import LocalBucket
 from glue.storage import bucket as bucket_store
+from glue.train import layout
 from tests.kit import Kit
 
 pytestmark = pytest.mark.integration
@@ -92,7 +93,7 @@ def test_once_without_run_reads_every_run_in_the_bucket(kit: Kit) -> None:
     # a run, and no listing, watcher or guard takes it for a broken one.
     bucket = LocalBucket(kit.home)
     s3 = bucket_store.client(bucket.info(), bucket.credentials())
-    s3.put_object(Bucket="gpukit", Key="runs/my-run/ckpt/step-1/COMMIT.json", Body=b"{}")
+    s3.put_object(Bucket="gpukit", Key=layout.run_prefix("my-run") + layout.commit_key(1), Body=b"{}")
     res = kit.glue("watch", "--once", check=False)
     assert res.returncode == 0 and "my-run" not in res.stdout + res.stderr, res.stdout + res.stderr
     assert json.loads((kit.home / "watch" / "status.json").read_text())["rows"] == []

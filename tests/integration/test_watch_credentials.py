@@ -15,6 +15,7 @@ import pytest
 
 from glue.cloud.lyceum.backend import LyceumBackend
 from glue.runs.store import RunStore
+from glue.train import layout
 from tests.integration.test_runs import run_config
 from tests.kit import GLUE
 from tests.lyceum_emulator import Emulator
@@ -53,11 +54,11 @@ def test_watch_keeps_expiring_credentials_fresh(kit: Kit, tmp_path: Path) -> Non
                 backend = LyceumBackend(kit.home)
                 store = RunStore(backend.bucket(), backend.bucket_credentials(), "soak",
                                  refresh=backend.bucket_credentials)
-                state = store.get_json("watch/state.json")
+                state = store.get_json(layout.WATCH_STATE)
                 assert state["done"] and store.attempts() == [1], state  # completed, never recovered
-                assert store.get_json("outputs/final.json")["step"] == steps
+                assert store.get_json(f"{layout.OUTPUTS}/final.json")["step"] == steps
                 assert sorted(store.metrics().get(1, {})) == list(range(1, steps + 1))  # every step's record landed
-                assert not store.keys("attempts/1.error")  # no trainer error (a failed write would raise)
+                assert not store.keys(layout.errors_prefix(1))  # no trainer error (a failed write would raise)
                 assert len(emu.sts.tokens) > seconds / ttl  # the credentials really expired and were renewed
             finally:
                 for key in emu.env():

@@ -1,5 +1,5 @@
 """`make lint`'s bucket-key check (tests/lint_bucket_keys.py): it fails on a key spelled by hand outside
-glue/train/layout.py, naming file:line, in glue/ and bench/, and passes on the tree as it is."""
+glue/train/layout.py, naming file:line, in glue/, bench/ and tests/, and passes on the tree as it is."""
 
 from __future__ import annotations
 
@@ -59,6 +59,13 @@ def test_hand_spelled_keys_fail_naming_file_and_line(tmp_path: Path) -> None:
     ('"x/released.json"', True),
     ('"manifest"', False), ('"the code/data split"', True), ('"pre-incidents/x"', False), ('"heartbeat"', False),
     ('"drill.json.bak"', False), ('"a run\'s report.html page"', False),
+    # run.yaml's location template (glue.runs.config substitutes {run}) is the user's format, not a key...
+    ('"s3://{bucket}/runs/{run}/outputs"', False), ('"/mnt/s3/runs/{run}/"', False),
+    # ...but an f-string's {run} is a value, and a key below the template is still one.
+    ('f"s3://{b}/runs/{run}"', True), ('"runs/{run}/attempts/1.json"', True), ('"runs/{runs}"', True),
+    # A folder of the glue package and a path on the machine itself are not in the bucket; the mount is.
+    ('"glue/runs/records.py"', False), ('"/run/gpukit/runs/r1"', False), ('f"/var/lib/gpukit/envs/{s}"', False),
+    ('"/tmp/gpukit/runs/r1/attempt-3.json"', False), ('"/mnt/s3/runs/r1"', True), ('"x/run/runs/r1"', True),
 ])
 def test_each_kind_of_key(tmp_path: Path, literal: str, flagged: bool) -> None:
     assert bool(_findings(tmp_path, f"x = {literal}\n")) is flagged
@@ -78,9 +85,24 @@ def test_layout_itself_is_the_one_place_keys_are_spelled() -> None:
     assert lint.check_source((lint.ROOT / lint.OWNER).read_text(), lint.OWNER)  # would be found anywhere else
 
 
-def test_by_default_it_checks_the_product_and_the_benches() -> None:
-    assert [p.relative_to(lint.ROOT).as_posix() for p in lint.DEFAULT] == ["glue", "bench"]
+def test_by_default_it_checks_the_product_the_benches_and_the_tests() -> None:
+    assert [p.relative_to(lint.ROOT).as_posix() for p in lint.DEFAULT] == ["glue", "bench", "tests"]
     assert all(p.is_dir() for p in lint.DEFAULT)
+
+
+def test_a_test_is_checked_as_the_product_is_but_a_deliberate_file_is_not() -> None:
+    """A test that spells a key is named `tests/<file>:<line>`; the files whose literal keys are the point
+    (pinning the stored format) are exempt, each for a one-line reason, and each exists."""
+    found = lint.check_source('store.get_json("watch/state.json")\n', "tests/unit/test_x.py")
+    assert [str(f) for f in found] == ["tests/unit/test_x.py:1: key segment watch/ in 'watch/state.json': build it "
+                                       "with glue.train.layout"]
+    assert "tests/unit/test_layout.py" in lint.DELIBERATE
+    for rel, why in lint.DELIBERATE.items():
+        assert (lint.ROOT / rel).is_file() and why and "\n" not in why and len(why) < 100, rel
+    pinned = lint.ROOT / "tests/unit/test_layout.py"
+    assert lint.check_source(pinned.read_text(), "tests/unit/test_layout.py")  # it does spell keys...
+    assert lint.check([pinned], allowed=frozenset()) == ([], [])  # ...on purpose
+    assert all(why and "\n" not in why for why in lint.NOT_BUILT.values())
 
 
 def test_a_bench_is_checked_as_the_product_is() -> None:

@@ -14,9 +14,9 @@ from glue.infra import ssh
 from glue.runs import records
 from glue.runs.records import AttemptRecord, Manifest
 from glue.runs.store import RunStore, all_run_ids, utc_iso
-from glue.scheduler.slurm import queue, requeue
+from glue.scheduler.slurm import queue, requeue, resubmit
 from glue.scheduler.slurm.batch import gpus_of
-from glue.scheduler.slurm.nodes import node_states
+from glue.scheduler.slurm.nodes import head, node_states
 from glue.train.run.slurm_job import output_file
 
 
@@ -38,9 +38,11 @@ def _latest(store: RunStore) -> AttemptRecord | None:
     return store.latest_attempt()
 
 
-def run_row(store: RunStore, sched: dict[str, Any], queued: dict[str, queue.Job]) -> dict[str, Any]:
-    """One run of the queue view: its job as squeue has it now (ENDED once Slurm forgot it), and what its
-    latest attempt recorded (the node, the GPUs it was given, how it ended)."""
+def run_row(store: RunStore, sched: dict[str, Any], queued: dict[str, queue.Job], *,
+            head_id: str | None = None) -> dict[str, Any]:
+    """One run of the queue view: its job as squeue has it now (ENDED once Slurm forgot it; LOST when it went
+    with a lost head's queue and glue will resubmit it, `head_id` given), and what its latest attempt
+    recorded (the node, the GPUs it was given, how it ended)."""
     job_id = str(sched.get("job_id"))
     job = queued.get(job_id)
     job = job if job is not None and job.run == store.run else None  # a new head numbers jobs from 1 again
@@ -50,8 +52,11 @@ def run_row(store: RunStore, sched: dict[str, Any], queued: dict[str, queue.Job]
     exit_rec = store.exit_record(last.attempt, 0) if last and not ended else None
     if exit_rec is not None:
         ended = "exited 0" if exit_rec.get("exit_code") == 0 else f"exited {exit_rec.get('exit_code')}"
-    return {"run": store.run, "job_id": job_id, "state": job.state if job else "ENDED",
-            "reason": job.reason if job else "", "nodes": job.nodes if job else (last.vm if last else "") or "",
+    state, reason = (job.state, job.reason) if job else ("ENDED", "")
+    if job is None and head_id and resubmit.decide(sched, head_id, last, exit_rec).submits:
+        state, reason = "LOST", f"with the head's queue; `glue recover --run {store.run}` resubmits it"
+    return {"run": store.run, "job_id": job_id, "state": state, "reason": reason,
+            "nodes": job.nodes if job else (last.vm if last else "") or "",
             "attempt": last.attempt if last else None, "cuda_visible_devices": slurm.get("cuda_visible_devices"),
             "restart_count": slurm.get("restart_count"), "ended": ended}
 
@@ -62,6 +67,7 @@ def queue_view(home: Path) -> dict[str, Any]:
     try:
         nodes = node_states(home)
         queued = {j.job_id: j for j in queue.jobs(home)}
+        head_id = head(home).id
     except GlueError as exc:
         return {"error": str(exc)}
     # Counted from sinfo's GRES and squeue's requests: scontrol's CfgTRES/AllocTRES name GPUs only where
@@ -77,7 +83,7 @@ def queue_view(home: Path) -> dict[str, Any]:
             continue  # a run whose manifest is not there (yet) is no Slurm run to show
         if sched is not None:
             requeue.settle(home, store)  # a restart that has run far enough: its resume checked and recorded
-            rows.append(run_row(store, sched, queued))
+            rows.append(run_row(store, sched, queued, head_id=head_id))
     return {"gpus": {"total": total, "used": used, "free": max(total - used, 0)}, "runs": rows}
 
 

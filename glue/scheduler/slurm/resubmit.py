@@ -17,6 +17,7 @@ controller does not know is resubmitted:
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from glue.scheduler.slurm import queue
 from glue.scheduler.slurm.batch import BatchScript, SbatchOptions
 from glue.scheduler.slurm.nodes import head, node_states
 from glue.scheduler.slurm.submit import check_fits, job_spec, submit_job
+from glue.train import trainer_vars as V
 from glue.train.run.notice import PREEMPTED_EXIT
 from glue.workdir.pin import Workspace
 
@@ -105,8 +107,11 @@ def stop_stale(home: Path, latest: AttemptRecord) -> None:
     host = current.host_of_node(home, {"vm": latest.vm, "vm_id": latest.vm_id})
     if not pid or host is None or host.id != latest.vm_id or not ssh.reachable(home, host):
         return
+    # Only that very trainer (its environment names the run's attempt), never a process that took its pid.
+    mine = (f"tr '\\0' '\\n' </proc/{pid}/environ 2>/dev/null | grep -qx "
+            f"{shlex.quote(f'{V.ATTEMPT}={latest.attempt}')} || exit 0")
     wait = f"for i in $(seq {STOP_WAIT_S * 5}); do kill -0 {pid} 2>/dev/null || exit 0; sleep 0.2; done"
-    ssh.run(home, host, f"kill -TERM {pid} 2>/dev/null || exit 0; {wait}; kill -KILL {pid}; true",
+    ssh.run(home, host, f"{mine}; kill -TERM {pid} 2>/dev/null || exit 0; {wait}; kill -KILL {pid}; true",
             timeout=STOP_WAIT_S + 15)
 
 

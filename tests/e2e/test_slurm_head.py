@@ -106,6 +106,9 @@ def test_a_lost_head_is_replaced_and_both_runs_resubmitted_resumed_and_verified(
         found = LINE.search(" ".join(out.stderr.split()))
         assert found and found.group(1) == run, out.stderr
         said[run] = found
+        if run == "short":  # the new head knows no job of long's yet: glue status says it was lost with the queue
+            rows = {r["run"]: r for r in json.loads(fast.glue("status", "--json").stdout)["slurm"]["runs"]}
+            assert rows["long"]["state"] == "LOST" and "resubmits it" in rows["long"]["reason"], rows
     recovered_s = time.monotonic() - lost_at
 
     for run, store in stores.items():

@@ -9,22 +9,21 @@ recovery record."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from glue.cloud.local.backend import LocalBackend
 from glue.runs.store import RunStore
 from tests.integration.test_runs import here, run_config
-from tests.kit import GLUE, remove_kit_home_machines
+from tests.kit import GLUE
 
 from .conftest import Kit
+from .test_slurm_runs import on_head, slurm_cluster, wait
 
 pytestmark = pytest.mark.e2e
 LINE = re.compile(r"head gpukit-1 lost: replaced; run (\S+) resubmitted as job (\d+), resumes from step (\d+)")
@@ -32,27 +31,7 @@ LINE = re.compile(r"head gpukit-1 lost: replaced; run (\S+) resubmitted as job (
 
 @pytest.fixture(scope="module")
 def head_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
-    home = tmp_path_factory.mktemp("slurm-head") / "home"
-    home.mkdir()
-    kit = Kit(home=home, env={**os.environ, "GPUKIT_HOME": str(home)})
-    kit.glue("up", "--vms", "2", "--scheduler", "slurm", timeout=900)
-    yield kit
-    kit.glue("down", "--force", check=False, timeout=300)
-    remove_kit_home_machines(home)
-
-
-def on_head(kit: Kit, command: str) -> str:
-    return kit.glue("ssh", "gpukit-1", "--", "sh", "-c", command).stdout
-
-
-def wait(what: str, pred: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+    yield from slurm_cluster(tmp_path_factory, "slurm-head", 2)
 
 
 def step_of(store: RunStore) -> int:

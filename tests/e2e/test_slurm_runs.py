@@ -29,16 +29,21 @@ pytestmark = pytest.mark.e2e
 RUNS = [f"q{k}" for k in range(1, 6)]
 
 
-@pytest.fixture(scope="module")
-def slurm_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
-    """One Slurm cluster for the module: slurmctld on gpukit-1, slurmd on all three VMs, one GPU each."""
-    home = tmp_path_factory.mktemp("slurm") / "home"
+def slurm_cluster(factory: pytest.TempPathFactory, name: str, vms: int) -> Iterator[Kit]:
+    """A Slurm cluster of its own (slurmctld on gpukit-1, slurmd on every VM, one stand-in GPU each), gone after."""
+    home = factory.mktemp(name) / "home"
     home.mkdir()
     kit = Kit(home=home, env={**os.environ, "GPUKIT_HOME": str(home)})
-    kit.glue("up", "--vms", "3", "--scheduler", "slurm", timeout=900)
+    kit.glue("up", "--vms", str(vms), "--scheduler", "slurm", timeout=900)
     yield kit
     kit.glue("down", "--force", check=False, timeout=300)
     remove_kit_home_machines(home)
+
+
+@pytest.fixture(scope="module")
+def slurm_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
+    """One Slurm cluster of three VMs for the module."""
+    yield from slurm_cluster(tmp_path_factory, "slurm", 3)
 
 
 def on_head(kit: Kit, command: str) -> str:

@@ -19,6 +19,7 @@ import pytest
 from glue.cloud.local.backend import LocalBackend
 from glue.runs.store import RunStore
 from glue.scheduler.slurm import nodes as slurm_nodes
+from glue.scheduler.slurm import queue
 from glue.train import layout
 from tests.integration.test_runs import here, run_config, s3
 from tests.kit import GLUE, remove_kit_home_machines
@@ -165,6 +166,11 @@ def test_glue_stop_cancels_the_job(slurm_kit: Kit, tmp_path: Path) -> None:
     cfg = run_config(tmp_path, config={"steps": 2000, "step_sleep": 0.2})
     kit.glue("deploy", "--run", "stopme", "--config", str(cfg))
     wait("stopme trains", lambda: (RunStore.open(kit.home, "stopme").heartbeats(1) or None), 120)
+    # A cancel names the run's job by id and name: an id that is by now another run's job (a new head numbers
+    # jobs from 1 again) is left alone.
+    queue.cancel(kit.home, squeue(kit)["stopme"]["job"], "another-run")
+    time.sleep(2)
+    assert squeue(kit)["stopme"]["state"] == "RUNNING", squeue(kit)
     out = kit.glue("stop", "--run", "stopme")
     assert "cancelled (scancel)" in out.stderr, out.stderr
     wait("stopme's job gone from the queue", lambda: "stopme" not in squeue(kit) or

@@ -102,7 +102,7 @@ def stop(home: Path, run: str) -> str:
     if job is None and not store.attempts():
         raise GlueError(f"run {run}: its job {job_id} is no longer in Slurm's queue and never started")
     if job is not None:
-        queue.cancel(home, job_id)
+        queue.cancel(home, job_id, run)
     manifest = store.read_manifest()  # stopped: never resubmitted, should the head be lost later
     manifest.scheduler = {**sched, "cancelled_at": utc_iso()}
     store.put_manifest(manifest)

@@ -10,7 +10,7 @@ from pathlib import Path
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
-from glue.scheduler.slurm.batch import gpus_of, run_of_job
+from glue.scheduler.slurm.batch import gpus_of, job_name, run_of_job
 from glue.scheduler.slurm.nodes import head
 
 TIMEOUT_S = 20  # each Slurm client gives up after this; SSH waits a little longer
@@ -83,11 +83,14 @@ def job(home: Path, job_id: str) -> Job | None:
     return next((j for j in jobs(home) if j.job_id == job_id), None)
 
 
-def cancel(home: Path, job_id: str) -> None:
-    """scancel: the job ends (a running one's processes are signalled), and is never requeued."""
+def cancel(home: Path, job_id: str, run: str) -> None:
+    """scancel: the run's job ends (a running one's processes are signalled), and is never requeued. Only if
+    the job of that id is still the run's (`--name`): a new head numbers jobs from 1 again, and the id a
+    record holds may by now be another run's job."""
     if not job_id.isdigit():
         raise GlueError(f"{job_id!r} is not a Slurm job id")
-    on_head(home, f"timeout {TIMEOUT_S} scancel {job_id}", f"scancel {job_id}")
+    name = shlex.quote(f"--name={job_name(run)}")
+    on_head(home, f"timeout {TIMEOUT_S} scancel {name} {job_id}", f"scancel {job_id}")
 
 
 def parse_job_id(text: str) -> str:

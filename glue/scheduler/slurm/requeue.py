@@ -98,7 +98,7 @@ def _bad_restart(home: Path, store: RunStore, manifest: Manifest, n: int, check:
     classed bad_restart, its checkpoints rejected, the incident recorded."""
     if job_id:
         try:
-            queue.cancel(home, job_id)
+            queue.cancel(home, job_id, store.run)
         except GlueError:
             pass  # the head does not answer: the trainer is still stopped below
     phases.flag_bad_restart(home, store, manifest, n, check)

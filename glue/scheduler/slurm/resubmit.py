@@ -155,7 +155,7 @@ def _submit(home: Path, store: RunStore, manifest: Manifest, decision: Decision,
     try:
         store.put_manifest(manifest)
     except GlueError:
-        queue.cancel(home, job_id)  # no job runs for a run whose records do not name it
+        queue.cancel(home, job_id, store.run)  # no job runs for a run whose records do not name it
         raise
     start = f"resumes from step {ckpt}" if ckpt is not None else \
         "starts from step 0" + (" (no valid checkpoint)" if resume else " (it never started)")

@@ -115,7 +115,7 @@ class SlurmDeployment(Deployment):
             try:
                 self.store.put_manifest(manifest)
             except GlueError:
-                queue.cancel(self.home, job_id)  # no job runs for a run the bucket does not know
+                queue.cancel(self.home, job_id, self.store.run)  # no job runs for a run the bucket does not know
                 raise
         self.console.print(f"[green]run {self.store.run}[/] submitted to Slurm as job {job_id} "
                            f"({options.gpus_per_node} GPU(s) per node); `glue status` shows the queue")

@@ -16,7 +16,7 @@ from glue.commands.options import POSITIVE_INT
 from glue.errors import GlueError
 from glue.paths import home
 from glue.runs import deploy as deploy_mod
-from glue.runs import monitor, serverless_state
+from glue.runs import memprobe_hint, monitor, serverless_state
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, all_run_ids
 from glue.runs.vm_group import GroupSpec
@@ -115,6 +115,8 @@ def show_run(run_id: str, as_json: bool) -> None:
     summary["verdict"] = verdict.as_dict()
     recoveries = store.read_recoveries()
     summary["last_recovery"] = resume_check_text(recoveries[-1]) if recoveries else None
+    if summary["state"] in memprobe_hint.OOM_CLASSES:  # the memprobe command that works for this run
+        summary["policy"] = memprobe_hint.next_step(run_id, store.read_manifest().config)
     if as_json:
         click.echo(json.dumps({"run": run_id, **summary}, indent=2))
         return

@@ -18,10 +18,9 @@ from glue.memprobe import investigate, remedies, source
 from glue.memprobe import output as report_out
 from glue.memprobe.limits import safety_limit_mb, total_mb
 from glue.memprobe.runner import TrialOutcome
+from glue.runs import memprobe_hint
 from glue.runs.store import RunStore, utc_iso
 
-# What a run's own job is probed by when --vary is not given: its batch size, by the usual names.
-DEFAULT_VARY = ("batch_size", "per_device_train_batch_size", "micro_batch_size")
 # A trial is a fresh process that imports torch and builds the model before its first step (seconds on
 # its own): a shorter limit would only time every trial out.
 MIN_TRIAL_TIMEOUT_S = 10.0
@@ -251,7 +250,7 @@ def _prepare_job(home: Path, req: Request, src: source.Source, store: RunStore |
     assert src.manifest is not None
     trials_store = store if store is not None else RunStore.open(home, job.CONFIG_RUN)
     rc = job.run_config(src.run or job.CONFIG_RUN, src.manifest, trials_store.info.name)
-    varied = unique(req.vary) or [next((k for k in DEFAULT_VARY if k in src.trainer_cfg), "batch_size")]
+    varied = unique(req.vary) or [memprobe_hint.default_vary(src.trainer_cfg) or "batch_size"]
     cfg = source.job_config(src.trainer_cfg, source.parse_set(req.sets), varied, f"run {src.run}")
     declared = dict(rc.memprobe.remedies) if rc.memprobe else {}
     available = {**remedies.implied(cfg, req.accum), **declared}  # the run's own declaration wins
@@ -282,6 +281,8 @@ def _prepare_job(home: Path, req: Request, src: source.Source, store: RunStore |
         remedies=() if req.no_remedies else tuple(chosen), breakdown=not req.no_breakdown,
         remedies_at=req.remedies_at, trial_timeout_s=req.trial_timeout, progress=progress, snapshot_path=snapshot,
         declared=declared, run=src.run, config_path=src.config_path,
+        acceptance={k: {"min": t.min, "max": t.max} for k, t in (rc.evaluation.metrics if rc.evaluation
+                                                                    else {}).items()},
     )
     manifest = src.manifest
     if store is None and req.config_path is not None:  # a run.yaml: its workdir and requirements shipped first

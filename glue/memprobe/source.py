@@ -12,10 +12,11 @@ import yaml
 
 from glue import yamlfile
 from glue.errors import GlueError, yaml_problem
+from glue.runs import memprobe_hint
 from glue.runs.records import AttemptRecord, Manifest
 from glue.runs.store import RunStore
 
-TRAINER_MODULE = "glue.examples.tiny_gpt"
+TRAINER_MODULE = memprobe_hint.TINY_GPT
 MAX_VALUE = 2**31 - 1  # the largest size a trial can be asked for (torch takes sizes as 64-bit, products too)
 
 
@@ -34,9 +35,7 @@ class Source:
         return self.manifest is not None
 
 
-def is_tiny_gpt(command: Any) -> bool:
-    argv = command.split() if isinstance(command, str) else list(command or [])
-    return any(str(a) == TRAINER_MODULE or str(a).endswith("tiny_gpt.py") for a in argv)
+is_tiny_gpt = memprobe_hint.is_tiny_gpt
 
 
 def from_config_file(path: Path) -> Source:

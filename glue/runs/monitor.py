@@ -19,7 +19,7 @@ from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
-from glue.runs import guard, lease, records, remote, serverless_state, timeline
+from glue.runs import guard, lease, memprobe_hint, records, remote, serverless_state, timeline
 from glue.runs.classify import STORAGE, AttemptClass, Diagnosis, Evidence, classify
 from glue.runs.guard import MOUNT
 from glue.runs.records import AttemptRecord, Manifest
@@ -329,7 +329,7 @@ def write_incident(home: Path, store: RunStore, manifest: Manifest, attempt: Att
                   for nd in records.nodes_of(attempt)],
     }
     if verdict.outcome in (AttemptClass.OOM_GPU, AttemptClass.OOM_HOST):
-        incident["next_step"] = f"glue memprobe --run {store.run}"
+        incident["next_step"] = memprobe_hint.command(store.run, manifest.config)  # one that works for this run
     key = store.put_incident(incident, str(verdict.outcome), now)
     attempt.update(failure_class=str(verdict.outcome), reason=verdict.reason, ended_at=now, exit=ev.exit_code,
                    signal=ev.exit_signal, last_step=incident["last_completed_step"], incident=key)

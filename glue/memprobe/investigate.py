@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 VARIABLES = ("batch_size", "seq_len", "d_model", "n_layer")
 DEFAULT_REACH = 8
 REPORT_VERSION = 1
+CHECKPOINTING = ("checkpointing", "gradient_checkpointing")  # the same arithmetic, recomputed: a reference loss
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Options:
     declared: dict[str, dict[str, Any]] = field(default_factory=dict)  # a run's own remedies: NAME -> config changes
     run: str | None = None
     config_path: str | None = None  # --config: the run.yaml the reproducer names
+    acceptance: dict[str, dict[str, float | None]] = field(default_factory=dict)  # run.yaml evaluation.metrics
 
 
 def default_range(var: str, cfg: dict[str, Any]) -> tuple[int, int]:
@@ -185,28 +187,28 @@ class Prober:
         if ref.status == FIT:
             reference_loss, ref_note = ref.loss_last, "the unchanged step at this input, run without the limit"
         else:
-            ck = next((r for r in rows if r["name"] == "checkpointing" and r["status"] == FIT), None)
+            ck = next((r for r in rows if r["name"] in CHECKPOINTING and r["status"] == FIT), None)
             if ck is not None:
                 reference_loss = ck["loss_last"]
                 ref_note = ("activation checkpointing (the same arithmetic, recomputed): the unchanged step "
                             f"does not fit even without the limit ({ref.status})")
         for r in rows:
-            if r["status"] == FIT:
-                ok = rem.accepted(r.get("loss_last"), reference_loss, self.opts.tolerance)
-                if ok is None:  # nothing to compare with: at least it must train
-                    ok = r.get("loss_last") is not None and r["loss_last"] < (r.get("loss_first") or float("inf"))
-                r["accepted"] = ok
-                if reference_loss is not None and r.get("loss_last") is not None:
-                    r["loss_delta"] = r["loss_last"] - reference_loss
-            else:
-                r["accepted"] = False
+            rem.judge(r, reference_loss, self.opts.tolerance, self.opts.acceptance)
         return {
             "at": {var: value}, "steps": steps, "tolerance": self.opts.tolerance,
-            "acceptance": f"loss after {steps} steps within {self.opts.tolerance:.1%} of the reference",
+            "acceptance": _acceptance_text(self.opts, steps),
             "reference": {**_row(ref), "loss": reference_loss, "note": ref_note},
             "baseline": baseline, "items": rows,
             "works": [r["name"] for r in rows if r.get("status") == FIT and r.get("accepted")],
         }
+
+
+def _acceptance_text(opts: Options, steps: int) -> str:
+    loss = f"loss after {steps} steps within {opts.tolerance:.1%} of the reference"
+    if not opts.acceptance:
+        return loss
+    return (f"the run's acceptance criteria ({rem.criteria_text(opts.acceptance)}) on the last evaluation the trial "
+            f"recorded in {steps} steps; a trial that recorded none: the {loss}")
 
 
 def _row(o: TrialOutcome) -> dict[str, Any]:
@@ -303,9 +305,10 @@ def findings(report: dict[str, Any], opts: Options) -> list[str]:
         works = ", ".join(rm["works"]) or "none"
         off = [r["name"] for r in rm["items"] if r.get("status") == FIT and not r.get("accepted")]
         oom = [r["name"] for r in rm["items"] if r.get("status") == OOM]
-        text = f"remedies at {_fmt_at(rm['at'])}: fit and pass the loss check: {works}"
+        check = "the run's acceptance criteria (else the loss check)" if opts.acceptance else "the loss check"
+        text = f"remedies at {_fmt_at(rm['at'])}: fit and pass {check}: {works}"
         if off:
-            text += f"; fit but fail the loss check: {', '.join(off)}"
+            text += f"; fit but fail {check}: {', '.join(off)}"
         if oom:
             text += f"; still out of memory: {', '.join(oom)}"
         lines.append(text)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from glue.runs.acceptance import MetricCheck
+
 NAMES = ("checkpointing", "grad_accum", "bf16", "adapter")
 DESCRIPTIONS = {
     "checkpointing": "activation checkpointing (recompute each block in backward)",
@@ -66,6 +68,40 @@ def accepted(loss: float | None, reference: float | None, tolerance: float) -> b
     if loss is None or reference is None:
         return None
     return abs(loss - reference) <= tolerance * abs(reference)
+
+
+def criteria_text(thresholds: dict[str, dict[str, float | None]]) -> str:
+    """`val_loss ≤ 4.5, accuracy ≥ 0.8`: the run's acceptance criteria (run.yaml evaluation.metrics)."""
+    return ", ".join(f"{name} {MetricCheck(name, None, b.get('min'), b.get('max')).bounds()}"
+                     for name, b in sorted(thresholds.items()))
+
+
+def judge(row: dict[str, Any], reference: float | None, tolerance: float,
+          thresholds: dict[str, dict[str, float | None]]) -> None:
+    """A remedy trial's verdict into `row`: by the run's acceptance criteria when the run has them and the trial
+    recorded an evaluation, else by the loss check (within `tolerance` of the reference loss; with no reference,
+    the loss must at least fall). `judged_by` says which."""
+    if row.get("status") != "fit":
+        row["accepted"] = False
+        return
+    if reference is not None and row.get("loss_last") is not None:
+        row["loss_delta"] = row["loss_last"] - reference
+    evaluation = row.get("evaluation") or {}
+    if thresholds and evaluation.get("metrics") is not None:
+        values = evaluation["metrics"]
+        checks = [MetricCheck(name, None if values.get(name) is None else float(values[name]), b.get("min"),
+                              b.get("max")) for name, b in sorted(thresholds.items())]
+        row["acceptance"] = [{"metric": c.name, "value": c.value, "needs": c.bounds(), "passed": c.passed}
+                             for c in checks]
+        row["accepted"] = all(c.passed for c in checks)
+        row["judged_by"] = f"the run's acceptance criteria, on its evaluation at step {evaluation.get('step')}"
+        return
+    ok = accepted(row.get("loss_last"), reference, tolerance)
+    if ok is None:  # nothing to compare with: at least it must train
+        ok = row.get("loss_last") is not None and row["loss_last"] < (row.get("loss_first") or float("inf"))
+    row["accepted"] = ok
+    row["judged_by"] = "the loss check" + (" (the trial recorded no evaluation for the run's acceptance criteria)"
+                                           if thresholds else "")
 
 
 def implied(cfg: dict[str, Any], accum: int = 4) -> dict[str, dict[str, Any]]:

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from glue.memprobe.limits import TrialLimit
+from glue.train.layout import EVALUATIONS_PREFIX
+
+RECORDS = "records"  # the probe folder's stand-in for the run's records (glue.train.run.context in probe mode)
 
 FIT, OOM, ERROR, TIMEOUT = "fit", "oom", "error", "timeout"
 
@@ -39,6 +42,7 @@ class TrialOutcome:
     wall_s: float | None = None
     limit: str | None = None
     exit: int | None = None
+    evaluation: dict[str, Any] | None = None     # the last evaluation the trainer recorded in the trial (a job's)
     detail: dict[str, Any] = field(default_factory=dict)  # the worker's full record
 
     @property
@@ -117,6 +121,7 @@ def run_command(argv: list[str], changed: dict[str, Any], *, env: dict[str, str]
         wall = round(time.monotonic() - started, 2)
         outcome = _classify(code, timed_out, result_path, log_path, host_limit, timeout_s)
         outcome.changed = dict(changed)
+        outcome.evaluation = last_evaluation(result_path.parent / RECORDS)
         outcome.wall_s = wall
         outcome.exit = code
         outcome.peak_rss_mb = max(x for x in (outcome.peak_rss_mb, maxrss) if x is not None) \
@@ -130,6 +135,22 @@ def run_command(argv: list[str], changed: dict[str, Any], *, env: dict[str, str]
     finally:
         if host_limit is not None:
             host_limit.remove()
+
+
+def last_evaluation(records: Path) -> dict[str, Any] | None:
+    """The evaluation a probed trainer recorded last (record_evaluation, kept in the probe folder's records):
+    the newest one marked final, else the one at the highest step; None when it recorded none."""
+    found: list[dict[str, Any]] = []
+    for path in sorted(records.glob(EVALUATIONS_PREFIX + "*.json")) if records.is_dir() else []:
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("metrics"), dict):
+            found.append({k: rec.get(k) for k in ("step", "metrics", "final")})
+    if not found:
+        return None
+    return max(found, key=lambda r: (bool(r.get("final")), int(r.get("step") or 0)))
 
 
 def _classify(code: int, timed_out: bool, result_path: Path, log_path: Path, limit: TrialLimit | None,

@@ -11,7 +11,17 @@ BACKENDS = ("local", "lyceum", "qemu", "ssh", "terraform")
 
 
 def get_backend(name: str, home: Path) -> Backend:
-    """The backend called `name`, with kit state under `home`."""
+    """The backend called `name`, with kit state under `home`; with the user's own bucket where `glue up`
+    configured one (glue.cloud.own_bucket; its record is glue.bucket_access.own.record_path)."""
+    backend = _backend(name, home)
+    if not (home / "bucket" / "own.json").exists():
+        return backend  # the usual case costs no import (pydantic, boto3)
+    from glue.cloud.own_bucket import wrap
+
+    return wrap(backend, home)
+
+
+def _backend(name: str, home: Path) -> Backend:
     if name == "local":
         from glue.cloud.local.backend import LocalBackend
 

@@ -9,27 +9,23 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
-import socket
 import stat
 import subprocess
 import tempfile
 from pathlib import Path
 
 import paramiko
-from botocore.exceptions import BotoCoreError, ClientError
 
-from glue.bucket_access import BucketCredentials, BucketInfo
+from glue.bucket_access import BucketCredentials, BucketInfo, own
 from glue.cloud import get_backend
-from glue.cloud.checks import Check
+from glue.cloud.checks import Check, Readiness
 from glue.errors import GlueError
 from glue.infra import preflight
 from glue.infra.ssh_keys import ssh_dir
 from glue.infra.terraform import ENVS_DIR
-from glue.storage import bucket as bucket_store
+from glue.operations import bucket_checks
 from glue.tfprovider.identity import SOURCE, VERSION
 from glue.tfprovider.install import install
-from glue.train import layout
 
 _REQUIRED = re.compile(r'required_version\s*=\s*">=\s*([0-9.]+)"')
 
@@ -95,31 +91,29 @@ def provider_check(h: Path) -> Check:
 
 
 def bucket_probe(info: BucketInfo, creds: BucketCredentials) -> Check:
-    """Write one object under layout.DOCTOR_PREFIX, read it back, delete it, and see it gone."""
-    key = layout.doctor_probe_key(socket.gethostname(), secrets.token_hex(6))
-    body = secrets.token_bytes(32)
-    try:
-        s3 = bucket_store.client(info, creds)
-        s3.put_object(Bucket=info.name, Key=key, Body=body)
-        try:
-            same = s3.get_object(Bucket=info.name, Key=key)["Body"].read() == body
-        finally:
-            s3.delete_object(Bucket=info.name, Key=key)
-        gone = bucket_store.read(s3, info.name, key) is None
-    except (BotoCoreError, ClientError) as exc:
-        return Check("bucket probe", False, f"writing s3://{info.name}/{key} failed: {' '.join(str(exc).split())}",
-                     "check that the credentials allow writes to the bucket")
-    if not same or not gone:
-        return Check("bucket probe", False, f"s3://{info.name}/{key} did not read back" if not same
-                     else f"s3://{info.name}/{key} is still there after its delete", "check the bucket's endpoint")
-    return Check("bucket probe", True, f"wrote, read back and deleted s3://{info.name}/{layout.DOCTOR_PREFIX}…")
+    """Write, read back, list, ranged GET, delete and the GET after it (glue.operations.bucket_checks)."""
+    return bucket_checks.probe(info, creds)
 
 
-def run_checks(h: Path, backend_name: str) -> list[Check]:
+def own_bucket_readiness(h: Path, backend_name: str, bucket: own.OwnBucket | None) -> Readiness:
+    """The backend's own checks with the user's bucket to probe: the one of `glue doctor --bucket ...`, else
+    the one `glue up` configured (get_backend's wrapper). Its credentials: boto3's chain, one line without."""
+    backend = get_backend(backend_name, h)
+    if bucket is None:
+        return backend.readiness()
+    found = backend.readiness()
+    creds = own.resolve(bucket)
+    if creds is None:
+        missing = own.no_credentials(bucket)
+        return Readiness([*found.checks, Check(bucket_checks.NAME, False, str(missing), "see the message")])
+    return Readiness(found.checks, bucket.info, creds)
+
+
+def run_checks(h: Path, backend_name: str, bucket: own.OwnBucket | None = None) -> list[Check]:
     """The backend's own checks (this machine, or the cloud account, and the bucket where it can be
-    probed without starting anything), then what every backend needs: the SSH key, terraform, the
-    provider mirror."""
-    found = get_backend(backend_name, h).readiness()
+    probed without starting anything: `bucket`, the user's own, when given), then what every backend
+    needs: the SSH key, terraform, the provider mirror."""
+    found = own_bucket_readiness(h, backend_name, bucket)
     checks = list(found.checks)
     if found.bucket is not None and found.credentials is not None:
         checks.append(bucket_probe(found.bucket, found.credentials))

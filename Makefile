@@ -10,12 +10,12 @@ VMS     ?=
 BACKEND ?=
 SCHEDULER ?=
 PYTEST_ARGS ?=
-# Test workers (pytest-xdist). By default two lanes (tests/conftest.py), one worker each: the qemu e2e,
-# the checkpoint library, the unit tests and the tests with VMs of their own (reniced); the rest in order. On a 2-core machine workers sharing the timing-sensitive local-VM tests (stall detection,
-# multinode) starve them into false failures, so those stay in one lane at normal priority.
+# Test workers (pytest-xdist). By default five lanes (tests/lanes.py), one worker each, each lane's files in
+# order: the timing-sensitive local-VM tests (stall detection, multinode, the watcher's budgets) in the serial
+# lane at normal priority, every other lane reniced so it cannot starve them on a 2-core machine.
 # TEST_WORKERS=N (N > 1) spreads whole files over N workers; TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= lanes
-XDIST = $(if $(filter lanes,$(TEST_WORKERS)),-n 2 --lanes,$(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile))
+XDIST = $(if $(filter lanes,$(TEST_WORKERS)),-n 5 --lanes,$(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile))
 
 .PHONY: help bootstrap bootstrap-core up down demo test test-all lint docs bench clean
 
@@ -45,7 +45,7 @@ demo: ## The whole loop on the local backend: up, train, lose a VM, recover, ver
 	@BACKEND=local ./scripts/bootstrap.sh core
 	@$(PY) -m glue.operations.recovery.demo
 
-test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e); two lanes; TEST_WORKERS=0 serially, =N files on N workers
+test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e); five lanes; TEST_WORKERS=0 serially, =N files on N workers
 	@$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test-all: bootstrap ## The suite including the long `stress` tests (kill -9 storms, the lyceum demo, a seeded qemu VM)

@@ -1,16 +1,16 @@
-"""The qemu e2e: what only a full VM shows. The baked gpukit image booted with its own kernel under TCG,
-made by the real `glue up --backend qemu` (terraform, the gpukit provider) and configured by the real
-site.yml, the trainer role in image mode: the trainer's Docker base came on the boot disk (imported
-natively when the disk was made), images/trainer/Dockerfile.offline adds the gpukit wheel on the VM,
-offline. /mnt/s3 is mounted by its systemd unit through the guest's loopback forwarder to the host's
-bucket, Docker runs, the nvidia_driver role's reboot brings the mount back; a `runtime: docker` run of
-tiny_gpt by `glue deploy` writes its checkpoints through /mnt/s3 and completes; `glue down` removes the
-VM. (A qemu killed out of band reads as gone with its disk: tests/unit/test_qemu_backend.py, without a
-boot.) Recovery (onto a new VM, or `--same-vm` without a playbook) is the same code on every backend and
-the local e2e tests prove it; a docker attempt's restart is one more `docker run` of a new container
-name (glue/runs/docker_run.py). Under emulation a recovery cost ~75 s of this test (a container start
-and `import torch`), so it is not repeated here. A second converge that changes nothing (~35 s under
-emulation) is make test-all's (the stress test below). Phase times are printed (pytest -s)."""
+"""The qemu tests: what only a full VM shows. make test boots the baked image (the first test); the whole
+scenario (`stress`, make test-all): made by the real `glue up --backend qemu` (terraform, the gpukit provider)
+and configured by the real site.yml, the trainer role in image mode: the trainer's Docker base came on the
+boot disk (imported natively when the disk was made), images/trainer/Dockerfile.offline adds the gpukit wheel
+on the VM, offline. /mnt/s3 is mounted by its systemd unit through the guest's loopback forwarder to the
+host's bucket, Docker runs, the nvidia_driver role's reboot brings the mount back; a `runtime: docker` run of
+tiny_gpt by `glue deploy` writes its checkpoints through /mnt/s3 and completes; `glue down` removes the VM. (A
+qemu killed out of band reads as gone with its disk: tests/unit/test_qemu_backend.py, without a boot.)
+Recovery (onto a new VM, or `--same-vm` without a playbook) is the same code on every backend and the local
+e2e tests prove it; a docker attempt's restart is one more `docker run` of a new container name
+(glue/runs/docker_run.py). Under emulation a recovery cost ~75 s of this test (a container start and `import
+torch`), so it is not repeated here. A second converge that changes nothing (~35 s under emulation) is make
+test-all's (the stress test below). Phase times are printed (pytest -s)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,28 @@ def _docker_run_config(tmp_path: Path) -> Path:
                       monitor={"heartbeat_seconds": 1, "stall_timeout_seconds": 900})
 
 
+@pytest.mark.timeout(900)
+def test_qemu_vm_boots_its_own_kernel_with_the_docker_base_on_its_disk_and_goes(qemu_kit: Kit) -> None:
+    """make test's qemu test: what `glue up --backend qemu` itself makes, without a converge under emulation
+    (~1 min here against ~9 min and ~730 CPU-s for the whole scenario below, a third of the suite's CPU): the
+    baked image booted by terraform and the gpukit provider with its own kernel and systemd, reached over SSH
+    with its host key pinned, the trainer's Docker base already on its boot disk; `glue down` removes it."""
+    kit = qemu_kit
+    kit.glue("up", "--backend", "qemu", "--vms", "1", "--no-configure", timeout=900)
+    backend = QemuBackend(kit.home)
+    assert len(backend.owned_vm_ids()) == 1
+    init, own_kernel, repositories = _on_vm(kit, "cat /proc/1/comm; uname -r | grep -c cloud-amd64; grep -c "
+                                                 "gpukit-base:vm /var/lib/docker/image/overlay2/repositories.json")
+    assert (init, own_kernel, repositories) == ("systemd", "1", "1")
+    kit.glue("down", timeout=300)
+    assert backend.owned_vm_ids() == []
+
+
+# `stress` (make test-all): the whole scenario under emulation, ~9 min and ~730 CPU-s on a 2-core host. make test
+# boots the image (the test above); the playbook, the mount unit and its reboot run on local VMs in make test
+# (tests/integration/test_ansible.py, the session cluster), and a `runtime: docker` attempt's command line is
+# tests/unit/test_docker_argv.py's; only here do they meet Docker and a kernel of the VM's own.
+@pytest.mark.stress
 @pytest.mark.timeout(3600)  # ~5 min idle; every step in the guest is many times slower on a busy host
 def test_qemu_vm_docker_run_reboot_complete_down(qemu_kit: Kit, tmp_path: Path) -> None:
     from glue.runs import monitor

@@ -71,6 +71,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Lanes | None
     return Lanes(config, log) if config.getoption("lanes") else None
 
 
+_LANE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each lane's test time (setup, call, teardown): the lane that ends last is the suite's wall time."""
+    lane = lanes.lane_of(report.nodeid)
+    _LANE_SECONDS[lane] = _LANE_SECONDS.get(lane, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if config.getoption("lanes") and _LANE_SECONDS:
+        terminalreporter.write_line("lanes (seconds of tests): " + ", ".join(
+            f"{lane} {_LANE_SECONDS[lane]:.0f}" for lane in lanes.LANES if lane in _LANE_SECONDS))
+
+
 @pytest.fixture(autouse=True)
 def _other_lanes_yield_the_cpu(request: pytest.FixtureRequest) -> None:
     """Renice this worker (and what it starts: torch, qemu, VMs) before its first test outside the serial lane;

@@ -107,20 +107,20 @@ def load(home: Path) -> OwnBucket | None:
 
 def resolve(own: OwnBucket) -> BucketCredentials | None:
     """The credentials boto3's chain finds for this bucket (environment, then the profile), or None."""
-    import boto3  # imported here: most commands never resolve credentials (boto3 costs ~0.2 s)
-    import botocore.session
+    import botocore.session  # imported here: most commands never resolve credentials (boto3 costs ~0.2 s)
     from botocore.exceptions import BotoCoreError
 
-    bs = botocore.session.get_session()
-    resolver = bs.get_component("credential_provider")
-    for name in _NO_METADATA:
-        try:
-            resolver.remove(name)
-        except (KeyError, ValueError):
-            pass
     try:
-        session = boto3.session.Session(botocore_session=bs, profile_name=own.profile or None)
-        found = session.get_credentials()
+        # boto3's chain is botocore's: an explicit profile first (its keys, SSO, assume-role,
+        # credential_process), else the environment's keys, then AWS_PROFILE or the default profile.
+        bs = botocore.session.Session(profile=own.profile or None)
+        resolver = bs.get_component("credential_provider")
+        for name in _NO_METADATA:
+            try:
+                resolver.remove(name)
+            except (KeyError, ValueError):
+                pass
+        found = bs.get_credentials()
         frozen = found.get_frozen_credentials() if found is not None else None
     except BotoCoreError as exc:  # a missing profile, a broken credentials file, a failed SSO or credential_process
         raise GlueError(f"the credentials for {own.describe()} cannot be read: {' '.join(str(exc).split())}; "

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from glue.bucket_access import BucketInfo
+from glue.bucket_access import BucketInfo, own
 from glue.cloud import BACKENDS, get_backend
 from glue.cloud.base import Backend
 from glue.cluster import spare_roles
@@ -34,6 +34,9 @@ class ClusterConfig:
     scheduler: str = "none"  # "slurm": the slurm role runs slurmctld on <prefix>-1, slurmd on every VM
     hosts: str = ""  # the ssh backend's hosts file (`glue up --hosts`), an absolute path; "" elsewhere
     module: str = ""  # the terraform backend's root module (`glue up --module`), an absolute path; "" elsewhere
+    # The user's own S3-compatible bucket (`glue up --bucket-endpoint URL --bucket NAME`): endpoint, name,
+    # region, profile (glue.bucket_access.own.OwnBucket; never credentials); None: the backend's bucket.
+    bucket: dict[str, str] | None = None
 
     @classmethod
     def load(cls, home: Path) -> ClusterConfig:
@@ -53,10 +56,13 @@ class ClusterConfig:
               and type(raw.get("spares", 0)) is int and 0 <= raw.get("spares", 0) <= MAX_SPARES
               and raw.get("scheduler", "none") in SCHEDULERS and isinstance(raw.get("hosts", ""), str)
               and isinstance(raw.get("module", ""), str))
+        if ok and raw.get("bucket") is not None:
+            raw["bucket"] = own.OwnBucket.parse(raw["bucket"], str(path)).model_dump()
         if not ok:
             raise GlueError(f"{path} is not a cluster config ({json.dumps(raw)[:120]}): fix it (keys: backend, one of "
                             f"{', '.join(BACKENDS)}; vms; name_prefix; spares; scheduler, one of "
-                            f"{', '.join(SCHEDULERS)}; hosts, module: paths) or, with no VMs running, remove it")
+                            f"{', '.join(SCHEDULERS)}; hosts, module: paths; bucket: endpoint, name, region, "
+                            "profile) or, with no VMs running, remove it")
         return cls(**raw)
 
     def vm_names(self) -> list[str]:
@@ -120,6 +126,8 @@ def host(home: Path, name: str) -> inventory.Host:
 
 
 def bucket_info(home: Path) -> BucketInfo:
+    if (mine := own.load(home)) is not None:
+        return mine.info  # the user's own bucket: as `glue up` checked and configured it, VMs up or not
     cfg = ClusterConfig.load(home)
     backend = get_backend(cfg.backend, home)
     # A bucket served on this machine is started again on demand (same port), VMs up or not.

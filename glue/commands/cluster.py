@@ -15,9 +15,10 @@ from rich.table import Table
 from glue.cloud import BACKENDS
 from glue.cluster import current
 from glue.commands import doctor
+from glue.commands.bucket_options import asked, bucket_options
 from glue.infra import ssh
 from glue.infra.terraform import is_spare
-from glue.operations import lifecycle, spares
+from glue.operations import lifecycle, own_bucket, spares
 from glue.paths import home
 
 err = Console(stderr=True)
@@ -60,12 +61,15 @@ def _check_prefix(ctx: click.Context, param: click.Parameter, value: str | None)
               help="Run the playbook on every VM, even those whose configuration did not change.")
 @click.option("--force", is_flag=True, help="Remove VMs (fewer --vms, another --name-prefix) even with runs "
                                             "unfinished or uploads pending on them.")
+@bucket_options(kit_bucket=True)
 def up(vms: int | None, backend: str | None, name_prefix: str | None, spares: int | None, scheduler: str | None,
        hosts_file: Path | None, accept_new_host_keys: bool, module_dir: Path | None, no_configure: bool,
-       converge_all: bool, force: bool) -> None:
+       converge_all: bool, force: bool, bucket_endpoint: str | None, bucket_name: str | None,
+       bucket_region: str | None, bucket_profile: str | None, kit_bucket: bool) -> None:
     """Create (or repair) the cluster: terraform apply, pin host keys, run the playbook on the VMs whose
     configuration changed (each named with the reason). With nothing changed and every VM alive, it applies
-    and converges nothing: it checks that each VM answers with its bucket mount live, and says so."""
+    and converges nothing: it checks that each VM answers with its bucket mount live, and says so. With your
+    own bucket (--bucket-endpoint, --bucket) it first probes the bucket: one that fails configures nothing."""
     h = home()
     cfg = current.ClusterConfig.load(h)
     if vms is not None:
@@ -80,8 +84,12 @@ def up(vms: int | None, backend: str | None, name_prefix: str | None, spares: in
         cfg.scheduler = scheduler
     if no_configure and converge_all:
         raise click.UsageError("--converge and --no-configure contradict each other: pick one")
+    own_bucket.choose(h, cfg, asked(bucket_endpoint, bucket_name, bucket_region, bucket_profile, kit_bucket))
+    adopt_bucket = own_bucket.prepare(h, cfg, lambda line: err.print(line, highlight=False, markup=False,
+                                                                     soft_wrap=True))
     _ssh_hosts(cfg, hosts_file, accept_new_host_keys)
     _user_module(cfg, module_dir)
+    adopt_bucket()  # only once every check before terraform passed
     hosts = lifecycle.up(h, cfg, err, configure=not no_configure, force=force, converge_all=converge_all)
     table = Table(title=f"cluster ({cfg.backend})", box=None)
     for col in ("vm", "ssh", "gpu"):

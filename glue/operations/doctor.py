@@ -102,10 +102,12 @@ def own_bucket_readiness(h: Path, backend_name: str, bucket: own.OwnBucket | Non
     if bucket is None:
         return backend.readiness()
     found = backend.readiness()
-    creds = own.resolve(bucket)
-    if creds is None:
-        missing = own.no_credentials(bucket)
-        return Readiness([*found.checks, Check(bucket_checks.NAME, False, str(missing), "see the message")])
+    try:
+        creds = own.resolve(bucket)
+        if creds is None:
+            raise own.no_credentials(bucket)
+    except GlueError as exc:
+        return Readiness([*found.checks, Check(bucket_checks.NAME, False, str(exc), "see the message")])
     return Readiness(found.checks, bucket.info, creds)
 
 

@@ -72,6 +72,28 @@ def ship(home: Path, host: Host, store: RunStore, rc: runconfig.RunConfig, confi
         plan.close()
 
 
+def trial_spec(job: JobTrials, cfg: dict[str, Any], changed: dict[str, Any], *, steps: int, limit_mb: int | None,
+               mode: str, timeout_s: float, mechanism: str) -> dict[str, Any]:
+    """What glue.memprobe.vm_trial runs: the job's command with `cfg` as its config, in probe mode."""
+    env = {**job.env, **dataclasses.replace(job.base, config=cfg).to_env()}
+    if mode == "breakdown":
+        env.update(BREAKDOWN_ENV)
+    return {"argv": job.argv, "env": env, "cwd": job.cwd, "changed": changed, "steps": steps, "mode": mode,
+            "limit_mb": limit_mb, "mechanism": mechanism, "timeout_s": timeout_s, "probe_dir": job.probe_dir}
+
+
+def outcome_of(stdout: str, stderr: str, exit_code: int, changed: dict[str, Any], where: str) -> TrialOutcome:
+    """vm_trial's one JSON line as a TrialOutcome (an error naming `where` when there is none)."""
+    lines = [ln for ln in stdout.strip().splitlines() if ln.startswith("{")]
+    if exit_code != 0 or not lines:
+        tail = (stderr.strip().splitlines() or [f"exit {exit_code}"])[-1]
+        return TrialOutcome(status=ERROR, changed=dict(changed), error=f"{where}: {tail}")
+    doc = json.loads(lines[-1])
+    doc.pop("peak_mb", None)
+    doc.pop("snapshot_path", None)
+    return TrialOutcome(**doc)
+
+
 @dataclass
 class JobTrials:
     """Prepared once on `host`; then `trial()` per input."""
@@ -112,24 +134,18 @@ class JobTrials:
 
     def trial(self, cfg: dict[str, Any], changed: dict[str, Any], *, steps: int, limit_mb: int | None,
               mode: str = "trial", timeout_s: float = 600.0, mechanism: str = "auto") -> TrialOutcome:
-        env = {**self.env, **dataclasses.replace(self.base, config=cfg).to_env()}
-        if mode == "breakdown":
-            env.update(BREAKDOWN_ENV)
-        spec = {"argv": self.argv, "env": env, "cwd": self.cwd, "changed": changed, "steps": steps, "mode": mode,
-                "limit_mb": limit_mb, "mechanism": mechanism, "timeout_s": timeout_s,
-                "probe_dir": self.probe_dir}
+        spec = trial_spec(self, cfg, changed, steps=steps, limit_mb=limit_mb, mode=mode, timeout_s=timeout_s,
+                          mechanism=mechanism)
+        stdout, stderr, code = self.run_spec(spec, timeout_s + 120)
+        return outcome_of(stdout, stderr, code, changed, self.host.name)
+
+    def run_spec(self, spec: dict[str, Any], timeout_s: float) -> tuple[str, str, int]:
+        """`python -m glue.memprobe.vm_trial SPEC` on the VM: (stdout, stderr, exit code)."""
         path = StatePaths.of(self.store.run, PROBE_ATTEMPT).workspace_spec.rsplit("/", 1)[0] + "/" + SPEC_NAME
         ssh.put_file(self.home, self.host, path, json.dumps(spec).encode())
         cmd = f"{shlex.quote(remote.python(self.host))} -m glue.memprobe.vm_trial {shlex.quote(path)}"
-        res = ssh.run(self.home, self.host, cmd, timeout=timeout_s + 120)
-        lines = [ln for ln in res.stdout.strip().splitlines() if ln.startswith("{")]
-        if res.exit_code != 0 or not lines:
-            tail = (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
-            return TrialOutcome(status=ERROR, changed=dict(changed), error=f"{self.host.name}: {tail}")
-        doc = json.loads(lines[-1])
-        doc.pop("peak_mb", None)
-        doc.pop("snapshot_path", None)
-        return TrialOutcome(**doc)
+        res = ssh.run(self.home, self.host, cmd, timeout=timeout_s)
+        return res.stdout, res.stderr, res.exit_code
 
     @property
     def probe_dir(self) -> str:

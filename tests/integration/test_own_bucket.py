@@ -11,6 +11,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,21 +28,28 @@ from tests.kit import Kit
 pytestmark = pytest.mark.integration
 
 
+@contextmanager
+def serve(folder: Path, creds: BucketCredentials, *extra: str) -> Iterator[str]:
+    """`rclone serve s3` over `folder` (its subfolders are the buckets) on loopback: its endpoint."""
+    port = free_port()
+    env = minimal_env(RCLONE_AUTH_KEY=f'"{creds.access_key},{creds.secret_key}"', RCLONE_CONFIG="/dev/null")
+    proc = subprocess.Popen([tool("rclone"), "serve", "s3", str(folder), *extra, "--addr", f"127.0.0.1:{port}"],
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while not port_answers(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 @pytest.fixture(scope="module")
 def read_only(local_bucket: BucketHandle) -> Iterator[str]:
     """The session bucket's folder served again, read-only, with the same keys: its endpoint."""
-    port = free_port()
-    creds = local_bucket.creds
-    env = minimal_env(RCLONE_AUTH_KEY=f'"{creds.access_key},{creds.secret_key}"', RCLONE_CONFIG="/dev/null")
-    proc = subprocess.Popen([tool("rclone"), "serve", "s3", str(local_bucket.server.data), "--read-only",
-                             "--addr", f"127.0.0.1:{port}"], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while not port_answers(port) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=10)
+    with serve(local_bucket.server.data, local_bucket.creds, "--read-only") as endpoint:
+        yield endpoint
 
 
 def user_env(kit: Kit, tmp_path: Path, bucket: BucketHandle | None, **extra: str) -> dict[str, str]:

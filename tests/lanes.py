@@ -29,6 +29,7 @@ SIDE = frozenset({
     "tests/integration/test_ckpt_mount.py",
     "tests/integration/test_restore_pipeline.py",
     "tests/integration/test_bucket_reads.py",
+    "tests/integration/test_own_bucket.py",  # your own bucket against loopback S3 servers: no VMs
     "tests/integration/test_controller_install.py",  # a wheel into a fresh venv, offline: no VMs
     "tests/integration/test_ckpt_sharded.py",
     "tests/integration/test_ckpt_sharded_kill.py",
@@ -67,6 +68,7 @@ OWN_VMS = frozenset({
     "tests/integration/test_provider.py",
     "tests/integration/test_up_converge.py",
     "tests/integration/test_config_seed.py",
+    "tests/integration/test_own_bucket_vms.py",  # `stress`: only in `make test-all`
     "tests/e2e/test_ssh_hosts.py",  # machines of their own, started outside gpukit
     "tests/e2e/test_user_module.py",
 })

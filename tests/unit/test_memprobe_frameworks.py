@@ -5,7 +5,8 @@ left out (tests/e2e/test_memprobe_own_job.py covers it on a VM).
 - An HF Trainer job with no `memprobe:` config: memprobe varies its per_device_train_batch_size (its TrainingArguments
   from the run's `config:`), stops each trial through GlueCallback after K steps, and tries gradient checkpointing
   as a remedy at the failing input, judged by the run's acceptance criteria on the evaluation the trial recorded.
-- A Lightning job stops itself after K whole steps through its GlueCallback, fit() returning to the user's script.
+- A Lightning job stops itself after K whole steps through its GlueCallback, fit() returning to the user's script;
+  with accumulate_grad_batches (its implied grad_accum remedy) K optimizer steps, with the whole batch's loss.
 - A first trial that fails for another reason than memory: one line, nothing written outside the probe folder.
 Tiny models built from configs: nothing is downloaded."""
 
@@ -198,7 +199,13 @@ def test_a_lightning_job_stops_itself_after_k_steps_through_its_callback(tmp_pat
     assert model["optimizer_state_mb"] == pytest.approx(2 * model["weights_mb"], rel=0.01)
     b = out.detail["breakdown"]
     assert sum(b["at_peak_mb"].values()) == pytest.approx(b["peak_mb"], abs=0.01)
-    assert rem.implied(cfg, 4) == {"grad_accum": {"batch_size": 128, "accumulate_grad_batches": 4}}
+    # The grad_accum remedy a Lightning job gets without declaring it: K whole (optimizer) steps of 4
+    # micro-batches each, and the step's loss is the whole batch's: the same data, the same loss.
+    accum = rem.implied(cfg, 4)["grad_accum"]
+    assert accum == {"batch_size": 128, "accumulate_grad_batches": 4}
+    split = lj.trial({**cfg, **accum}, accum, steps=3, limit_mb=None, timeout_s=300)
+    assert split.status == FIT and split.steps_run == 3 and "fit returned at step 3" in lj.log, (split, lj.log)
+    assert split.loss_last == pytest.approx(out.loss_last, rel=1e-4)
 
 
 def test_a_first_trial_failing_for_another_reason_than_memory_is_one_line(tmp_path: Path) -> None:

@@ -81,6 +81,8 @@ class GlueCallback(_base("callback")):  # type: ignore[misc]
         self.ctx = ctx
         self.losses: dict[int, float] = {}
         self._rng: dict[str, Any] | None = None
+        self._stepped = 0  # the last optimizer step seen: with accumulate_grad_batches, batches between steps
+        self._micro: list[float] = []  # the losses of the step's micro-batches so far
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         checkpoint[RNG_KEY] = RNGState().state_dict()
@@ -89,6 +91,7 @@ class GlueCallback(_base("callback")):  # type: ignore[misc]
         self._rng = checkpoint.get(RNG_KEY)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._stepped, self._micro = int(trainer.global_step), []
         if self.ctx is not None:  # measured in a memprobe trial
             self.ctx.probe_watch(pl_module, *trainer.optimizers)
         if self._rng is not None:  # after Lightning restored everything else, before the first batch
@@ -100,10 +103,16 @@ class GlueCallback(_base("callback")):  # type: ignore[misc]
         if loss is None:
             return
         step = int(trainer.global_step)
-        self.losses[step] = float(loss)
+        self._micro.append(float(loss))
+        if step <= self._stepped:
+            return  # a micro-batch of accumulate_grad_batches: no whole step yet (a memprobe trial counts whole steps)
+        # Lightning divides each micro-batch's loss by accumulate_grad_batches: their sum is the step's mean loss.
+        value = sum(self._micro) if pl_module.automatic_optimization else self._micro[-1]
+        self._stepped, self._micro = step, []
+        self.losses[step] = value
         if self.ctx is None:
             return
-        self.ctx.record_step(step, float(loss))
+        self.ctx.record_step(step, value)
         if self.ctx.probe_stop_due():
             trainer.should_stop = True  # a memprobe trial ran its steps
         if self.ctx.notice_pending():

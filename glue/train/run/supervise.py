@@ -17,7 +17,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO, Protocol
 
 from glue.train.errors import StorageError
 from glue.train.layout import exit_key, log_key, run_uri
@@ -109,7 +111,32 @@ class LogShipper(threading.Thread):
             self.ship()
 
 
-def main(spec_path: str) -> int:
+class Trainer(Protocol):
+    """The started trainer as the supervisor drives it: a subprocess.Popen, or a warm process's fork
+    (glue.train.run.warm_child.Forked): wait() is the exit code, negative for the signal that ended it."""
+
+    pid: int
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def wait(self) -> int: ...
+
+
+# How the trainer is started: (spec, the open log, the memory limit or None, its environment) -> Trainer.
+Starter = Callable[[LaunchSpec, IO[bytes], "MemoryLimit | None", dict[str, str]], Trainer]
+
+
+def cold_start(spec: LaunchSpec, log: IO[bytes], limit: MemoryLimit | None, env: dict[str, str]) -> Trainer:
+    """A new process running the spec's command (its interpreter starts and imports everything anew)."""
+    return subprocess.Popen(
+        spec.command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        cwd=spec.cwd or "/", preexec_fn=limit.preexec if limit else None,
+    )
+
+
+def main(spec_path: str, start: Starter = cold_start, how: dict[str, str] | None = None) -> int:
+    """Run the attempt of `spec_path` to its end. `how`: how the trainer was started, into the pids file
+    (and so the attempt record): {"start": "warm"} or {"start": "cold", "cold_reason": ...}."""
     spec = LaunchSpec.from_json(Path(spec_path).read_bytes())
     run, attempt = spec.run, spec.attempt
     paths = StatePaths.of_spec(spec_path, attempt)
@@ -125,13 +152,9 @@ def main(spec_path: str) -> int:
     limit = MemoryLimit(f"gpukit-{run}-{attempt}", spec.memory_limit_mb) if spec.memory_limit_mb else None
     env = {**os.environ, **spec.env}
     with open(log_path, "ab") as log:
-        child = subprocess.Popen(
-            spec.command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            cwd=spec.cwd or "/", preexec_fn=limit.preexec if limit else None,
-        )
-    Path(paths.pids).write_text(
-        json.dumps({"supervisor_pid": os.getpid(), "trainer_pid": child.pid, "started_at": iso(utc_now())})
-    )
+        child = start(spec, log, limit, env)
+    Path(paths.pids).write_text(json.dumps({"supervisor_pid": os.getpid(), "trainer_pid": child.pid,
+                                            "started_at": iso(utc_now()), **(how or {"start": "cold"})}))
 
     def forward(signum: int, _frame: object) -> None:
         child.send_signal(signum)

@@ -1,0 +1,78 @@
+"""Whether a warm trainer process (glue.train.run.warm) can run an attempt in its own interpreter.
+
+It can when the attempt is `<this interpreter> -m <module> ...` or `<this interpreter> <script> ...`,
+sets no variable that only an interpreter's start reads (PYTHONPATH and PYTHONUNBUFFERED excepted: the
+warm child applies them itself) and the interpreter's packages are as they were when the process
+started. Anything else (a run's own packed environment, a docker runtime, a torchrun group, interpreter
+options) is a cold start, and `refusal` says why in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import sysconfig
+from dataclasses import dataclass
+
+from glue.train.run.launch import LaunchSpec
+
+# Read once when an interpreter or its native libraries start: a warm process already past that cannot
+# honour a new value.
+START_TIME_PREFIXES = ("PYTHON", "LD_", "OMP_", "MKL_", "OPENBLAS_", "MALLOC_")
+IN_PROCESS = frozenset({"PYTHONUNBUFFERED", "PYTHONPATH"})
+TORCHRUN = frozenset({"glue.train.run.process_group", "torch.distributed.run", "torch.distributed.launch"})
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What the warm child runs: a module (`-m`) or a script, with its arguments."""
+
+    module: str | None
+    script: str | None
+    args: list[str]
+
+
+def packages_stamp() -> str:
+    """The interpreter's package folders as they are now (their mtimes change when a package is
+    installed or removed)."""
+    paths = sysconfig.get_paths()
+    folders = sorted({paths["purelib"], paths["platlib"]})
+    return ";".join(f"{p}:{os.stat(p).st_mtime_ns}" if os.path.isdir(p) else f"{p}:-" for p in folders)
+
+
+def _interpreter(argv0: str, env: dict[str, str]) -> str:
+    found = argv0 if os.sep in argv0 else shutil.which(argv0, path=env.get("PATH")) or argv0
+    return os.path.abspath(found)
+
+
+def entry_of(spec: LaunchSpec) -> Entry | str:
+    """The module or script the attempt runs with this interpreter, or why it needs another process."""
+    argv = spec.command
+    if not argv:
+        return "the attempt has no command"
+    python = _interpreter(argv[0], spec.env)
+    if python != sys.executable:
+        return (f"the attempt runs {argv[0]}, not the warm process's interpreter {sys.executable} "
+                "(its own environment or runtime)")
+    if len(argv) >= 3 and argv[1] == "-m":
+        if argv[2] in TORCHRUN:
+            return "a distributed group starts its workers under torchrun"
+        return Entry(module=argv[2], script=None, args=argv[3:])
+    if len(argv) >= 2 and not argv[1].startswith("-"):
+        return Entry(module=None, script=argv[1], args=argv[2:])
+    return f"the attempt's interpreter options {' '.join(argv[1:2])!r} need a new interpreter"
+
+
+def refusal(spec: LaunchSpec, stamp: str, env_now: dict[str, str] | None = None) -> Entry | str:
+    """The Entry to run warm, or one line saying why this attempt starts cold."""
+    entry = entry_of(spec)
+    if isinstance(entry, str):
+        return entry
+    now = dict(os.environ) if env_now is None else env_now
+    for name, value in sorted(spec.env.items()):
+        if name.startswith(START_TIME_PREFIXES) and name not in IN_PROCESS and now.get(name) != value:
+            return f"the attempt sets {name}, which only a new interpreter reads"
+    if packages_stamp() != stamp:
+        return "the trainer venv's packages changed after the warm process started"
+    return entry

@@ -1,0 +1,170 @@
+"""A warm trainer process (glue.train.run.warm) on this machine, no VM: real processes, real torch.
+
+It takes an attempt handed over by `python -m glue.train.run.start` and becomes its supervisor, the trainer
+forked with torch already loaded and the spec's argv, environment and cwd applied; the pids file, the log and
+the exit record are a cold start's, kill -9 of the trainer included. An attempt it cannot run (another
+interpreter) starts cold, says why, and the warm process ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glue.train.layout import ATTEMPTS_PREFIX, run_prefix
+from glue.train.run import warm_fit
+from glue.train.run.launch import LaunchSpec, SpecBucket
+from glue.train.run.start import SOCKET_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAINER = """
+import json, os, sys, time
+print(json.dumps({"torch_at_start": "torch" in sys.modules, "argv": sys.argv[1:], "cwd": os.getcwd(),
+                  "var": os.environ.get("WARM_TEST_VAR"), "name": __name__, "path0": sys.path[0]}), flush=True)
+if sys.argv[1] == "sleep":
+    time.sleep(120)
+sys.exit(int(sys.argv[2]))
+"""
+
+
+class Setup:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.code, self.mount = tmp, tmp / "code", tmp / "mnt"
+        self.code.mkdir()
+        self.mount.mkdir()
+        (self.code / "warm_test_trainer.py").write_text(TRAINER)
+        self.sock = str(tmp / "warm" / "trainer.sock")
+        self.state = tmp / "state" / "wr"
+        self.state.mkdir(parents=True)
+
+    def spec(self, python: str, *args: str) -> str:
+        spec = LaunchSpec(run="wr", attempt=2, command=[python, "-m", "warm_test_trainer", *args],
+                          env={"WARM_TEST_VAR": "from-spec", "PYTHONUNBUFFERED": "1"}, cwd=str(self.code),
+                          bucket=SpecBucket(name="b", via="mount", mount=str(self.mount)))
+        path = self.state / "attempt-2.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(spec.to_json())
+        return str(path)
+
+    def warm(self) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, "-m", "glue.train.run.warm", self.sock], cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # printed once torch and the trainer library are loaded
+        assert "ready on" in line, line
+        return proc
+
+    def start(self, spec: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "glue.train.run.start", spec], cwd=ROOT, text=True,
+                              capture_output=True, env={**os.environ, SOCKET_ENV: self.sock}, timeout=120)
+
+    def pids(self) -> dict[str, Any]:
+        path = self.state / "attempt-2.pids.json"
+        deadline = time.monotonic() + 30
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return dict(json.loads(path.read_text()))
+
+    def exit_record(self) -> dict[str, Any]:
+        path = self.mount / run_prefix("wr") / f"{ATTEMPTS_PREFIX}2.exit.json"
+        deadline = time.monotonic() + 60
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return dict(json.loads(path.read_text()))
+
+    def said(self) -> dict[str, Any]:
+        return dict(json.loads((self.state / "attempt-2.log").read_text().splitlines()[0]))
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Setup:
+    return Setup(tmp_path)
+
+
+def test_a_warm_process_takes_the_attempt_and_supervises_it_as_a_cold_start_would(setup: Setup) -> None:
+    warm = setup.warm()
+    try:
+        assert stat.S_IMODE(os.stat(setup.sock).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(setup.sock)).st_mode) == 0o700
+        res = setup.start(setup.spec(sys.executable, "ok", "3"))
+        assert res.returncode == 0, res.stderr
+        pids = setup.pids()
+        assert pids["start"] == "warm" and pids["supervisor_pid"] == warm.pid != pids["trainer_pid"]
+        assert not os.path.exists(setup.sock)  # taken: no second attempt reaches it
+        record = setup.exit_record()
+        assert record["exit_code"] == 3 and record["signal"] is None
+        said = setup.said()
+        assert said == {"torch_at_start": True, "argv": ["ok", "3"], "cwd": str(setup.code), "var": "from-spec",
+                        "name": "__main__", "path0": str(setup.code)}
+        assert warm.wait(timeout=30) == 3  # the supervisor's own exit, as a cold one's
+    finally:
+        warm.kill()
+
+
+def test_kill_9_of_a_warm_trainer_is_recorded_as_the_signal(setup: Setup) -> None:
+    warm = setup.warm()
+    try:
+        assert setup.start(setup.spec(sys.executable, "sleep", "0")).returncode == 0
+        pids = setup.pids()
+        deadline = time.monotonic() + 30
+        while not (setup.state / "attempt-2.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(pids["trainer_pid"], signal.SIGKILL)
+        record = setup.exit_record()
+        assert record["signal"] == signal.SIGKILL and record["exit_code"] is None
+    finally:
+        warm.kill()
+
+
+def test_another_interpreter_starts_cold_and_says_why(setup: Setup) -> None:
+    other = "/usr/bin/python3"
+    warm = setup.warm()
+    try:
+        res = setup.start(setup.spec(other, "ok", "0"))  # the cold supervisor runs in the foreground
+        assert res.returncode == 0, res.stderr
+        reason = f"the attempt runs {other}, not the warm process's interpreter {sys.executable}"
+        assert f"gpukit: cold start: {reason}" in res.stderr and "Traceback" not in res.stderr
+        pids = setup.pids()
+        assert pids["start"] == "cold" and pids["cold_reason"].startswith(reason)
+        assert pids["supervisor_pid"] != warm.pid
+        assert setup.said()["torch_at_start"] is False
+        assert setup.exit_record()["exit_code"] == 0
+        assert warm.wait(timeout=30) == 0 and not os.path.exists(setup.sock)  # declined, then gone
+    finally:
+        warm.kill()
+
+
+def test_what_a_warm_process_cannot_run_is_named() -> None:
+    def spec(command: list[str], env: dict[str, str] | None = None) -> LaunchSpec:
+        return LaunchSpec(run="r", attempt=1, command=command, env=env or {}, bucket=SpecBucket(name="b"))
+
+    stamp = warm_fit.packages_stamp()
+    py = sys.executable
+    assert warm_fit.refusal(spec([py, "-m", "glue.examples.tiny_gpt", "--x"]), stamp) == \
+        warm_fit.Entry(module="glue.examples.tiny_gpt", script=None, args=["--x"])
+    assert warm_fit.refusal(spec([py, "train.py"], {"PYTHONPATH": "/code", "PYTHONUNBUFFERED": "1"}), stamp) == \
+        warm_fit.Entry(module=None, script="train.py", args=[])
+    cases = {
+        "the attempt sets PYTHONHASHSEED, which only a new interpreter reads":
+            spec([py, "-m", "m"], {"PYTHONHASHSEED": "7"}),
+        "the attempt sets OMP_NUM_THREADS, which only a new interpreter reads":
+            spec([py, "-m", "m"], {"OMP_NUM_THREADS": "64"}),
+        "a distributed group starts its workers under torchrun": spec([py, "-m", "glue.train.run.process_group"]),
+        "the attempt's interpreter options '-X' need a new interpreter": spec([py, "-X", "dev", "t.py"]),
+        "the attempt runs docker, not the warm process's interpreter": spec(["docker", "run", "img"]),
+    }
+    for reason, s in cases.items():
+        got = warm_fit.refusal(s, stamp, env_now={})
+        assert isinstance(got, str) and got.startswith(reason), (reason, got)
+    assert warm_fit.refusal(spec([py, "-m", "m"]), "another stamp") == \
+        "the trainer venv's packages changed after the warm process started"

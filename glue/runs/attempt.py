@@ -31,6 +31,7 @@ from glue.runs.records import AttemptRecord
 from glue.runs.store import RunStore
 from glue.runs.vm_group import GroupSpec, Rendezvous
 from glue.train.run.launch import LaunchSpec, SpecBucket, node_vars
+from glue.train.run.start import WARM_SOCKET
 from glue.train.state_paths import StatePaths
 from glue.workdir.pin import Workspace
 
@@ -170,8 +171,10 @@ class Attempt:
         py = shlex.quote(remote.python(host))
         # Only the supervisor goes to the background, its output redirected: a backgrounded `a && b && c &`
         # would be a subshell holding the SSH session's pipes until the supervisor exits (the command
-        # then returned only at ssh.run's 2 s end-of-output deadline).
-        start = (f"mkdir -p {remote.SCRATCH} && cd {remote.SCRATCH} && {{ setsid {py} -m glue.train.run.supervise "
+        # then returned only at ssh.run's 2 s end-of-output deadline). Where a warm trainer process waits (a
+        # warm spare), glue.train.run.start hands it the attempt (else it execs the supervisor).
+        start = (f"mkdir -p {remote.SCRATCH} && cd {remote.SCRATCH} && {{ m=glue.train.run.supervise; "
+                 f"if [ -S {WARM_SOCKET} ]; then m=glue.train.run.start; fi; setsid {py} -m $m "
                  f"{shlex.quote(paths.spec)} </dev/null >{paths.supervisor_log} 2>&1 & }}")
         res = ssh.run(self.home, host, start, timeout=30)
         if res.exit_code != 0:

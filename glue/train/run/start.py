@@ -6,8 +6,8 @@ Light on purpose (the standard library only until it falls back): where a warm t
 on this VM (a warm spare: glue.train.run.warm, its socket 0600 in a 0700 folder of the VM's tmpfs), the
 launch spec's path goes to it and it becomes the attempt's supervisor, its trainer forked with the
 interpreter, torch and the trainer library already loaded. Where none waits, or it cannot take the
-attempt (another environment), the supervisor runs here as before (a cold start), and its pids file,
-read into the attempt record, says why: {"start": "cold", "cold_reason": ...}.
+attempt (another environment), this process becomes the supervisor as before (a cold start), and its
+pids file, read into the attempt record, says why: {"start": "cold", "cold_reason": ...}.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ WARM_DIR = "/run/gpukit/warm"  # on the VM's tmpfs, 0700: only root reaches the 
 WARM_SOCKET = f"{WARM_DIR}/trainer.sock"
 SOCKET_ENV = "GPUKIT_WARM_SOCKET"  # another socket (a test on this machine)
 ANSWER_S = 30.0
+COLD_FLAG = "--cold-reason"  # supervise's second argument: why a warm process did not take the attempt
 USAGE = "usage: python -m glue.train.run.start <launch spec (attempt-<n>.json)>"
 
 
@@ -60,9 +61,8 @@ def main(argv: list[str]) -> int:
     if reason is None:
         return 0
     print(f"gpukit: cold start: {reason}", file=sys.stderr, flush=True)
-    from glue.train.run import supervise
-
-    return supervise.main(spec_path, how={"start": "cold", "cold_reason": reason})
+    # The supervisor as it always runs (tools find it by its command line), told why it starts cold.
+    os.execv(sys.executable, [sys.executable, "-m", "glue.train.run.supervise", spec_path, COLD_FLAG, reason])
 
 
 if __name__ == "__main__":

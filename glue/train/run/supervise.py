@@ -1,7 +1,7 @@
 """The supervisor `glue deploy` starts on the VM: runs the trainer, ships its log to the bucket,
 applies a memory limit, and writes the exit record the classifier reads.
 
-    python -m glue.train.run.supervise /run/gpukit/runs/<run>/attempt-<n>.json
+    python -m glue.train.run.supervise /run/gpukit/runs/<run>/attempt-<n>.json [--cold-reason <why>]
 
 The launch spec (0600, on the VM's tmpfs /run) holds the command and the trainer's environment,
 secrets included, so none of it appears in any process's arguments.
@@ -187,5 +187,13 @@ def main(spec_path: str, start: Starter = cold_start, how: dict[str, str] | None
     return code if code >= 0 else 128 - code
 
 
+def entry(argv: list[str]) -> int:
+    """`<spec> [--cold-reason <why>]`: the reason comes from glue.train.run.start, when a warm trainer
+    process was there but could not take the attempt."""
+    if len(argv) == 3 and argv[1] == "--cold-reason":
+        return main(argv[0], how={"start": "cold", "cold_reason": argv[2]})
+    return main(argv[0])
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(entry(sys.argv[1:]))

@@ -17,7 +17,7 @@ from glue.errors import GlueError
 from glue.images import build, disk, recipe
 from glue.infra import inventory, preflight, ssh
 from glue.infra.terraform import Terraform, is_spare
-from glue.operations import converge, convergence, down_guard, spare_state
+from glue.operations import converge, convergence, down_guard, spare_state, warm_spares
 from glue.storage import bucket as bucket_store
 
 
@@ -56,6 +56,7 @@ def up(home: Path, cfg: ClusterConfig, console: Console, configure: bool = True,
     if configure:
         slurm_vars.write(home, cfg, written)  # the scheduler's group vars: a change converges every VM
         converge_changed(home, console, written, image, converge_all)
+        warm_spares.arm(home, console, [h for h in written if is_spare(h.name)])  # each idle spare's trainer
     return written
 
 

@@ -6,7 +6,8 @@ take     a recovery's lost VMs get spares at once, without terraform: each spare
          a group whose lost VMs outnumber the healthy spares is provisioned as without spares.
 refill   in a detached process (`python -m glue.operations.spares <home>`, log <home>/logs/spares.log):
          terraform's state catches up (the lost VM deleted, the spare's state moved to its address,
-         renamed in place by the apply), the apply makes new spares, which are configured and verified.
+         renamed in place by the apply), the apply makes new spares, which are configured and verified,
+         and each gets its warm trainer process (glue.operations.warm_spares).
 A spare that died while idle fails the check, is never handed to a run, and the refill's apply
 re-creates it (terraform reads it as gone).
 """
@@ -27,7 +28,7 @@ from glue.errors import GlueError
 from glue.infra import inventory
 from glue.infra.inventory import Host
 from glue.infra.terraform import Terraform, vm_address
-from glue.operations import converge, convergence, lifecycle
+from glue.operations import converge, convergence, lifecycle, warm_spares
 
 
 def log_path(home: Path) -> Path:
@@ -122,6 +123,7 @@ def refill(home: Path, console: Console) -> list[str]:
     done = converge.converge(home, console, pool, parts, label="spare ")
     if done.names:
         converge.capture_seed(home, console, [h for h in pool if h.name in done.names], parts)
+    warm_spares.arm(home, console, pool)  # the new spare's warm trainer process (glue.train.run.warm)
     return done.names
 
 

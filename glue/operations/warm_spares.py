@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -55,3 +56,25 @@ def arm(home: Path, console: Console, spares: list[Host]) -> list[str]:
     if started:
         console.print(f"warm trainer process started on {', '.join(started)}")
     return started
+
+
+def trainer_start(node: dict[str, Any]) -> dict[str, str]:
+    """How an attempt node's trainer started, from its pids (read into the attempt record's node):
+    {"start": "warm"} or {"start": "cold", "cold_reason": why, when a warm process was there}."""
+    how = {"start": str(node.get("start") or "cold")}
+    if node.get("cold_reason"):
+        how["cold_reason"] = str(node["cold_reason"])
+    return how
+
+
+def say_start(console: Console, names: list[str], nodes: list[dict[str, Any]], spares: set[str]) -> None:
+    """One line per spare the attempt started on: warm, or cold and why."""
+    for name, node in zip(names, nodes, strict=False):
+        if name not in spares:
+            continue
+        how = trainer_start(node)
+        if how["start"] == "warm":
+            console.print(f"start: the trainer on {name} started warm (the spare's warm trainer process took it)")
+        else:
+            why = how.get("cold_reason") or "no warm trainer process was waiting on the spare"
+            console.print(f"[yellow]start[/]: the trainer on {name} started cold: {why}")

@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from glue.errors import GlueError
-from glue.operations import spares
+from glue.operations import spares, warm_spares
 from glue.operations.recovery import neighbours, phases, replay
 from glue.operations.recovery.phases import Timings, secs_between
 from glue.operations.recovery.resume_check import ResumeCheck, check_resume, merged_metrics, step_ranges
@@ -225,7 +225,8 @@ class Recovery:
             new_vm=new_vm,
             nodes=[{"node": k, "vm": h.name, "old_id": nd["vm_id"], "new_id": h.id,
                     "replaced": h.name in moved.replaced, "spare": (spares_used.get(h.name) or {}).get("spare"),
-                    "configured": moved.configured.get(h.name, "kept")}
+                    "configured": moved.configured.get(h.name, "kept"),
+                    "trainer_start": warm_spares.trainer_start(started.nodes[k]) if k < len(started.nodes) else None}
                    for k, (nd, h) in enumerate(zip(nodes, hosts, strict=False))],
             dropped_vms=[str(nd["vm"]) for nd in nodes if hosts and nd["vm"] not in kept_names],
             world_size=moved.group.world_size, resume_check=check, rendezvous=started.rendezvous,
@@ -292,6 +293,7 @@ def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Fai
         with timed.phase(console, "prepare", f"code and requirements from the bucket on {names}"):
             ready = phases.prepare(home, store, lost, failure, hosts)
     started = phases.start(home, store, lost, failure, hosts, argvs, ready, group)
+    warm_spares.say_start(console, [h.name for h in hosts], started.nodes, set(spares_used))
     return Moved(hosts, replaced, keep, group, started, how, spares_used, provisioned=bool(replaced))
 
 

@@ -6,7 +6,8 @@ healthy again), delete = release it (glue.cloud.ssh.claim); the machine itself i
 destroyed. Hosts the cluster does not hold are the spares a replacement takes. The bucket is the local
 backend's (`rclone serve s3` on this machine's loopback): the hosts must reach 127.0.0.1 of this machine,
 which holds for machines sharing its network (the tests' machines); a remote host needs the bucket
-reachable from it (a tunnel, or a bucket of its own: not yet supported)."""
+reachable from it: a tunnel, or the user's own bucket (`glue up --bucket-endpoint --bucket`, which
+get_backend puts in place of this one: glue.cloud.own_bucket)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from glue.bucket_access import BucketCredentials, BucketInfo, own
 from glue.cloud.base import Backend, VMRecord, VMSpec
-from glue.cloud.checks import Readiness
+from glue.cloud.checks import Check, Readiness
 from glue.errors import GlueError
 from glue.paths import write_secret
 
@@ -97,11 +97,12 @@ class OwnBucketBackend:
         self.inner.check_host()
 
     def readiness(self) -> Readiness:
+        """The backend's checks; the probe's target is the user's bucket (a ✗ line when no credentials)."""
         found = self.inner.readiness()
         try:
-            creds: BucketCredentials | None = self.bucket_credentials()
-        except GlueError:
-            creds = None
+            creds = self.bucket_credentials()
+        except GlueError as exc:
+            return Readiness([*found.checks, Check("bucket probe", False, str(exc), "see the message")])
         return Readiness(found.checks, self.own.info, creds)
 
     def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:

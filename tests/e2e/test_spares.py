@@ -1,4 +1,4 @@
-"""Warm spares: a lost VM's run continues on a spare at once, the pool is refilled in the background, and a
+"""Warm spares: a lost VM's run continues on a spare at once (its trainer started by the spare's warm process), the pool is refilled in the background, and a
 spare that died while idle is never handed to a run (the recovery then provisions a new VM)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from glue.cloud.local.backend import LocalBackend
 from glue.operations import spares
 from glue.runs.store import RunStore
 from glue.train import layout
+from glue.train.run.start import WARM_SOCKET
 from tests.e2e.test_watch import Watchers, _until
 from tests.integration.test_runs import here, run_config
 
@@ -41,6 +42,11 @@ def _pool_full(kit: Kit, not_id: str, refills: int) -> dict[str, Any] | None:
     spare = [v for v in st["vms"] if v["role"] == "spare"]
     ok = st["spares"]["idle"] == 1 and not st["spares"]["taken"] and spare and spare[0]["id"] != not_id
     return spare[0] if ok else None
+
+
+def _warm(kit: Kit, vm: str) -> bool:
+    """A warm trainer process listens on `vm` (glue.train.run.warm: its socket exists once it has loaded)."""
+    return kit.glue("ssh", vm, "--", "test", "-S", WARM_SOCKET, check=False).returncode == 0
 
 
 def _beat(store: RunStore) -> tuple[int, int]:
@@ -73,14 +79,18 @@ def test_a_lost_vm_continues_on_a_warm_spare_and_the_pool_is_refilled(kit: Kit, 
     watchers = Watchers(kit, tmp_path, ["sp"])
     watchers.start()
     try:
-        # Loss 1: the watcher moves the run onto the spare (no terraform, no playbook), verified.
+        # Loss 1: the watcher moves the run onto the spare (no terraform, no playbook), verified; the spare's warm
+        # trainer process (loaded since `glue up`) takes the attempt: no interpreter start, no imports.
         _until("step 30", lambda: _beat(store) >= (1, 30), 120)
+        _until("the spare's warm trainer", lambda: _warm(kit, "gpukit-spare-1"), 120)
         backend.delete_vm(store.attempt(1)["vm_id"])
         first = _until("recovery 1", lambda: store.get_json(layout.recovery_key(1)), 240)
         assert first["verified"] and first["failure_class"] == "vm_lost", first
         assert first["new_vm"] == {"name": "gpukit-1", "id": spare["id"], "spare": "gpukit-spare-1"}
         assert store.attempt(2)["vm_id"] == spare["id"]
         assert first["seconds"]["configure"] < 1.0  # no playbook on the spare
+        assert first["nodes"][0]["trainer_start"] == {"start": "warm"}, first["nodes"]
+        assert "start: the trainer on gpukit-1 started warm" in watchers.logs()
         [used] = first["spares"]  # its wait is charged to the run (glue report's cost)
         assert used["spare"] == "gpukit-spare-1" and used["idle_since"] <= used["taken_at"]
         # The pool is refilled in the background: a new spare, configured and verified; the spare that took
@@ -88,6 +98,7 @@ def test_a_lost_vm_continues_on_a_warm_spare_and_the_pool_is_refilled(kit: Kit, 
         new_spare = _until("the pool refilled", lambda: _pool_full(kit, spare["id"], 1), 240)
         assert _vm(kit, "vm")["id"] == spare["id"]
         assert "spare pool refilled" in (kit.home / "logs" / "spares.log").read_text()
+        _until("the new spare's warm trainer", lambda: _warm(kit, "gpukit-spare-1"), 120)  # re-armed
 
         if dead_spare:
             # Loss 2 with the only spare dead while idle: it is not handed to the run, a new VM is provisioned.

@@ -146,8 +146,17 @@ def _print_remedies(console: Console, rm: dict[str, Any]) -> None:
                   _f(r.get("peak_mb")), _f(r.get("loss_last"), 4), _f(r.get("loss_delta"), 4), acc)
     console.print(t)
     for r in rm["items"]:
-        console.print(f"  {r['name']}: {r['description']}", highlight=False)
+        console.print(f"  {r['name']}: {r['description']}{_judged(r)}", highlight=False)
     console.print(f"reference loss {_f(ref.get('loss'), 4)}: {ref.get('note') or 'none (no reference fit)'}")
+
+
+def _judged(r: dict[str, Any]) -> str:
+    """`; judged by the run's acceptance criteria, on its evaluation at step 3: eval_loss 4.16 (≤ 10) ok`."""
+    if not r.get("judged_by"):
+        return ""
+    checks = ", ".join(f"{c['metric']} {_f(c['value'], 4)} ({c['needs']}) {'ok' if c['passed'] else 'NOT MET'}"
+                       for c in r.get("acceptance") or [])
+    return f"; judged by {r['judged_by']}" + (f": {checks}" if checks else "")
 
 
 def _at(at: dict[str, Any]) -> str:

@@ -20,9 +20,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from glue.errors import GlueError
-from glue.memprobe import investigate, job
+from glue.memprobe import investigate, job, output
 from glue.memprobe import remedies as rem
 from glue.memprobe.limits import TrialLimit
 from glue.memprobe.runner import FIT, OOM, TrialOutcome
@@ -179,6 +180,9 @@ def test_an_hf_trainer_job_is_probed_by_its_batch_size_and_gradient_checkpointin
     assert report["reproducer"]["command"] == (f"glue memprobe --run fw-job --vary {vary} --range 32:32 "
                                                "--no-breakdown --no-remedies")
     assert not [p for p in (tmp_path / "ckpt").rglob("*") if p.is_file()]  # nothing saved by a trial
+    console = Console(record=True, width=200)
+    output.print_report(console, report)
+    assert "judged by the run's acceptance criteria, on its evaluation at step 3: eval_loss" in console.export_text()
     # The same row under criteria the model cannot meet fails them; a run without criteria: the loss check.
     strict = {k: v for k, v in gc.items() if k not in ("accepted", "judged_by")}
     rem.judge(strict, rm["reference"]["loss"], 0.05, {"eval_loss": {"min": None, "max": 0.01}})

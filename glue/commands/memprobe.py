@@ -48,14 +48,16 @@ err = Console(stderr=True)
 @click.option("--trial-steps", type=click.IntRange(min=1), default=2, show_default=True, metavar="N",
               help="Whole steps per search trial (2: the second one holds the optimizer state).")
 @click.option("--accept-steps", type=click.IntRange(min=2), default=20, show_default=True, metavar="K",
-              help="K: steps per remedy trial; the loss after K steps is the acceptance check.")
+              help="K: steps per remedy trial; judged by the run's acceptance criteria (run.yaml evaluation.metrics) "
+                   "on the last evaluation it recorded, else by the loss after K steps.")
 @click.option("--tolerance", type=FiniteFloatRange(min=0, min_open=True), default=0.05, show_default=True,
               metavar="FRACTION", help="Accepted relative difference of the loss after K steps from the reference.")
 @click.option("--accum", type=click.IntRange(min=2), default=4, show_default=True, metavar="N",
               help="Micro-batches for the grad_accum remedy.")
 @click.option("--remedy", "remedy_names", multiple=True, metavar="NAME",
               help=f"Remedies to compare (repeatable; default all): a run's declared ones (run.yaml memprobe: "
-                   f"{{remedies: ...}}); tiny_gpt: {', '.join(rem.NAMES)}.")
+                   f"{{remedies: ...}}) and its framework's (HF Trainer: gradient_checkpointing, bf16, grad_accum; "
+                   f"Lightning: grad_accum, bf16); tiny_gpt: {', '.join(rem.NAMES)}.")
 @click.option("--no-remedies", is_flag=True, help="Skip the remedy comparison.")
 @click.option("--no-breakdown", is_flag=True, help="Skip the profiled phase breakdown.")
 @click.option("--remedies-at", type=POSITIVE_INT, default=None, metavar="V",

@@ -120,7 +120,7 @@ def lose_and_recover(home: Path, console: Console, run: str, path: str) -> dict[
 
 def wait_warm(home: Path, name: str, timeout: float = 180) -> None:
     """The spare's warm trainer process listens (its socket exists once torch and the library are loaded)."""
-    host = current.host(home, name)
+    [host] = [h for h in current.all_hosts(home) if h.name == name]  # current.host leaves spares out
     deadline = time.monotonic() + timeout
     while ssh.run(home, host, f"test -S {WARM_SOCKET}", timeout=20).exit_code != 0:
         if time.monotonic() > deadline:

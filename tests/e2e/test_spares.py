@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from glue.cloud.local.backend import LocalBackend
+from glue.cluster import current
+from glue.infra import ssh
 from glue.operations import spares
 from glue.runs.store import RunStore
 from glue.train import layout
@@ -46,7 +48,8 @@ def _pool_full(kit: Kit, not_id: str, refills: int) -> dict[str, Any] | None:
 
 def _warm(kit: Kit, vm: str) -> bool:
     """A warm trainer process listens on `vm` (glue.train.run.warm: its socket exists once it has loaded)."""
-    return kit.glue("ssh", vm, "--", "test", "-S", WARM_SOCKET, check=False).returncode == 0
+    [host] = [h for h in current.all_hosts(kit.home) if h.name == vm]
+    return ssh.run(kit.home, host, f"test -S {WARM_SOCKET}", timeout=20).exit_code == 0
 
 
 def _beat(store: RunStore) -> tuple[int, int]:

@@ -1,5 +1,6 @@
-"""Warm spares: a lost VM's run continues on a spare at once (its trainer started by the spare's warm process), the pool is refilled in the background, and a
-spare that died while idle is never handed to a run (the recovery then provisions a new VM)."""
+"""Warm spares: a lost VM's run continues on a spare at once (its trainer started by the spare's warm process),
+the pool is refilled in the background, and a spare that died while idle is never handed to a run (the recovery
+then provisions a new VM)."""
 
 from __future__ import annotations
 

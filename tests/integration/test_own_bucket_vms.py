@@ -1,7 +1,8 @@
 """Your own bucket on VMs (a `stress` test: a VM of its own, minutes; `make test-all`): `glue up` with
 --bucket-endpoint and --bucket mounts that bucket at /mnt/s3 on the VM (a file written there lands in it),
-`glue status` shows it, its secret is only in the 0600 files the VMs' mount is made from (never in terraform's
-state, the inventory, the cluster config or a log), and `glue down` leaves its data."""
+`glue status` shows it, a run's records and checkpoints land in it, its secret is only in the 0600 files
+the VMs' mount is made from (never in terraform's state, the inventory, the cluster config or a log), and
+`glue down` leaves its data."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import boto3
 import pytest
 
 from glue.bucket_access import BucketCredentials
+from glue.train import layout
 from tests.integration.test_own_bucket import serve
+from tests.integration.test_runs import run_config
 from tests.kit import Kit
 
 pytestmark = [pytest.mark.integration, pytest.mark.stress]
@@ -48,5 +51,15 @@ def test_vms_mount_your_bucket(kit: Kit, tmp_path: Path) -> None:
         assert set(holding) <= set(SECRETS_ALLOWED) and "bucket/credentials.json" in holding, holding
         assert all((kit.home / p).stat().st_mode & 0o777 == 0o600 for p in holding)
         assert creds.secret_key not in up.stdout + up.stderr
+        # A run's records and checkpoints go to your bucket.
+        kit.glue("deploy", "--run", "mine", "--config", str(run_config(tmp_path, config={"steps": 10})), env=env)
+        deadline = time.monotonic() + 180
+        while (st := json.loads(kit.glue("status", "--run", "mine", "--json", env=env).stdout))["state"] == "running":
+            assert time.monotonic() < deadline, st
+            time.sleep(1)
+        assert st["state"] == "completed", st
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="team-bucket", Prefix=layout.run_prefix("mine"))
+                .get("Contents", [])]
+        assert any(k.startswith(layout.run_prefix("mine") + layout.CKPT_PREFIX) for k in keys), keys
         kit.glue("down", env=env)
         assert (tmp_path / "s3" / "team-bucket" / "hello.txt").read_text() == "from-the-vm\n"  # the data stays

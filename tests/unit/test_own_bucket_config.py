@@ -78,3 +78,18 @@ def test_the_kit_homes_record_serves_every_command(tmp_path: Path) -> None:
     own.record_path(tmp_path).write_text("{not json")
     with pytest.raises(GlueError, match=r"own.json cannot be read .*: run `glue up` again"):
         get_backend("ssh", tmp_path)
+
+
+def test_the_backends_own_keys_are_set_aside_never_overwritten(tmp_path: Path) -> None:
+    """The loopback bucket's (or Lyceum's) credentials file is kept aside while your bucket serves, and put
+    back by --kit-bucket; your keys' copy is 0600 and goes with it."""
+    kit_keys = tmp_path / "bucket" / "credentials.json"
+    kit_keys.parent.mkdir()
+    kit_keys.write_text('{"access_key": "gk-local", "secret_key": "local-secret"}')
+    own_bucket.adopt(tmp_path, own.OwnBucket.parse(GOOD, "t"), BucketCredentials("AKIAEXAMPLE", "secret-example"))
+    assert json.loads(kit_keys.read_text())["secret_key"] == "secret-example"
+    assert kit_keys.stat().st_mode & 0o777 == 0o600
+    assert "local-secret" in (tmp_path / "bucket" / own_bucket.KIT_CREDENTIALS_ASIDE).read_text()
+    assert own_bucket.release(tmp_path)
+    assert json.loads(kit_keys.read_text())["secret_key"] == "local-secret"
+    assert not own.record_path(tmp_path).exists() and not own_bucket.release(tmp_path)

@@ -28,8 +28,12 @@ from glue.train.run.start import SOCKET_ENV
 ROOT = Path(__file__).resolve().parents[2]
 TRAINER = """
 import json, os, sys, time
-print(json.dumps({"torch_at_start": "torch" in sys.modules, "argv": sys.argv[1:], "cwd": os.getcwd(),
-                  "var": os.environ.get("WARM_TEST_VAR"), "name": __name__, "path0": sys.path[0]}), flush=True)
+said = {"torch_at_start": "torch" in sys.modules, "argv": sys.argv[1:], "cwd": os.getcwd(), "name": __name__,
+        "var": os.environ.get("WARM_TEST_VAR"), "path0": sys.path[0]}
+if said["torch_at_start"]:
+    import torch
+    said["threads"] = torch.get_num_threads()
+print(json.dumps(said), flush=True)
 if sys.argv[1] == "sleep":
     time.sleep(120)
 sys.exit(int(sys.argv[2]))
@@ -48,7 +52,8 @@ class Setup:
 
     def spec(self, python: str, *args: str) -> str:
         spec = LaunchSpec(run="wr", attempt=2, command=[python, "-m", "warm_test_trainer", *args],
-                          env={"WARM_TEST_VAR": "from-spec", "PYTHONUNBUFFERED": "1"}, cwd=str(self.code),
+                          env={"WARM_TEST_VAR": "from-spec", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "2"},
+                          cwd=str(self.code),
                           bucket=SpecBucket(name="b", via="mount", mount=str(self.mount)))
         path = self.state / "attempt-2.json"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -104,8 +109,8 @@ def test_a_warm_process_takes_the_attempt_and_supervises_it_as_a_cold_start_woul
         record = setup.exit_record()
         assert record["exit_code"] == 3 and record["signal"] is None
         said = setup.said()
-        assert said == {"torch_at_start": True, "argv": ["ok", "3"], "cwd": str(setup.code), "var": "from-spec",
-                        "name": "__main__", "path0": str(setup.code)}
+        assert said == {"torch_at_start": True, "threads": 2, "argv": ["ok", "3"], "cwd": str(setup.code),
+                        "var": "from-spec", "name": "__main__", "path0": str(setup.code)}
         assert warm.wait(timeout=30) == 3  # the supervisor's own exit, as a cold one's
     finally:
         warm.kill()
@@ -152,13 +157,15 @@ def test_what_a_warm_process_cannot_run_is_named() -> None:
     py = sys.executable
     assert warm_fit.refusal(spec([py, "-m", "glue.examples.tiny_gpt", "--x"]), stamp) == \
         warm_fit.Entry(module="glue.examples.tiny_gpt", script=None, args=["--x"])
-    assert warm_fit.refusal(spec([py, "train.py"], {"PYTHONPATH": "/code", "PYTHONUNBUFFERED": "1"}), stamp) == \
+    assert warm_fit.refusal(spec([py, "train.py"], {"PYTHONPATH": "/code", "PYTHONUNBUFFERED": "1",
+                                                     "OMP_NUM_THREADS": "1"}), stamp) == \
         warm_fit.Entry(module=None, script="train.py", args=[])
     cases = {
         "the attempt sets PYTHONHASHSEED, which only a new interpreter reads":
             spec([py, "-m", "m"], {"PYTHONHASHSEED": "7"}),
-        "the attempt sets OMP_NUM_THREADS, which only a new interpreter reads":
-            spec([py, "-m", "m"], {"OMP_NUM_THREADS": "64"}),
+        "the attempt sets LD_PRELOAD, which only a new interpreter reads": spec([py, "-m", "m"], {"LD_PRELOAD": "x"}),
+        "the attempt's thread counts (OMP_NUM_THREADS=2, MKL_NUM_THREADS=4) are not one positive number":
+            spec([py, "-m", "m"], {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "4"}),
         "a distributed group starts its workers under torchrun": spec([py, "-m", "glue.train.run.process_group"]),
         "the attempt's interpreter options '-X' need a new interpreter": spec([py, "-X", "dev", "t.py"]),
         "the attempt runs docker, not the warm process's interpreter": spec(["docker", "run", "img"]),

@@ -102,6 +102,11 @@ def run(become: BecomeTrainer) -> None:
     unbuffered = bool(env.get("PYTHONUNBUFFERED"))
     sys.stdout = _stream(1, unbuffered, line=False)
     sys.stderr = _stream(2, True, line=True)
+    threads = env.get("OMP_NUM_THREADS") or env.get("MKL_NUM_THREADS")
+    if threads:  # a new interpreter's torch reads it when its thread pool starts; this one is told
+        import torch
+
+        torch.set_num_threads(int(threads))
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if entry.module is not None:
         sys.argv = [entry.module, *entry.args]  # runpy sets argv[0] to the module's file

@@ -1,10 +1,11 @@
 """Whether a warm trainer process (glue.train.run.warm) can run an attempt in its own interpreter.
 
 It can when the attempt is `<this interpreter> -m <module> ...` or `<this interpreter> <script> ...`,
-sets no variable that only an interpreter's start reads (PYTHONPATH and PYTHONUNBUFFERED excepted: the
-warm child applies them itself) and the interpreter's packages are as they were when the process
-started. Anything else (a run's own packed environment, a docker runtime, a torchrun group, interpreter
-options) is a cold start, and `refusal` says why in one line.
+sets no variable that only an interpreter's start reads (PYTHONPATH, PYTHONUNBUFFERED and the thread
+counts OMP_NUM_THREADS / MKL_NUM_THREADS excepted: the warm child applies them itself) and the
+interpreter's packages are as they were when the process started. Anything else (a run's own packed
+environment, a docker runtime, a torchrun group, interpreter options) is a cold start, and `refusal`
+says why in one line.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from glue.train.run.launch import LaunchSpec
 # honour a new value.
 START_TIME_PREFIXES = ("PYTHON", "LD_", "OMP_", "MKL_", "OPENBLAS_", "MALLOC_")
 IN_PROCESS = frozenset({"PYTHONUNBUFFERED", "PYTHONPATH"})
+THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # applied in-process with torch.set_num_threads
 TORCHRUN = frozenset({"glue.train.run.process_group", "torch.distributed.run", "torch.distributed.launch"})
 
 
@@ -71,8 +73,14 @@ def refusal(spec: LaunchSpec, stamp: str, env_now: dict[str, str] | None = None)
         return entry
     now = dict(os.environ) if env_now is None else env_now
     for name, value in sorted(spec.env.items()):
+        if name in THREADS:
+            continue
         if name.startswith(START_TIME_PREFIXES) and name not in IN_PROCESS and now.get(name) != value:
             return f"the attempt sets {name}, which only a new interpreter reads"
+    counts = {spec.env[name] for name in THREADS if name in spec.env}
+    if counts and (len(counts) > 1 or not all(c.isdigit() and int(c) > 0 for c in counts)):
+        return f"the attempt's thread counts ({', '.join(f'{n}={spec.env[n]}' for n in THREADS if n in spec.env)}) " \
+               "are not one positive number"
     if packages_stamp() != stamp:
         return "the trainer venv's packages changed after the warm process started"
     return entry

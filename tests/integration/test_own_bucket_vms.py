@@ -51,6 +51,11 @@ def test_vms_mount_your_bucket(kit: Kit, tmp_path: Path) -> None:
         assert set(holding) <= set(SECRETS_ALLOWED) and "bucket/credentials.json" in holding, holding
         assert all((kit.home / p).stat().st_mode & 0o777 == 0o600 for p in holding)
         assert creds.secret_key not in up.stdout + up.stderr
+        # Another bucket under live VMs is refused: their runs' records are in this one.
+        back = kit.glue("up", "--kit-bucket", env=env, check=False)
+        assert back.returncode == 1 and back.stderr.strip().splitlines() == [
+            f"Error: this cluster's 1 VM(s) use s3://team-bucket at {endpoint}, and their runs' records are there: "
+            "`glue down` first, then `glue up` with the backend's own bucket"], back.stderr
         # A run's records and checkpoints go to your bucket.
         kit.glue("deploy", "--run", "mine", "--config", str(run_config(tmp_path, config={"steps": 10})), env=env)
         deadline = time.monotonic() + 180

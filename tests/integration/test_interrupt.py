@@ -52,3 +52,19 @@ def test_a_vm_the_state_never_recorded_is_removed(kit: Kit) -> None:
     assert stray.id not in _vm_dirs(kit) and len(_vm_dirs(kit)) == 1
     kit.glue("down", "--force", timeout=300)
     assert _vm_dirs(kit) == []
+
+
+def test_a_machine_whose_pids_were_never_recorded_is_stopped_by_its_teardown(kit: Kit) -> None:
+    # What a provider killed between the machine's spawn and its record leaves (the window a loaded host widens,
+    # which the double Ctrl-C above once hit): a running machine whose state.json names no process.
+    import json
+
+    backend = LocalBackend(kit.home)
+    vm = backend.create_vm(VMSpec(name="unrecorded", gpu_type="none", gpu_count=0, disk_gb=10,
+                                  ssh_public_key=public_key(kit.home)))
+    state = kit.home / "vms" / vm.id / "state.json"
+    record = json.loads(state.read_text())
+    state.write_text(json.dumps({"id": record["id"], "cgroups": record["cgroups"]}))
+    assert vm_processes(kit.home), "the machine should be running"
+    backend.delete_vm(vm.id)
+    assert _vm_dirs(kit) == [] and vm_processes(kit.home) == []

@@ -205,9 +205,10 @@ class LocalBackend:
         if self._init_alive(state):
             pids.append(int(str(state["init_pid"])))
         unshare_pid = int(str(state.get("unshare_pid") or 0))
-        if unshare_pid and pid_alive(unshare_pid):
-            pids.extend(_children(unshare_pid))
-            pids.append(unshare_pid)
+        launched = {unshare_pid} if unshare_pid and pid_alive(unshare_pid) else set()
+        for pid in sorted(launched | set(nspawn.launched_for(vm_dir))):
+            pids.extend(_children(pid))  # the machine's PID 1 among them: its whole PID namespace goes with it
+            pids.append(pid)
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -81,6 +81,24 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def launched_for(vm_dir: Path) -> list[int]:
+    """Every process started for the machine in `vm_dir` (the launcher, nspawn) found by its command line, which
+    names the machine's root: a boot interrupted before its pid was recorded (a provider killed between the
+    spawn and the record, wider on a loaded host) still leaves a machine a teardown can find."""
+    root = str(vm_dir / "root")
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if root in args or f"--directory={root}" in args:
+            found.append(int(proc.name))
+    return found
+
+
 def container_init(nspawn_pid: int) -> int | None:
     """The machine's PID 1 as the host sees it: the descendant of nspawn that is pid 1 in its namespace."""
     todo, seen = [nspawn_pid], set()

@@ -84,16 +84,12 @@ def cluster_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
     home = tmp_path_factory.mktemp("cluster") / "home"
     home.mkdir()
     kit = Kit(home=home, env={**os.environ, "GPUKIT_HOME": str(home)})
-    kit.glue("up", "--vms", "2", timeout=600)
-    yield kit
-    kit.glue("down", "--force", check=False) if "--force" in kit.glue("down", "--help").stdout else \
-        kit.glue("down", check=False)
-    backend = LocalBackend(home)
-    if backend.vms_dir.is_dir():
-        for vm_dir in backend.vms_dir.iterdir():
-            backend.delete_vm(vm_dir.name)
-    LocalBucket(home).stop()
-    forget_short_dirs(home)
+    try:  # a failed up too leaves no machine running
+        kit.glue("up", "--vms", "2", timeout=600)
+        yield kit
+    finally:
+        kit.glue("down", "--force", check=False, timeout=300)
+        remove_kit_home_machines(home)
 
 
 @pytest.fixture(scope="session")

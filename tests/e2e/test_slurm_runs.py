@@ -35,10 +35,12 @@ def slurm_cluster(factory: pytest.TempPathFactory, name: str, vms: int) -> Itera
     home = factory.mktemp(name) / "home"
     home.mkdir()
     kit = Kit(home=home, env={**os.environ, "GPUKIT_HOME": str(home)})
-    kit.glue("up", "--vms", str(vms), "--scheduler", "slurm", timeout=900)
-    yield kit
-    kit.glue("down", "--force", check=False, timeout=300)
-    remove_kit_home_machines(home)
+    try:  # a failed up too leaves no machine running
+        kit.glue("up", "--vms", str(vms), "--scheduler", "slurm", timeout=900)
+        yield kit
+    finally:
+        kit.glue("down", "--force", check=False, timeout=300)
+        remove_kit_home_machines(home)
 
 
 @pytest.fixture(scope="module")

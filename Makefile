@@ -9,6 +9,14 @@ GLUE    := $(VENV)/bin/glue
 VMS     ?=
 BACKEND ?=
 SCHEDULER ?=
+# Your machines (the ssh backend's hosts file; the terraform backend's root module) and your own S3 bucket:
+# passed to `glue up` when set, kept in the cluster config like the rest.
+HOSTS ?=
+MODULE ?=
+BUCKET_ENDPOINT ?=
+BUCKET ?=
+BUCKET_REGION ?=
+BUCKET_PROFILE ?=
 PYTEST_ARGS ?=
 # Test workers (pytest-xdist). By default five lanes (tests/lanes.py), one worker each, each lane's files in
 # order: the timing-sensitive local-VM tests (stall detection, multinode, the watcher's budgets) in the serial
@@ -35,8 +43,11 @@ bootstrap: ## Install what every target needs (venv, torch, rclone, the dev tool
 bootstrap-core:
 	@BACKEND=$(BACKEND) ./scripts/bootstrap.sh core
 
-up: bootstrap-core ## Create the cluster (VMS=N, BACKEND=local|qemu|lyceum, SCHEDULER=slurm|none; unset: as last time) and configure it
-	@$(GLUE) up $(if $(VMS),--vms $(VMS)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
+up: bootstrap-core ## Create the cluster (VMS=N, BACKEND=local|qemu|lyceum|ssh|terraform, SCHEDULER=slurm|none, HOSTS=FILE, MODULE=DIR, BUCKET_ENDPOINT= BUCKET= [BUCKET_REGION= BUCKET_PROFILE=]; unset: as last time) and configure it
+	@$(GLUE) up $(if $(VMS),--vms $(VMS)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) \
+		$(if $(HOSTS),--hosts $(HOSTS)) $(if $(MODULE),--module $(MODULE)) \
+		$(if $(BUCKET_ENDPOINT),--bucket-endpoint $(BUCKET_ENDPOINT)) $(if $(BUCKET),--bucket $(BUCKET)) \
+		$(if $(BUCKET_REGION),--bucket-region $(BUCKET_REGION)) $(if $(BUCKET_PROFILE),--bucket-profile $(BUCKET_PROFILE))
 
 down: bootstrap-core ## Destroy the cluster's VMs (the bucket and its data are kept)
 	@$(GLUE) down

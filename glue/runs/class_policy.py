@@ -72,8 +72,9 @@ class ClassPolicy:
 
 
 _OOM_TEXT = "no blind restart: it repeats at this input; investigate with `glue memprobe`"
+# {memprobe}: the memprobe command that works for the run (glue/runs/memprobe_hint.py), filled in by recover.
 _OOM_REFUSAL = ("restarting does not repair a repeatable memory failure; investigate with "
-                "`glue memprobe --run {run}` and change the input, or pass --force")
+                "{memprobe} and change the input, or pass --force")
 
 POLICIES: dict[AttemptClass, ClassPolicy] = {
     AttemptClass.RUNNING: ClassPolicy(

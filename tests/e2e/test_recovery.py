@@ -42,7 +42,8 @@ def test_recover_refuses_oom_and_healthy_runs(cluster_kit: Kit, oom_run: str, tm
     kit, fast = cluster_kit, here(cluster_kit)
     before = vm_id(fast, "gpukit-2")
     res = kit.glue("recover", "--run", oom_run, check=False)  # OOM-killed on gpukit-2 (tests/kit.py)
-    assert res.returncode != 0 and "oom_host" in res.stderr and "memprobe" in res.stderr
+    assert res.returncode != 0 and "oom_host" in res.stderr, res.stderr
+    assert f"investigate with `glue memprobe --run {oom_run}`" in " ".join(res.stderr.split()), res.stderr
     assert "Traceback" not in res.stderr and vm_id(fast, "gpukit-2") == before  # nothing destroyed
 
     # One run for the rest (one trainer start): refused while healthy, then killed before its first checkpoint

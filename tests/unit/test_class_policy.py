@@ -74,12 +74,28 @@ def test_watch_decides_from_the_policy(outcome: AttemptClass) -> None:
     assert d.event == p.stop_event and d.budget == p.budget
 
 
-def _detect(monkeypatch: pytest.MonkeyPatch, outcome: AttemptClass, reason: str, force: bool) -> str:
+TINY_GPT = {"command": ["python", "-m", "glue.examples.tiny_gpt"], "config": {"batch_size": 8}}
+
+
+def _detect(monkeypatch: pytest.MonkeyPatch, outcome: AttemptClass, reason: str, force: bool,
+            run_config: dict[str, object] = TINY_GPT) -> str:
     report = SimpleNamespace(diagnosis=Diagnosis(outcome, reason))
     monkeypatch.setattr(phases.monitor, "check", lambda home, store: report)
+    store = SimpleNamespace(run="r7", read_manifest=lambda: SimpleNamespace(config=run_config))
     with pytest.raises(GlueError) as err:
-        phases.detect(Path("/nonexistent"), SimpleNamespace(run="r7"), force)
+        phases.detect(Path("/nonexistent"), store, force)
     return str(err.value)
+
+
+@pytest.mark.parametrize(("run_config", "says"), [
+    ({"command": ["python", "train.py"], "config": {"per_device_train_batch_size": 16}},
+     "investigate with `glue memprobe --run r7 --vary per_device_train_batch_size` and change the input"),
+    ({"command": ["python", "train.py"], "runtime": "docker", "config": {"batch_size": 16}},
+     "investigate with a probe of your own (`glue memprobe` runs trials of `runtime: process` runs only"),
+])
+def test_an_oom_refusal_names_a_memprobe_command_that_works_for_the_run(
+        monkeypatch: pytest.MonkeyPatch, run_config: dict[str, object], says: str) -> None:
+    assert says in _detect(monkeypatch, AttemptClass.OOM_HOST, "why", False, run_config)
 
 
 OOM_REFUSAL = ("restarting does not repair a repeatable memory failure; investigate with "

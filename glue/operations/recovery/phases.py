@@ -31,7 +31,7 @@ from glue.operations import converge, convergence, lifecycle
 from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, check_resharded, merged_metrics
 from glue.runs import attempt as attempt_mod
 from glue.runs import config as runconfig
-from glue.runs import guard, monitor, records, remote, serverless_state, workspace
+from glue.runs import guard, memprobe_hint, monitor, records, remote, serverless_state, workspace
 from glue.runs.class_policy import policy_of
 from glue.runs.classify import AttemptClass
 from glue.runs.records import AttemptRecord, Manifest, RecoveryRecord
@@ -94,7 +94,11 @@ def detect(home: Path, store: RunStore, force: bool) -> Failure:
     if policy.refuse_always is not None:
         raise GlueError(policy.refuse_always.format(run=run_id, reason=reason, missing=reason.split(": ", 1)[-1]))
     if policy.refuse_without_force is not None and not force:
-        raise GlueError(f"run {run_id} failed with {outcome}: " + policy.refuse_without_force.format(run=run_id))
+        hint = memprobe_hint.command(run_id, store.read_manifest().config) \
+            if outcome in (AttemptClass.OOM_GPU, AttemptClass.OOM_HOST) else ""
+        memprobe = f"`{hint}`" if hint.startswith("glue memprobe") else f"a probe of your own ({hint})"
+        raise GlueError(f"run {run_id} failed with {outcome}: "
+                        + policy.refuse_without_force.format(run=run_id, memprobe=memprobe))
     n = report.attempt.attempt
     attempt = store.read_attempt(n) or report.attempt  # re-read: the monitor just recorded the incident into it
     beat = report.heartbeat or {}

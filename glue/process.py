@@ -4,6 +4,7 @@ of a run's lease, the watch daemon), and when it started (so a reused PID is not
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -34,3 +35,16 @@ def _stat(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return []
+
+
+def command_lines(proc: Path = Path("/proc")) -> Iterator[tuple[int, list[str]]]:
+    """(pid, argv) of every process of this machine whose command line can be read (one gone meanwhile, or
+    not ours to read, is skipped)."""
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            raw = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        yield int(d.name), raw.decode(errors="replace").split("\0")

@@ -19,7 +19,7 @@ from pathlib import Path
 from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.errors import GlueError
 from glue.paths import minimal_env, tool, write_secret
-from glue.process import pid_alive
+from glue.process import command_lines, pid_alive
 
 BUCKET_NAME = "gpukit"
 REGION = "local"
@@ -125,18 +125,12 @@ class LocalBucket:
 
     def _server_of_this_data(self, proc: Path = Path("/proc")) -> tuple[int, int] | None:
         """(pid, port) of a live `rclone serve s3` over this bucket's data folder that answers, if any."""
-        for d in proc.iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                argv = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            except OSError:
-                continue
+        for pid, argv in command_lines(proc):
             if argv[1:4] != ["serve", "s3", str(self.data)] or "--addr" not in argv[:-1]:
                 continue
             port = argv[argv.index("--addr") + 1].rpartition(":")[2]
-            if port.isdigit() and pid_alive(int(d.name)) and port_answers(int(port)):
-                return int(d.name), int(port)
+            if port.isdigit() and pid_alive(pid) and port_answers(int(port)):
+                return pid, int(port)
         return None
 
     def stop(self) -> None:

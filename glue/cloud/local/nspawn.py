@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glue.errors import GlueError
+from glue.process import command_lines
 
 HOST = "127.0.0.1"
 BOOT_TIMEOUT = 60.0
@@ -86,17 +87,7 @@ def launched_for(vm_dir: Path) -> list[int]:
     names the machine's root: a boot interrupted before its pid was recorded (a provider killed between the
     spawn and the record, wider on a loaded host) still leaves a machine a teardown can find."""
     root = str(vm_dir / "root")
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            args = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if root in args or f"--directory={root}" in args:
-            found.append(int(proc.name))
-    return found
+    return [pid for pid, argv in command_lines() if root in argv or f"--directory={root}" in argv]
 
 
 def container_init(nspawn_pid: int) -> int | None:

@@ -9,7 +9,7 @@ the CPU the serial lane leaves:
   checkpoint library and the framework integrations (CPU-bound, no VM), the qemu boot;
 - cluster: tests on a session cluster of their own that wait on runs, not on step timing (drills, memprobe,
   own jobs, placement, packed environments, Lyceum's serverless runs);
-- slurm: the Slurm clusters and their runs (Slurm's states under deadlines of minutes);
+- slurm: the Slurm clusters and their runs (Slurm's states under deadlines of minutes), and `make demo`;
 - own-vms: tests with VMs or clusters of their own (Ansible, the cluster's lifecycle, Lyceum's emulator, the ssh
   hosts, a user's Terraform module).
 The serial lane is every test not named here, in order.
@@ -72,12 +72,18 @@ OWN_VMS = frozenset({
     "tests/e2e/test_ssh_hosts.py",  # machines of their own, started outside gpukit
     "tests/e2e/test_user_module.py",
 })
+# Single tests placed apart from their file's lane: on a cluster of their own, in the lane with the most room.
+TESTS = {
+    "tests/e2e/test_recovery.py::test_make_demo_passes_and_records_the_recovery": "slurm",  # the demo's own cluster
+}
 LANES = ("serial", "side", "cluster", "slurm", "own-vms")
 NICE = 10  # every lane but the serial one
 
 
 def lane_of(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
+    if (test := nodeid.split("[", 1)[0]) in TESTS:
+        return TESTS[test]
     if path in SIDE or path.startswith(SIDE_DIRS):
         return "side"
     for name, files in (("cluster", CLUSTER), ("slurm", SLURM), ("own-vms", OWN_VMS)):

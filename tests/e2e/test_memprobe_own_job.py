@@ -36,7 +36,7 @@ def main() -> None:
         torch.manual_seed(0)
         torch.set_num_threads(1)
         feats, batch, accum = int(cfg["features"]), int(cfg["batch_size"]), int(cfg.get("grad_accum", 1))
-        model = nn.Sequential(nn.Linear(feats, 64), nn.ReLU(), nn.Linear(64, 1))
+        model = nn.Sequential(nn.Linear(feats, 8), nn.ReLU(), nn.Linear(8, 1))  # narrow: the input is the memory
         opt = torch.optim.AdamW(model.parameters(), lr=float(cfg["lr"]))
         ckpt = ctx.checkpointer()
         ckpt.register("model", model)

@@ -1,5 +1,6 @@
 """Your own job: the example user project (examples/my_project: train.py, a local package, requirements)
-deployed from a temporary copy; its VM destroyed mid-run and `glue recover` verifies the resume. Then
+deployed from a temporary copy; its VM destroyed mid-run and `glue recover` verifies the resume (the new VM
+unpacks the environment the first deploy packed, with exactly the manifest's pins). Then
 the copy is edited and deleted, the index its requirement came from is gone, and a forced second
 recovery still runs the deployed code with the deployed requirements, both from the bucket."""
 
@@ -15,12 +16,17 @@ import yaml
 from glue.cloud.local.backend import LocalBackend
 from glue.storage import bucket as bucket_store
 from glue.train import layout
+from glue.train.workspace import pins
 from tests.integration.test_runs import ROOT, SMALL_MODEL, here, s3, status, wait_for
 from tests.wheels import make_wheel
 
 from .conftest import Kit
 
 pytestmark = pytest.mark.e2e
+# The venv's own distributions, read by its python on the VM (importlib.metadata, its site-packages only).
+INSTALLED = ("import importlib.metadata as m, json, sysconfig; "
+             "print(json.dumps([d.metadata['Name'] + '==' + d.version "
+             "for d in m.distributions(path=[sysconfig.get_paths()['purelib']])]))")
 PROBE = "print('probe dependency:', __import__('gpukit_probe_dep').VALUE, flush=True)\n"
 
 
@@ -70,9 +76,14 @@ def test_own_project_recovers_from_the_bucket_after_the_local_copy_is_gone(clust
         shutil.rmtree(index)  # the requirement's only index is gone: recoveries install from the bucket
         res = kit.glue("recover", "--run", "own", timeout=600)
         assert "resume verified" in res.stderr, res.stderr
-        # The new VM booted the baked image with the cluster's seed (unchanged configuration): no playbook.
+        # The new VM booted the baked image with the cluster's seed (unchanged configuration): no playbook; it
+        # unpacked the environment the first deploy packed, which holds exactly the manifest's pins.
         said = " ".join(res.stderr.split())
         assert "gpukit-2: configured itself at first boot from the cluster's seed" in said, said
+        assert "gpukit-2: environment: unpacked the set's packed virtualenv" in said, said
+        python = f"/var/lib/gpukit/work/own/venv-{req['set_sha256'][:16]}/bin/python"
+        got = json.loads(fast.glue("ssh", "gpukit-2", "--", python, "-c", INSTALLED).stdout.strip().splitlines()[-1])
+        assert pins.as_dict(got) == pins.as_dict(req["pins"])  # no more, no less
         assert "converging" not in said and "ansible site.yml" not in said, said
         rec = bucket_json(client, layout.run_prefix("own") + layout.recovery_key(1))
         assert rec["verified"] and "prepare" in rec["seconds"]

@@ -46,6 +46,9 @@ def shipped(store: RunStore) -> int:
     return max(store.metrics(0).get(1, {}) or [0])
 
 
+# `stress` (make test-all, since 2026-12-07: the suite's time): make test has Slurm's recovery of a lost node
+# (tests/e2e/test_slurm_runs.py); this adds the head's own loss, on a cluster of its own.
+@pytest.mark.stress
 @pytest.mark.timeout(900)
 def test_a_lost_head_is_replaced_and_both_runs_resubmitted_resumed_and_verified(head_kit: Kit, tmp_path: Path) -> None:
     kit, fast = head_kit, here(head_kit)

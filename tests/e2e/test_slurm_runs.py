@@ -1,10 +1,12 @@
-"""Runs through Slurm on a local cluster of 3 VMs x 1 GPU (`glue up --scheduler slurm`; the GPUs are the
-slurm role's stand-in device files): five one-GPU runs queue (three run, two wait for Resources) and all
+"""Runs through Slurm on a local cluster of 3 VMs x 1 GPU and a warm spare (`glue up --scheduler slurm --spares 1`;
+the GPUs are the slurm role's stand-in device files): the nodes idle with their GPU, the spare held out, a test
+job ran on each node, the munge key secret; five one-GPU runs queue (three run, two wait for Resources) and all
 five complete with their outputs; each start's CUDA_VISIBLE_DEVICES is its allocation's GPU; `glue stop`
 cancels a job; a run asking 2 GPUs per node is refused in one line with nothing submitted or written."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -18,10 +20,11 @@ import pytest
 
 from glue.cloud.local.backend import LocalBackend
 from glue.runs.store import RunStore
+from glue.scheduler.slurm import SPARE_REASON, queue
 from glue.scheduler.slurm import nodes as slurm_nodes
-from glue.scheduler.slurm import queue
 from glue.train import layout
 from tests.integration.test_runs import here, run_config, s3
+from tests.integration.test_slurm_cluster import leaks, on_vm
 from tests.kit import GLUE, remove_kit_home_machines
 
 from .conftest import Kit
@@ -30,13 +33,13 @@ pytestmark = pytest.mark.e2e
 RUNS = [f"q{k}" for k in range(1, 6)]
 
 
-def slurm_cluster(factory: pytest.TempPathFactory, name: str, vms: int) -> Iterator[Kit]:
+def slurm_cluster(factory: pytest.TempPathFactory, name: str, vms: int, spares: int = 0) -> Iterator[Kit]:
     """A Slurm cluster of its own (slurmctld on gpukit-1, slurmd on every VM, one stand-in GPU each), gone after."""
     home = factory.mktemp(name) / "home"
     home.mkdir()
     kit = Kit(home=home, env={**os.environ, "GPUKIT_HOME": str(home)})
     try:  # a failed up too leaves no machine running
-        kit.glue("up", "--vms", str(vms), "--scheduler", "slurm", timeout=900)
+        kit.glue("up", "--vms", str(vms), "--spares", str(spares), "--scheduler", "slurm", timeout=900)
         yield kit
     finally:
         kit.glue("down", "--force", check=False, timeout=300)
@@ -45,8 +48,8 @@ def slurm_cluster(factory: pytest.TempPathFactory, name: str, vms: int) -> Itera
 
 @pytest.fixture(scope="module")
 def slurm_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
-    """One Slurm cluster of three VMs for the module."""
-    yield from slurm_cluster(tmp_path_factory, "slurm", 3)
+    """One Slurm cluster of three VMs and a warm spare for the module."""
+    yield from slurm_cluster(tmp_path_factory, "slurm", 3, spares=1)
 
 
 def on_head(kit: Kit, command: str) -> str:
@@ -78,6 +81,46 @@ def wait(what: str, pred: Any, timeout: float) -> Any:
             return last
         time.sleep(0.5)
     raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+NODES = ("gpukit-1", "gpukit-2", "gpukit-3")
+
+
+def test_the_cluster_is_up_with_every_node_idle_the_spare_drained_and_the_munge_key_secret(slurm_kit: Kit) -> None:
+    """First in the module, on the cluster as `glue up` left it. (tests/integration/test_slurm_cluster.py, in
+    make test-all, adds a node converged again after its slurmd died and `--scheduler none`.)"""
+    home = slurm_kit.home
+    assert json.loads((home / "cluster.json").read_text())["scheduler"] == "slurm"
+    assert slurm_nodes.head(home).name == "gpukit-1"
+    # Every node of the partition idle with its (stand-in) GPU; the spare a node too, drained.
+    states = {n.name: n for n in slurm_nodes.node_states(home)}
+    assert sorted(states) == [*NODES, "gpukit-spare-1"], states
+    for name in NODES:
+        assert (states[name].state, states[name].gres) == ("idle", "gpu:1"), states[name]
+    assert (states["gpukit-spare-1"].state, states["gpukit-spare-1"].reason) == ("drained", SPARE_REASON)
+    assert slurm_nodes.gpus_total_and_used(home) == (3, 0)
+    # verify.yml ran a one-second job asking for a GPU on each node (slurmctld allocated one there) and recorded
+    # every VM ready with its Slurm check.
+    checks = json.loads((home / "ansible" / "verify.json").read_text())["hosts"]
+    assert {h: (c["ready"], c["scheduler"]["ok"]) for h, c in checks.items()} == {
+        h: (True, True) for h in (*NODES, "gpukit-spare-1")}
+    log = on_vm(home, "gpukit-1", "cat /var/log/slurm/slurmctld.log")
+    for name in NODES:
+        assert f"NodeList={name} " in log, f"no job was allocated on {name}"
+    # A job gets the GPU Slurm allocated to it.
+    assert on_vm(home, "gpukit-1", "srun -N1 -w gpukit-2 --gres=gpu:1 printenv CUDA_VISIBLE_DEVICES").strip() == "0"
+    # The munge key: made once in the kit home (0600), 0400 munge:munge on every VM, nowhere else.
+    key = home / "slurm" / "munge.key"
+    secret = key.read_bytes()
+    assert len(secret) == 1024 and key.stat().st_mode & 0o777 == 0o600
+    processes = []
+    for name in (*NODES, "gpukit-spare-1"):
+        mode, encoded = on_vm(home, name, "stat -c '%a %U:%G' /etc/munge/munge.key; base64 -w0 /etc/munge/munge.key"
+                              ).splitlines()
+        assert mode == "400 munge:munge" and base64.b64decode(encoded) == secret, name
+        processes.append(on_vm(home, name, "ps -eo args"))
+    processes.append(os.popen("ps -eo args").read())
+    assert leaks(home, key, secret, processes) == []
 
 
 def test_a_run_asking_more_gpus_per_node_than_any_node_has_is_refused(slurm_kit: Kit, tmp_path: Path) -> None:

@@ -213,6 +213,8 @@ def test_kill9_in_every_window_of_save_and_prune_s3(local_bucket: Any, tmp_path:
     _kill_in_windows(target, conn, tmp_path)
 
 
+# `stress` (make test-all, since 2026-12-07): the same windows as the test above, on a directory target.
+@pytest.mark.stress
 @pytest.mark.timeout(600)
 def test_kill9_in_every_window_of_save_and_prune_filesystem(tmp_path: Path) -> None:
     _kill_in_windows(str(tmp_path / "bucket" / "runs" / "kill"), None, tmp_path)

@@ -41,6 +41,9 @@ def tf_outputs(kit: Kit, env: dict[str, str]) -> dict[str, object]:
     return {k: v["value"] for k, v in json.loads(out.stdout).items()}
 
 
+# `stress` (make test-all, since 2026-12-07: the suite's time): make test detects Lyceum's live user (below); this
+# adds an Ubuntu image's own user.
+@pytest.mark.stress
 def test_ubuntu_image_user_is_detected_and_commands_run_as_root(kit: Kit, emu: Emulator) -> None:
     env = lyceum_env(kit, emu)
     kit.glue("up", "--backend", "lyceum", "--vms", "1", "--no-configure", env=env)

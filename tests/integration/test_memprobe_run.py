@@ -21,6 +21,10 @@ from .conftest import Kit
 pytestmark = pytest.mark.integration
 
 
+# `stress` (make test-all, since 2026-12-07: the suite's time): make test probes a deployed run's own job on a VM
+# (search, breakdown, a declared remedy, the reproducer: tests/e2e/test_memprobe_own_job.py); this adds the
+# example trainer's reference and two remedies, in local trial processes.
+@pytest.mark.stress
 @pytest.mark.timeout(900)
 def test_memprobe_for_an_oom_host_run(kit: Kit) -> None:
     store = RunStore.open(kit.home, "mp-oom")

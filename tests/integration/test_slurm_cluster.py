@@ -44,6 +44,10 @@ def leaks(home: Path, key: Path, secret: bytes, texts: list[str]) -> list[str]:
     return found + [f"text {i}" for i, t in enumerate(texts) if any(n.decode("latin-1") in t for n in needles)]
 
 
+# `stress` (make test-all, since 2026-12-07: the suite's time): make test checks the cluster `glue up` made (nodes,
+# spare, test jobs, munge key) on tests/e2e/test_slurm_runs.py's cluster; this adds a node whose slurmd died
+# converged again and `--scheduler none`, on a cluster of its own.
+@pytest.mark.stress
 def test_slurm_cluster_up_with_a_drained_spare_then_none(kit: Kit) -> None:
     up = kit.glue("up", "--vms", "2", "--spares", "1", "--scheduler", "slurm", timeout=UP_TIMEOUT_S)
     home = kit.home

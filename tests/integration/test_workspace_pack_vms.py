@@ -46,6 +46,9 @@ def record(client: object, run: str, key: str) -> dict | None:
     return bucket_store.read_json(client, "gpukit", layout.run_prefix(run) + key)
 
 
+# `stress` (make test-all, since 2026-12-07): make test has the recovery onto a new VM that unpacks the set's pack
+# with the manifest's pins (tests/e2e/test_own_job.py) and a changed pack refused (tests/unit/test_workspace_pack.py).
+@pytest.mark.stress
 @pytest.mark.timeout(600)
 def test_a_recovery_on_a_new_vm_unpacks_the_sets_pack_and_a_changed_pack_is_refused(
         cluster_kit: Kit, tmp_path: Path) -> None:

@@ -128,8 +128,8 @@ def _unknown(home: Path, store: RunStore, sched: dict[str, Any], queued: dict[st
 
 
 def take(home: Path, store: RunStore, console: Console, replace: bool = True) -> SlurmTake:
-    """Judge the run's restarts, replace lost nodes' VMs while its job is still Slurm's (replace=False: only
-    name them), and say where the job stands. A lost head is replaced first, and a job its new controller
+    """Judge the run's restarts, replace lost nodes' VMs (replace=False: only name them), and say where the
+    job stands. A lost head is replaced first, and a job its new controller
     does not know resubmitted from the bucket's records."""
     sched = jobs.job_of(store.read_manifest())
     if sched is None:
@@ -147,14 +147,14 @@ def take(home: Path, store: RunStore, console: Console, replace: bool = True) ->
         lost = []
     queued = {j.job_id: j for j in queue.jobs(home)}
     job = _own_job(queued, job_id, store.run)
-    if job is None:
-        taken = _unknown(home, store, sched, queued, head_lost, console, replace)
-        return SlurmTake(taken.state, taken.note + judged, replaced)
-    if lost and replace:
-        job = _hasten(home, lost, job)
+    if lost and replace:  # whether or not its job is still Slurm's: the restart may have ended by now
+        job = _hasten(home, lost, job) if job is not None else None
         console.print(f"[bold]{store.run}[/]: node(s) {', '.join(lost)} lost; replacing their VMs (they rejoin "
                       "Slurm's partition under their names)")
         lifecycle.up(home, current.ClusterConfig.load(home), console)
+    if job is None:
+        taken = _unknown(home, store, sched, queued, head_lost, console, replace)
+        return SlurmTake(taken.state, taken.note + judged, replaced or (tuple(lost) if replace else ()))
     where = f" on {job.nodes}" if job.nodes else ""
     why = f" ({job.reason})" if job.reason and job.reason != "None" else ""
     note = f"Slurm job {job_id} {job.state}{where}{why}; Slurm restarts it, glue checks each restart's resume"

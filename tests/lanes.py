@@ -72,9 +72,23 @@ OWN_VMS = frozenset({
     "tests/e2e/test_ssh_hosts.py",  # machines of their own, started outside gpukit
     "tests/e2e/test_user_module.py",
 })
-# Single tests placed apart from their file's lane: on a cluster of their own, in the lane with the most room.
+# Tests (or files) placed apart from their file's (folder's) lane, to even the lanes: the demo on a cluster of its
+# own, the memprobe trials (processes here, no VM), and the run tests of the session's cluster whose outcome no
+# timing decides (a refusal, a class recorded at the trainer's exit) on the cluster lane's session cluster.
 TESTS = {
-    "tests/e2e/test_recovery.py::test_make_demo_passes_and_records_the_recovery": "slurm",  # the demo's own cluster
+    "tests/e2e/test_recovery.py::test_make_demo_passes_and_records_the_recovery": "slurm",
+    "tests/unit/test_memprobe_frameworks.py": "slurm",
+    "tests/unit/test_memprobe_trials.py": "slurm",
+    "tests/unit/test_memprobe_probe.py": "slurm",
+    **{f"tests/integration/test_runs.py::{name}": "cluster" for name in (
+        "test_outputs_on_vm_disk_refused_before_start",
+        "test_mount_path_accepted_when_live_refused_when_unmounted",
+        "test_finished_without_required_outputs_is_export_missing",
+        "test_a_bad_trainer_config_is_one_line_in_the_log_and_a_user_error",
+        "test_bad_run_config_is_one_line_and_writes_nothing",
+        "test_bad_memory_limit_is_one_line_and_writes_nothing",
+        "test_a_live_run_blocks_resume_and_an_up_that_would_remove_its_vm",
+    )},
 }
 LANES = ("serial", "side", "cluster", "slurm", "own-vms")
 NICE = 10  # every lane but the serial one
@@ -82,8 +96,9 @@ NICE = 10  # every lane but the serial one
 
 def lane_of(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
-    if (test := nodeid.split("[", 1)[0]) in TESTS:
-        return TESTS[test]
+    for placed in (nodeid.split("[", 1)[0], path):
+        if placed in TESTS:
+            return TESTS[placed]
     if path in SIDE or path.startswith(SIDE_DIRS):
         return "side"
     for name, files in (("cluster", CLUSTER), ("slurm", SLURM), ("own-vms", OWN_VMS)):

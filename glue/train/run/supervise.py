@@ -153,8 +153,12 @@ def main(spec_path: str, start: Starter = cold_start, how: dict[str, str] | None
     env = {**os.environ, **spec.env}
     with open(log_path, "ab") as log:
         child = start(spec, log, limit, env)
-    Path(paths.pids).write_text(json.dumps({"supervisor_pid": os.getpid(), "trainer_pid": child.pid,
-                                            "started_at": iso(utc_now()), **(how or {"start": "cold"})}))
+    # Whole or absent: glue reads it over SSH (glue.runs.remote.process_state) while it may be written.
+    pids = Path(paths.pids)
+    pids.with_name(pids.name + ".tmp").write_text(json.dumps({
+        "supervisor_pid": os.getpid(), "trainer_pid": child.pid, "started_at": iso(utc_now()),
+        **(how or {"start": "cold"})}))
+    os.replace(pids.with_name(pids.name + ".tmp"), pids)
 
     def forward(signum: int, _frame: object) -> None:
         child.send_signal(signum)

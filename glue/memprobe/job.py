@@ -5,13 +5,15 @@ exactly as an attempt's are (glue.runs.workspace.prepare, under a probe attempt 
 attempt uses). Each trial is the run's command as its attempt runs it, with one config value changed,
 started on the VM by `python -m glue.memprobe.vm_trial` under a memory cgroup at the limit; the trainer's
 RunContext runs in probe mode (glue.train.run.probe): it stops itself after K whole steps, measures the
-step by phase and part, and writes nothing to the run's records.
+step by phase and part, and writes nothing to the run's records. The run's `secrets:` go with each trial's
+spec (0600 on the VM's tmpfs, removed by the trial once read), never in an argument, log or report.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +47,16 @@ def run_config(run: str, manifest: Manifest, bucket: str) -> runconfig.RunConfig
     if not isinstance(raw, dict):
         raise GlueError(f"run {run}'s manifest has no run config; it was not deployed by glue deploy")
     return runconfig.parse(raw, run, bucket)
+
+
+def secrets_env(run: str, rc: runconfig.RunConfig) -> dict[str, str]:
+    """The run's `secrets:` from this shell's environment, as deploy hands them to an attempt: a trial of a job
+    that needs one (a hub token, a tracker key) runs as the job does. A missing one is one line."""
+    missing = [name for name in rc.secrets if name not in os.environ]
+    if missing:
+        raise GlueError(f"run {run} needs {', '.join(missing)} (its `secrets:`) in this shell's environment for "
+                        "its trials, as glue deploy does: export them and run memprobe again")
+    return {name: os.environ[name] for name in rc.secrets}
 
 
 def pick_host(home: Path, vm: str | None, failed_on: str | None) -> Host:
@@ -128,7 +140,7 @@ class JobTrials:
                           checkpoint=f"{folder}/checkpoint", outputs=f"{folder}/outputs",
                           bucket_name=store.info.name, scratch=f"{folder}/scratch", vm=host.name,
                           checkpoint_interval=rc.checkpoint.interval_steps, keep_last=rc.checkpoint.keep_last)
-        env = {**rc.env, **base.to_env()}
+        env = {**rc.env, **secrets_env(store.run, rc), **base.to_env()}
         argv, env, cwd = workspace.launch(argv, remote.python(host), env, ready, docker=False)
         return cls(home, store, rc, host, argv, env, cwd, base)
 

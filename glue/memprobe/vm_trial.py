@@ -2,10 +2,11 @@
 
     python -m glue.memprobe.vm_trial SPEC.json      -> one JSON line: the trial's outcome
 
-The spec (0600, on the VM's tmpfs) holds the command as the run's attempt would run it (prepared code and
-virtualenv), its environment with the probe variables (glue.train.run.probe: the trainer stops itself
-after K steps and writes its measurements to the probe folder), the memory limit (a memory cgroup, the same
-MemoryLimit the supervisor puts on a trainer) and the time limit. The probe folder is removed afterwards,
+The spec (0600, on the VM's tmpfs; removed once read, as its environment may hold the run's secrets) holds
+the command as the run's attempt would run it (prepared code and virtualenv), its environment with the probe
+variables (glue.train.run.probe: the trainer stops itself after K steps and writes its measurements to the
+probe folder), the memory limit (a memory cgroup, the same MemoryLimit the supervisor puts on a trainer) and
+the time limit. The probe folder is removed afterwards,
 except what the controller fetches (a CUDA snapshot) which is named in the outcome.
 """
 
@@ -23,7 +24,9 @@ from glue.train import trainer_vars as V
 
 
 def main(argv: list[str]) -> int:
-    spec: dict[str, Any] = json.loads(Path(argv[0]).read_text())
+    spec_path = Path(argv[0])
+    spec: dict[str, Any] = json.loads(spec_path.read_text())
+    spec_path.unlink()  # it may hold the run's secrets: gone once read
     folder = Path(spec["probe_dir"])
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)

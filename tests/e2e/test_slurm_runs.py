@@ -6,7 +6,6 @@ cancels a job; a run asking 2 GPUs per node is refused in one line with nothing 
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -24,7 +23,7 @@ from glue.scheduler.slurm import SPARE_REASON, queue
 from glue.scheduler.slurm import nodes as slurm_nodes
 from glue.train import layout
 from tests.integration.test_runs import here, run_config, s3
-from tests.integration.test_slurm_cluster import leaks, on_vm
+from tests.integration.test_slurm_cluster import verified_with_the_key_secret
 from tests.kit import GLUE, remove_kit_home_machines
 
 from .conftest import Kit
@@ -99,28 +98,8 @@ def test_the_cluster_is_up_with_every_node_idle_the_spare_drained_and_the_munge_
         assert (states[name].state, states[name].gres) == ("idle", "gpu:1"), states[name]
     assert (states["gpukit-spare-1"].state, states["gpukit-spare-1"].reason) == ("drained", SPARE_REASON)
     assert slurm_nodes.gpus_total_and_used(home) == (3, 0)
-    # verify.yml ran a one-second job asking for a GPU on each node (slurmctld allocated one there) and recorded
-    # every VM ready with its Slurm check.
-    checks = json.loads((home / "ansible" / "verify.json").read_text())["hosts"]
-    assert {h: (c["ready"], c["scheduler"]["ok"]) for h, c in checks.items()} == {
-        h: (True, True) for h in (*NODES, "gpukit-spare-1")}
-    log = on_vm(home, "gpukit-1", "cat /var/log/slurm/slurmctld.log")
-    for name in NODES:
-        assert f"NodeList={name} " in log, f"no job was allocated on {name}"
-    # A job gets the GPU Slurm allocated to it.
-    assert on_vm(home, "gpukit-1", "srun -N1 -w gpukit-2 --gres=gpu:1 printenv CUDA_VISIBLE_DEVICES").strip() == "0"
-    # The munge key: made once in the kit home (0600), 0400 munge:munge on every VM, nowhere else.
-    key = home / "slurm" / "munge.key"
-    secret = key.read_bytes()
-    assert len(secret) == 1024 and key.stat().st_mode & 0o777 == 0o600
-    processes = []
-    for name in (*NODES, "gpukit-spare-1"):
-        mode, encoded = on_vm(home, name, "stat -c '%a %U:%G' /etc/munge/munge.key; base64 -w0 /etc/munge/munge.key"
-                              ).splitlines()
-        assert mode == "400 munge:munge" and base64.b64decode(encoded) == secret, name
-        processes.append(on_vm(home, name, "ps -eo args"))
-    processes.append(os.popen("ps -eo args").read())
-    assert leaks(home, key, secret, processes) == []
+    # A test job ran on each node, a job gets its GPU, the munge key is secret.
+    verified_with_the_key_secret(home, NODES, ("gpukit-spare-1",), [])
 
 
 def test_a_run_asking_more_gpus_per_node_than_any_node_has_is_refused(slurm_kit: Kit, tmp_path: Path) -> None:

@@ -142,6 +142,9 @@ def test_memory_limit_overrun_is_host_oom(cluster_kit: Kit, oom_run: str) -> Non
     kit = cluster_kit  # oom_run: deployed with --memory-limit-mb 350 on gpukit-2 (tests/kit.py)
     st = status(kit, oom_run)
     assert st["state"] == "oom_host", st
+    # `glue status` names the memprobe command that works for the run in place of the class's policy.
+    assert st["policy"] == ("no blind restart: it repeats at this input; investigate with "
+                            f"`glue memprobe --run {oom_run}`"), st
     inc = json.loads(kit.glue("incidents", "--run", oom_run, "--json").stdout)[0]
     assert inc["next_step"] == f"glue memprobe --run {oom_run}"
     assert "memprobe" in kit.glue("incidents", "--run", oom_run).stdout

@@ -44,6 +44,33 @@ def leaks(home: Path, key: Path, secret: bytes, texts: list[str]) -> list[str]:
     return found + [f"text {i}" for i, t in enumerate(texts) if any(n.decode("latin-1") in t for n in needles)]
 
 
+def verified_with_the_key_secret(home: Path, nodes: tuple[str, ...], spares: tuple[str, ...],
+                                 texts: list[str]) -> tuple[Path, bytes]:
+    """What `glue up --scheduler slurm` leaves: verify.yml ran a one-second job asking for a GPU on each node
+    (slurmctld allocated one there) and recorded every VM ready with its Slurm check; a job gets the GPU Slurm
+    allocated to it; the munge key made once in the kit home (0600), 0400 munge:munge on every VM, and in no
+    other file, process or text. Returns the key's path and bytes."""
+    checks = json.loads((home / "ansible" / "verify.json").read_text())["hosts"]
+    assert {h: (c["ready"], c["scheduler"]["ok"]) for h, c in checks.items()} == {
+        h: (True, True) for h in (*nodes, *spares)}
+    log = on_vm(home, nodes[0], "cat /var/log/slurm/slurmctld.log")
+    for name in nodes:
+        assert f"NodeList={name} " in log, f"no job was allocated on {name}"
+    assert on_vm(home, nodes[0], f"srun -N1 -w {nodes[1]} --gres=gpu:1 printenv CUDA_VISIBLE_DEVICES").strip() == "0"
+    key = home / "slurm" / "munge.key"
+    secret = key.read_bytes()
+    assert len(secret) == 1024 and key.stat().st_mode & 0o777 == 0o600
+    processes = []
+    for name in (*nodes, *spares):
+        mode, encoded = on_vm(home, name, "stat -c '%a %U:%G' /etc/munge/munge.key; base64 -w0 /etc/munge/munge.key"
+                              ).splitlines()
+        assert mode == "400 munge:munge" and base64.b64decode(encoded) == secret, name
+        processes.append(on_vm(home, name, "ps -eo args"))
+    processes.append(os.popen("ps -eo args").read())
+    assert leaks(home, key, secret, [*texts, *processes]) == []
+    return key, secret
+
+
 # `stress` (make test-all, since 2026-12-07: the suite's time): make test checks the cluster `glue up` made (nodes,
 # spare, test jobs, munge key) on tests/e2e/test_slurm_runs.py's cluster; this adds a node whose slurmd died
 # converged again and `--scheduler none`, on a cluster of its own.
@@ -64,27 +91,8 @@ def test_slurm_cluster_up_with_a_drained_spare_then_none(kit: Kit) -> None:
 
     # verify.yml ran a one-second job asking for a GPU on each node (slurmctld allocated one there) and
     # recorded every VM ready with its Slurm check.
-    checks = json.loads((home / "ansible" / "verify.json").read_text())["hosts"]
-    assert {h: (c["ready"], c["scheduler"]["ok"]) for h, c in checks.items()} == {
-        "gpukit-1": (True, True), "gpukit-2": (True, True), "gpukit-spare-1": (True, True)}
-    log = on_vm(home, "gpukit-1", "cat /var/log/slurm/slurmctld.log")
-    for name in ("gpukit-1", "gpukit-2"):
-        assert f"NodeList={name} " in log, f"no job was allocated on {name}"
-    # A job gets the GPU Slurm allocated to it.
-    assert on_vm(home, "gpukit-1", "srun -N1 -w gpukit-2 --gres=gpu:1 printenv CUDA_VISIBLE_DEVICES").strip() == "0"
-
-    # The munge key: made once in the kit home (0600), 0400 munge:munge on every VM, nowhere else.
-    key = home / "slurm" / "munge.key"
-    secret = key.read_bytes()
-    assert len(secret) == 1024 and key.stat().st_mode & 0o777 == 0o600
-    processes = []
-    for name in ("gpukit-1", "gpukit-2", "gpukit-spare-1"):
-        stat = on_vm(home, name, "stat -c '%a %U:%G' /etc/munge/munge.key; base64 -w0 /etc/munge/munge.key")
-        mode, encoded = stat.splitlines()
-        assert mode == "400 munge:munge" and base64.b64decode(encoded) == secret, name
-        processes.append(on_vm(home, name, "ps -eo args"))
-    processes.append(os.popen("ps -eo args").read())
-    assert leaks(home, key, secret, [up.stdout + up.stderr, *processes]) == []
+    key, secret = verified_with_the_key_secret(home, ("gpukit-1", "gpukit-2"), ("gpukit-spare-1",),
+                                               [up.stdout + up.stderr])
 
     # A node whose slurmd died is converged again by the next `glue up` (its live check) and back in service.
     on_vm(home, "gpukit-2", "systemctl stop slurmd")

@@ -9,7 +9,8 @@ the CPU the serial lane leaves:
   checkpoint library and the framework integrations (CPU-bound, no VM), the qemu boot;
 - cluster: tests on a session cluster of their own that wait on runs, not on step timing (drills, memprobe,
   own jobs, placement, packed environments, Lyceum's serverless runs);
-- slurm: the Slurm clusters and their runs (Slurm's states under deadlines of minutes), and `make demo`;
+- slurm: the Slurm clusters and their runs (Slurm's states under deadlines of minutes); `make demo` and memprobe's
+  trial-process units (placed by TESTS below);
 - own-vms: tests with VMs or clusters of their own (Ansible, the cluster's lifecycle, Lyceum's emulator, the ssh
   hosts, a user's Terraform module).
 The serial lane is every test not named here, in order.

@@ -6,8 +6,8 @@ The spec (0600, on the VM's tmpfs; removed once read, as its environment may hol
 the command as the run's attempt would run it (prepared code and virtualenv), its environment with the probe
 variables (glue.train.run.probe: the trainer stops itself after K steps and writes its measurements to the
 probe folder), the memory limit (a memory cgroup, the same MemoryLimit the supervisor puts on a trainer) and
-the time limit. The probe folder is removed afterwards,
-except what the controller fetches (a CUDA snapshot) which is named in the outcome.
+the time limit. The probe folder is removed afterwards, except what the controller fetches (a CUDA snapshot)
+which is named in the outcome.
 """
 
 from __future__ import annotations

@@ -129,8 +129,8 @@ def _unknown(home: Path, store: RunStore, sched: dict[str, Any], queued: dict[st
 
 def take(home: Path, store: RunStore, console: Console, replace: bool = True) -> SlurmTake:
     """Judge the run's restarts, replace lost nodes' VMs (replace=False: only name them), and say where the
-    job stands. A lost head is replaced first, and a job its new controller
-    does not know resubmitted from the bucket's records."""
+    job stands. A lost head is replaced first, and a job its new controller does not know resubmitted from
+    the bucket's records."""
     sched = jobs.job_of(store.read_manifest())
     if sched is None:
         raise GlueError(f"run {store.run} was not submitted to Slurm")

@@ -154,11 +154,10 @@ def main(spec_path: str, start: Starter = cold_start, how: dict[str, str] | None
     with open(log_path, "ab") as log:
         child = start(spec, log, limit, env)
     # Whole or absent: glue reads it over SSH (glue.runs.remote.process_state) while it may be written.
-    pids = Path(paths.pids)
-    pids.with_name(pids.name + ".tmp").write_text(json.dumps({
-        "supervisor_pid": os.getpid(), "trainer_pid": child.pid, "started_at": iso(utc_now()),
-        **(how or {"start": "cold"})}))
-    os.replace(pids.with_name(pids.name + ".tmp"), pids)
+    tmp = Path(f"{paths.pids}.tmp")
+    tmp.write_text(json.dumps({"supervisor_pid": os.getpid(), "trainer_pid": child.pid,
+                               "started_at": iso(utc_now()), **(how or {"start": "cold"})}))
+    os.replace(tmp, paths.pids)
 
     def forward(signum: int, _frame: object) -> None:
         child.send_signal(signum)

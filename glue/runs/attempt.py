@@ -29,9 +29,11 @@ from glue.runs import docker_run, remote, trainer_env, workspace
 from glue.runs import vm_group as group_mod
 from glue.runs.records import AttemptRecord
 from glue.runs.store import RunStore
-from glue.runs.vm_group import GroupSpec, Rendezvous
+from glue.runs.vm_group import GroupSpec
+from glue.train.run import torchrun
 from glue.train.run.launch import LaunchSpec, SpecBucket, node_vars
 from glue.train.run.start import WARM_SOCKET
+from glue.train.run.torchrun import Rendezvous
 from glue.train.state_paths import StatePaths
 from glue.workdir.pin import Workspace
 
@@ -150,10 +152,10 @@ class Attempt:
             node.update(code_sha256=ready["package_sha256"], requirements_set=ready["requirements_set"])
         argv, node_env, cwd = workspace.launch(argv, remote.python(host), env, ready, docker)
         if self.rdzv is not None:
-            argv = group_mod.torchrun_argv(argv[0] if ready else remote.python(host), argv, self.group, self.rdzv, k,
-                                           self.store.run, self.number)
+            argv = torchrun.torchrun_argv(argv[0] if ready else remote.python(host), argv, self.group, self.rdzv, k,
+                                          self.store.run, self.number)
         # The interface gloo/nccl bind to comes first: a user's own setting in run.yaml `env` wins.
-        node_env = {**(group_mod.node_env(self.rdzv, k) if self.rdzv is not None else {}), **node_env,
+        node_env = {**(torchrun.node_env(self.rdzv, k) if self.rdzv is not None else {}), **node_env,
                     **node_vars(k, host.name)}
         paths = self.paths
         if docker:

@@ -29,8 +29,9 @@ from glue.runs import vm_group as group_mod
 from glue.runs.classify import AttemptClass
 from glue.runs.records import Manifest
 from glue.runs.store import RunStore
-from glue.runs.vm_group import GroupSpec, Rendezvous
+from glue.runs.vm_group import GroupSpec
 from glue.storage import bucket as bucket_store
+from glue.train.run.torchrun import Rendezvous
 from glue.workdir import plan as wplan
 from glue.workdir.pin import Workspace
 

@@ -1,14 +1,15 @@
-"""A multi-VM run: which VMs form the group, where they meet, and the torchrun command each one runs.
+"""A multi-VM run: which VMs form the group and where they meet (the torchrun command each node runs:
+glue.train.run.torchrun).
 
 Node 0 (the head) hosts the c10d rendezvous store, bound to its address towards the group (see
-glue.train.run.process_group); glue picks that address and a free port on it.
-Every node runs `torchrun --nnodes=N --nproc-per-node=G --rdzv-backend=c10d --max-restarts=R` under
-its own supervisor; torchrun restarts all workers of the group together when one fails, and the
-restarted workers resume from the last valid checkpoint (TORCHELASTIC_RESTART_COUNT > 0).
+glue.train.run.process_group); glue probes that address and a free port on it over SSH. torchrun restarts
+all workers of the group together when one fails, and the restarted workers resume from the last valid
+checkpoint (TORCHELASTIC_RESTART_COUNT > 0).
 """
 
 from __future__ import annotations
 
+import inspect
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,41 +21,16 @@ from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.runs import occupancy
 from glue.runs.records import Manifest
+from glue.train.run.torchrun import GroupShape, Rendezvous, address_towards, iface_of
 
-# Run on a VM: the address this VM uses to reach `peer` (a UDP connect routes, it sends nothing), a free
-# TCP port on it, and the interface holding it (gloo/nccl bind there instead of resolving the hostname).
-_ADDRESS_PROBE = """
-import socket, subprocess, sys
-u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-u.connect((sys.argv[1], 9))
-a = u.getsockname()[0]
-t = socket.socket()
-t.bind((a, 0))
-try:
-    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
-except OSError:
-    out = ""
-iface = next((f[1] for f in map(str.split, out.splitlines()) if len(f) > 3 and f[3].split("/")[0] == a), "-")
-print(a, t.getsockname()[1], iface)
-"""
+# Run on a VM (by the run's python, which may have no gpukit): prints address_towards(peer).
+_ADDRESS_PROBE = (inspect.getsource(iface_of) + inspect.getsource(address_towards)
+                  + "\nimport sys\nprint(*address_towards(sys.argv[1]))\n")
 
 
 @dataclass(frozen=True)
-class GroupSpec:
+class GroupSpec(GroupShape):
     """The shape of a distributed run, recorded in the manifest so recovery re-forms the same group."""
-
-    nodes: int = 1
-    procs_per_node: int = 1
-    max_restarts: int = 0
-    rdzv_timeout_s: int = 300
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.procs_per_node
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,18 +45,6 @@ class GroupSpec:
             raise GlueError("--nodes and --procs-per-node must be >= 1")
         if self.max_restarts < 0:
             raise GlueError("--max-restarts must be >= 0")
-
-
-@dataclass(frozen=True)
-class Rendezvous:
-    host: str       # the head's address as the other nodes reach it
-    port: int
-    node_addrs: tuple[str, ...]  # each node's own address towards the group (torchrun --local-addr)
-    node_ifaces: tuple[str | None, ...] = ()  # the interface holding it (GLOO/NCCL_SOCKET_IFNAME)
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -167,39 +131,3 @@ def rendezvous(home: Path, hosts: list[Host], python: list[str]) -> Rendezvous:
         if i == 0:
             port = int(parts[1])
     return Rendezvous(host=addrs[0], port=port, node_addrs=tuple(addrs), node_ifaces=tuple(ifaces))
-
-
-def node_env(rdzv: Rendezvous, node: int) -> dict[str, str]:
-    """Environment of node `node`'s torchrun agent."""
-    # The rendezvous' shared TCPStore outlives a torchrun restart, and the restarted workers' process group
-    # would read the dead workers' gloo addresses from it ("Connection refused"). Without sharing, each
-    # round's rank 0 hosts a fresh store.
-    env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    iface = rdzv.node_ifaces[node] if node < len(rdzv.node_ifaces) else None
-    if iface:
-        env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface)
-    return env
-
-
-def torchrun_argv(python: str, argv: list[str], spec: GroupSpec, rdzv: Rendezvous, node: int, run: str,
-                  attempt: int) -> list[str]:
-    """The user's command under torchrun on node `node`.
-
-    torch's own rendezvous host would listen on every interface of the head, unauthenticated. Instead
-    the head runs torchrun's agent under glue.train.run.process_group, which serves the store bound to
-    the group's address only (loopback on the local backend); every agent, the head's too, is a client.
-    """
-    host = [python, "-m", "glue.train.run.process_group", f"--host-store={rdzv.endpoint}", "--"]
-    launcher = [
-        *(host if node == 0 else [python, "-m", "torch.distributed.run"]),
-        f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.procs_per_node}",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv.endpoint}", f"--rdzv-id={run}-{attempt}",
-        f"--rdzv-conf=is_host=0,join_timeout={spec.rdzv_timeout_s}",
-        f"--max-restarts={spec.max_restarts}", f"--local-addr={rdzv.node_addrs[node]}",
-        "--monitor-interval=1",
-    ]
-    if len(argv) >= 3 and argv[0].endswith(("python", "python3")) and argv[1] == "-m":
-        return [*launcher, "-m", *argv[2:]]
-    if len(argv) >= 2 and argv[0].endswith(("python", "python3")):
-        return [*launcher, *argv[1:]]
-    return [*launcher, "--no-python", *argv]

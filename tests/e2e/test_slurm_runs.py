@@ -1,8 +1,9 @@
 """Runs through Slurm on a local cluster of 3 VMs x 1 GPU and a warm spare (`glue up --scheduler slurm --spares 1`;
 the GPUs are the slurm role's stand-in device files): the nodes idle with their GPU, the spare held out, a test
 job ran on each node, the munge key secret; five one-GPU runs queue (three run, two wait for Resources) and all
-five complete with their outputs; each start's CUDA_VISIBLE_DEVICES is its allocation's GPU; `glue stop`
-cancels a job; a run asking 2 GPUs per node is refused in one line with nothing submitted or written."""
+five complete with their outputs; each start's CUDA_VISIBLE_DEVICES is its allocation's GPU; a two-node run
+trains through srun + torchrun and `glue stop` cancels it; a run asking 2 GPUs per node is refused in one line
+with nothing submitted or written."""
 
 from __future__ import annotations
 
@@ -184,23 +185,43 @@ def test_five_one_gpu_runs_queue_on_three_gpus_and_all_complete(slurm_kit: Kit, 
     assert "gpukit: job" in fast.glue("logs", "--run", RUNS[0], "--job-output").stdout
 
 
-@pytest.mark.timeout(300)
-def test_glue_stop_cancels_the_job(slurm_kit: Kit, tmp_path: Path) -> None:
+@pytest.mark.timeout(420)
+def test_a_two_node_run_trains_through_srun_and_torchrun_and_glue_stop_cancels_it(slurm_kit: Kit,
+                                                                                   tmp_path: Path) -> None:
+    """`resources: {nodes: 2}`: one srun task per node, each its node's torchrun agent at the allocation's
+    rendezvous (the port picked on node 0), both ranks training one DDP group on two nodes; node 0 records the
+    attempt with both nodes; `glue stop` cancels the job, every node's processes with it."""
     kit, fast = slurm_kit, here(slurm_kit)
-    cfg = run_config(tmp_path, config={"steps": 2000, "step_sleep": 0.2})
+    store = RunStore.open(kit.home, "stopme")
+    cfg = run_config(tmp_path, config={"steps": 2000, "step_sleep": 0.2},
+                     resources={"nodes": 2, "gpus_per_node": 1, "time": "00:30:00"})
     kit.glue("deploy", "--run", "stopme", "--config", str(cfg))
-    wait("stopme trains", lambda: (RunStore.open(kit.home, "stopme").heartbeats(1) or None), 120)
+
+    def both_ranks_step() -> list[dict[str, Any]] | None:
+        beats = store.heartbeats(1)
+        return beats if len(beats) == 2 and all(b.get("step") for b in beats) else None
+
+    beats = wait("both ranks of stopme train", both_ranks_step, 240)
+    assert [(b["rank"], b["node"], b["world_size"]) for b in beats] == [(0, 0, 2), (1, 1, 2)], beats
+    job = squeue(kit)["stopme"]
+    record = store.attempt(1)
+    assert [n["vm"] for n in record["nodes"]] == [b["vm"] for b in beats] and beats[0]["vm"] != beats[1]["vm"], record
+    assert record["scheduler"]["job_id"] == job["job"] and record["vm"] == beats[0]["vm"], record
     # A cancel names the run's job by id and name: an id that is by now another run's job (a new head numbers
     # jobs from 1 again) is left alone.
-    queue.cancel(kit.home, squeue(kit)["stopme"]["job"], "another-run")
+    queue.cancel(kit.home, job["job"], "another-run")
     time.sleep(2)
     assert squeue(kit)["stopme"]["state"] == "RUNNING", squeue(kit)
     out = kit.glue("stop", "--run", "stopme")
     assert "cancelled (scancel)" in out.stderr, out.stderr
     wait("stopme's job gone from the queue", lambda: "stopme" not in squeue(kit) or
          squeue(kit)["stopme"]["state"] not in ("RUNNING", "PENDING", "REQUEUED"), 60)
-    assert RunStore.open(kit.home, "stopme").attempt(1)["failure_class"] == "killed"
+    assert store.attempt(1)["failure_class"] == "killed"
     assert json.loads(fast.glue("status", "--run", "stopme", "--json").stdout)["state"] == "killed"
+    # No trainer left on either node.
+    for vm in {b["vm"] for b in beats}:
+        wait(f"no trainer left on {vm}", lambda v=vm: not kit.glue(
+            "ssh", v, "--", "sh", "-c", "pgrep -f glue.examples.tiny_gpt || true").stdout.strip(), 60)
 
 
 @pytest.mark.timeout(300)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from glue.runs.vm_group import GroupSpec, Rendezvous, node_env, torchrun_argv
+from glue.runs.vm_group import GroupSpec
+from glue.train.run.torchrun import Rendezvous, node_env, torchrun_argv
 
 WORKER = """
 import sys, time, pathlib

@@ -9,9 +9,10 @@ from glue.runs.classify import AttemptClass, Evidence, classify
 from glue.runs.monitor import NodeState, combine
 from glue.runs.records import Manifest
 from glue.runs.timeline import Event, order
-from glue.runs.vm_group import GroupSpec, Rendezvous, node_env, torchrun_argv
+from glue.runs.vm_group import GroupSpec
 from glue.train.layout import error_key, metrics_key
 from glue.train.run.agreement import config_hash, find_mismatch
+from glue.train.run.torchrun import Rendezvous, node_env, torchrun_argv
 
 T0 = "2026-11-30T01:00:00.000000Z"
 

@@ -5,7 +5,8 @@ The script, on the allocated node: a notice file of its own job, removed at ever
 appended under the run's state folder; USR1 (sbatch --signal=B:USR1@<s>, before the time limit and on
 preemption) trapped and turned into the kit's termination notice (the trainer saves at its next step and
 exits PREEMPTED_EXIT); then, on PREEMPTED_EXIT, `scontrol requeue` of its own job, whose next start is
-the next attempt, resumed from the newest valid checkpoint.
+the next attempt, resumed from the newest valid checkpoint. A multi-node job starts one task per node with
+srun (each runs its node's torchrun agent, glue.train.run.slurm_group), and the notice reaches every node.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from glue.runs.config_resources import ResourcesSpec
 from glue.scheduler.slurm import PARTITION
 from glue.train.run.notice import PREEMPTED_EXIT
+from glue.train.run.slurm_group import RDZV_PORT
 from glue.train.run.slurm_job import notice_file, output_file
 
 JOB_PREFIX = "gpukit-"  # every job glue submits is named gpukit-<run>
@@ -96,10 +98,10 @@ class BatchScript:
             f"notice=\"{notice}\"\n"
             "rm -f \"$notice\"\n"
             "# trapped before the start line: a USR1 once the job says it started never ends the shell\n"
-            "trap 'echo \"gpukit: USR1 from Slurm: termination notice\"; touch \"$notice\"' USR1\n"
+            f"trap 'echo \"gpukit: USR1 from Slurm: termination notice\"; {self._notify()}' USR1\n"
             "echo \"gpukit: job $SLURM_JOB_ID start ${SLURM_RESTART_COUNT:-0} on $SLURMD_NODENAME "
             "(nodes $SLURM_JOB_NODELIST, CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-})\"\n"
-            f"{q(self.python)} -m glue.train.run.slurm_job \"$notice\" &\n"
+            f"{self._start(q(self.python))}"
             "child=$!\n"
             "# a trapped signal interrupts wait (status > 128): wait again until the child has exited; its own\n"
             "# status then comes from one more wait (bash keeps it), never from the interrupted one\n"
@@ -111,3 +113,21 @@ class BatchScript:
             "fi\n"
             "exit \"$code\"\n"
         )
+
+    def _notify(self) -> str:
+        """The trap's action: the notice file on this node, and on every node of a multi-node job (a step of
+        its own beside the running one, no GPUs)."""
+        if self.options.nodes == 1:
+            return 'touch \"$notice\"'
+        return ('touch \"$notice\"; srun --overlap --gres=none --ntasks-per-node=1 -N \"$SLURM_JOB_NUM_NODES\" '
+                'touch \"$notice\" || true')
+
+    def _start(self, python: str) -> str:
+        """The start line, in the background: slurm_job on this node; for a multi-node job one srun task per
+        node (each with the job's GPUs on its node), after picking node 0's free rendezvous port."""
+        job = f"{python} -m glue.train.run.slurm_job \"$notice\" &\n"
+        if self.options.nodes == 1:
+            return job
+        return (f"{RDZV_PORT}=$({python} -m glue.train.run.slurm_group port \"$SLURMD_NODENAME\") || exit 1\n"
+                f"export {RDZV_PORT}\n"
+                f"srun --kill-on-bad-exit=1 --ntasks-per-node=1 {job}")

@@ -26,7 +26,7 @@ from glue.runs.deploy import Deployment, git_version
 from glue.runs.records import Manifest
 from glue.runs.store import RunStore, utc_iso
 from glue.runs.vm_group import GroupSpec
-from glue.scheduler.slurm import queue
+from glue.scheduler.slurm import SPARE_REASON, queue
 from glue.scheduler.slurm.batch import BatchScript, SbatchOptions, gpus_of
 from glue.scheduler.slurm.nodes import NodeState, head, node_states
 from glue.train import trainer_vars as V
@@ -47,9 +47,11 @@ def check_fits(options: SbatchOptions, states: list[NodeState]) -> None:
         raise GlueError(f"resources.gpus_per_node is {options.gpus_per_node}, but no node of the Slurm cluster has "
                         f"more than {most} GPU(s) ({', '.join(f'{n.name} {gpus_of(n.gres)}' for n in states)}): "
                         f"ask for at most {most}, or add bigger VMs")
-    if options.nodes > 1:
-        raise GlueError(f"resources.nodes is {options.nodes}: multi-node Slurm jobs (srun + torchrun) are not "
-                        "supported yet; use nodes: 1 (with gpus_per_node for the node's GPUs)")
+    able = [n.name for n in states if gpus_of(n.gres) >= options.gpus_per_node and n.reason != SPARE_REASON]
+    if options.nodes > len(able):
+        raise GlueError(f"resources.nodes is {options.nodes}, but the Slurm cluster has {len(able)} node(s) with "
+                        f"{options.gpus_per_node} GPU(s) outside the spares ({', '.join(able) or 'none'}): ask for "
+                        f"at most {len(able)}, or `glue up --vms {options.nodes}` for more nodes")
 
 
 def refuse_flags(resume: bool, vm: str | None, group: GroupSpec) -> None:
@@ -140,7 +142,9 @@ def job_spec(home: Path, store: RunStore, rc: runconfig.RunConfig, host: Host, a
         bucket=SpecBucket(name=info.name, endpoint=info.endpoint, region=info.signing_region),
         credentials_file=remote.CREDENTIALS_PATH, credentials=credentials_doc(store.creds).decode(),
         image_python=remote.python(host), scratch=remote.SCRATCH, backend=host.backend,
-        vm_ids={h.name: h.id for h in current.hosts(home)}, workspace=prep, memory_limit_mb=memory_limit_mb)
+        vm_ids={h.name: h.id for h in current.hosts(home)}, workspace=prep, memory_limit_mb=memory_limit_mb,
+        nodes=rc.resources.nodes if rc.resources else 1,
+        procs_per_node=rc.resources.gpus_per_node if rc.resources else 1)
 
 
 def submit_job(home: Path, host: Host, run: str, spec: SlurmJobSpec, script: str) -> str:

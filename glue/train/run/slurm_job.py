@@ -25,6 +25,8 @@ from typing import Any
 from glue.train import trainer_vars as V
 from glue.train.layout import attempt_key, run_uri
 from glue.train.run.launch import LaunchSpec, SpecBucket, TrainerEnv, node_vars, workdir_vars
+from glue.train.run.slurm_group import RDZV_PORT, GroupError, JobGroup
+from glue.train.run.torchrun import node_env, torchrun_argv
 from glue.train.state_paths import RUN_STATE_ROOT, StatePaths
 from glue.train.storage.credentials import credentials_from_file
 from glue.train.storage.target import Storage, open_target
@@ -60,6 +62,8 @@ class SlurmJobSpec:
     vm_ids: dict[str, str] = field(default_factory=dict)  # node (VM) name -> VM id, as the cluster had them
     workspace: dict[str, Any] | None = None  # glue.workdir.pin.Workspace.prepare_spec less the attempt
     memory_limit_mb: int | None = None
+    nodes: int = 1  # resources.nodes: more than one runs the command under torchrun on every node (srun)
+    procs_per_node: int = 1  # torchrun's processes per node: resources.gpus_per_node
 
     def to_json(self) -> str:
         doc = dataclasses.asdict(self)
@@ -82,24 +86,30 @@ class Allocation:
     nodelist: str
     node: str
     gpus: str | None  # CUDA_VISIBLE_DEVICES as Slurm set it from the job's GPUs (gres)
+    node_index: int = 0  # SLURM_NODEID: this task's node in a multi-node job (srun)
+    rdzv_port: int | None = None  # a multi-node job's rendezvous port, picked on node 0 by the batch script
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Allocation:
+        port = env.get(RDZV_PORT, "")
         return cls(job_id=env.get("SLURM_JOB_ID", ""), restart_count=int(env.get("SLURM_RESTART_COUNT") or 0),
                    nodelist=env.get("SLURM_JOB_NODELIST", ""),
-                   node=env.get("SLURMD_NODENAME") or socket.gethostname(), gpus=env.get("CUDA_VISIBLE_DEVICES"))
+                   node=env.get("SLURMD_NODENAME") or socket.gethostname(), gpus=env.get("CUDA_VISIBLE_DEVICES"),
+                   node_index=int(env.get("SLURM_NODEID") or 0), rdzv_port=int(port) if port.isdigit() else None)
 
     def as_record(self) -> dict[str, Any]:
         return {"name": "slurm", "job_id": self.job_id, "restart_count": self.restart_count,
                 "nodelist": self.nodelist, "cuda_visible_devices": self.gpus}
 
 
-def attempt_record(spec: SlurmJobSpec, alloc: Allocation, number: int) -> dict[str, Any]:
-    """attempts/<n>.json as glue.runs.records.AttemptRecord spells it, with the Slurm start it was."""
-    vm_id = spec.vm_ids.get(alloc.node)
-    return {"run": spec.run, "attempt": number, "vm": alloc.node, "vm_id": vm_id, "backend": spec.backend,
-            "resume": spec.resume or number > spec.first_attempt,
-            "nodes": [{"node": 0, "vm": alloc.node, "vm_id": vm_id}], "started_at": iso(utc_now()),
+def attempt_record(spec: SlurmJobSpec, alloc: Allocation, number: int,
+                   group: JobGroup | None = None) -> dict[str, Any]:
+    """attempts/<n>.json as glue.runs.records.AttemptRecord spells it, with the Slurm start it was (written
+    by node 0, which names every node of a multi-node job)."""
+    names = group.nodes if group else (alloc.node,)
+    nodes = [{"node": k, "vm": name, "vm_id": spec.vm_ids.get(name)} for k, name in enumerate(names)]
+    return {"run": spec.run, "attempt": number, "vm": names[0], "vm_id": nodes[0]["vm_id"], "backend": spec.backend,
+            "resume": spec.resume or number > spec.first_attempt, "nodes": nodes, "started_at": iso(utc_now()),
             "memory_limit_mb": spec.memory_limit_mb, "scheduler": alloc.as_record()}
 
 
@@ -117,12 +127,12 @@ def _records(spec: SlurmJobSpec) -> Storage:
 
 
 def launch_spec(spec: SlurmJobSpec, alloc: Allocation, number: int, ready: dict[str, Any] | None,
-                notice: str) -> LaunchSpec:
+                notice: str, group: JobGroup | None = None) -> LaunchSpec:
     """The supervisor's launch spec for this start: the attempt's number and resume flag, the node, the
-    prepared code and venv, and the job's own notice file."""
+    prepared code and venv, the job's own notice file; in a multi-node job the command under torchrun."""
     base = TrainerEnv.from_env(spec.env)
     trainer = dataclasses.replace(base, attempt=number, resume=spec.resume or number > spec.first_attempt)
-    env = {**spec.env, **trainer.to_env(), **node_vars(0, alloc.node), V.NOTICE_FILE: notice}
+    env = {**spec.env, **trainer.to_env(), **node_vars(alloc.node_index, alloc.node), V.NOTICE_FILE: notice}
     argv, cwd = list(spec.command), None
     if ready:
         if argv and argv[0] == spec.image_python:
@@ -133,7 +143,12 @@ def launch_spec(spec: SlurmJobSpec, alloc: Allocation, number: int, ready: dict[
             env.update(workdir_vars(code, str(ready["package_sha256"])))
             env["PYTHONPATH"] = f"{code}:{extra}" if extra else code
             cwd = code
-    return LaunchSpec(run=spec.run, attempt=number, command=argv, env=env, bucket=spec.bucket,
+    if group is not None:
+        rdzv = group.rendezvous()
+        argv = torchrun_argv(str(ready["python"]) if ready else spec.image_python, argv, group.shape, rdzv,
+                             group.index, spec.run, number)
+        env = {**node_env(rdzv, group.index), **env}  # a user's own setting in run.yaml `env` wins
+    return LaunchSpec(run=spec.run, attempt=number, node=alloc.node_index, command=argv, env=env, bucket=spec.bucket,
                       memory_limit_mb=spec.memory_limit_mb, credentials_file=spec.credentials_file,
                       cwd=cwd or spec.scratch)
 
@@ -172,14 +187,27 @@ def _supervise(spec_path: str, pids_path: str) -> tuple[subprocess.Popen[bytes],
     return proc, {}
 
 
+def _group(spec: SlurmJobSpec, alloc: Allocation) -> JobGroup | None:
+    """A multi-node job's group as this node sees it; None for a single-node job."""
+    if spec.nodes <= 1:
+        return None
+    return JobGroup.of(alloc.nodelist, alloc.node_index, alloc.rdzv_port, spec.procs_per_node)
+
+
 def start(spec: SlurmJobSpec, alloc: Allocation, notice: str) -> int:
-    """This start of the job: prepares the workspace, starts the supervisor, records the attempt once the
-    trainer runs (a record without a trainer reads as one that never started). Its exit code."""
+    """This start of the job on this node: prepares the workspace, starts the supervisor; node 0 records the
+    attempt once its trainer runs (a record without a trainer reads as one that never started). Its exit code."""
     number = spec.first_attempt + alloc.restart_count
     paths = StatePaths.of(spec.run, number)
     _write_private(spec.credentials_file, spec.credentials)
-    record = attempt_record(spec, alloc, number)
+    try:
+        group = _group(spec, alloc)
+    except GroupError as exc:
+        print(f"gpukit: {alloc.node} cannot join the job's group: {exc}", file=sys.stderr)
+        return 2
+    record = attempt_record(spec, alloc, number, group)
     records = _records(spec)
+    recorder = alloc.node_index == 0
     ready = None
     if spec.workspace:
         ws = {**spec.workspace, "attempt": number, "bucket": spec.bucket.as_dict(),
@@ -188,20 +216,23 @@ def start(spec: SlurmJobSpec, alloc: Allocation, notice: str) -> int:
         try:
             ready = prepare_workspace(paths.workspace_spec)
         except RuntimeError as exc:
-            record.update(failure_class="user_error", reason=f"preparing the run's workspace failed: {exc}",
-                          ended_at=iso(utc_now()))
-            records.put(attempt_key(number), json.dumps(record).encode())
-            print(f"gpukit: preparing the run's workspace failed: {exc}", file=sys.stderr)
+            print(f"gpukit: preparing the run's workspace failed on {alloc.node}: {exc}", file=sys.stderr)
+            if recorder:  # (another node's failure ends the job: srun --kill-on-bad-exit)
+                record.update(failure_class="user_error", reason=f"preparing the run's workspace failed: {exc}",
+                              ended_at=iso(utc_now()))
+                records.put(attempt_key(number), json.dumps(record).encode())
             return 2
         record["nodes"][0].update(code_sha256=ready["package_sha256"], requirements_set=ready["requirements_set"])
-    if alloc.restart_count or spec.resume:  # a requeue, or glue's resubmission after the head was lost
+    if recorder and (alloc.restart_count or spec.resume):  # a requeue, or a resubmission after the head was lost
         record["scheduler"]["resume_from"] = newest_valid_checkpoint(spec)
-    _write_private(paths.spec, launch_spec(spec, alloc, number, ready, notice).to_json().decode())
+    Path(notice).parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # where the batch script's USR1 trap touches
+    _write_private(paths.spec, launch_spec(spec, alloc, number, ready, notice, group).to_json().decode())
     Path(spec.scratch).mkdir(parents=True, exist_ok=True)
     proc, pids = _supervise(paths.spec, paths.pids)
-    record["nodes"][0].update(pids)
-    record.update(pids)
-    records.put(attempt_key(number), json.dumps(record).encode())
+    if recorder:
+        record["nodes"][0].update(pids)
+        record.update(pids)
+        records.put(attempt_key(number), json.dumps(record).encode())
     return proc.wait()
 
 

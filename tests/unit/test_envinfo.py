@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-SCRIPT = "import json, sys; from glue.train.run import envinfo; print(json.dumps([envinfo.collect(), 'torch' in sys.modules]))"
+SCRIPT = ("import json, sys; from glue.train.run import envinfo; "
+          "print(json.dumps([envinfo.collect(), 'torch' in sys.modules]))")
 
 
 def _collect(env: dict[str, str] | None = None) -> tuple[dict[str, object], bool]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -176,8 +177,20 @@ def newest_valid_checkpoint(spec: SlurmJobSpec) -> int | None:
 
 
 def _supervise(spec_path: str, pids_path: str) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    """The same supervisor a VM attempt runs, started; returns it with its pids once it started the trainer."""
+    """The same supervisor a VM attempt runs, started; returns it with its pids once it started the trainer.
+
+    Slurm's SIGTERM (scancel, the time limit) reaches every process of the step at once. This one passes it on
+    and stays until the supervisor has ended: were it to die first, the supervisor and the trainer below it
+    would leave the step's process tree (proctrack/linuxproc follows parents), and Slurm's SIGKILL after
+    KillWait would miss them."""
     proc = subprocess.Popen([sys.executable, "-m", "glue.train.run.supervise", spec_path])
+
+    def forward(signum: int, _frame: object) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
     pids = Path(pids_path)
     while proc.poll() is None:
         try:

@@ -224,7 +224,8 @@ def test_a_two_node_run_trains_through_srun_and_torchrun_and_glue_stop_cancels_i
     for vm in sorted(on.values()):
         left = ""
         for _ in range(60):
-            left = kit.glue("ssh", vm, "--", "sh", "-c", "pgrep -af 'glue[.]examples[.]tiny_gpt' || true").stdout.strip()
+            left = kit.glue("ssh", vm, "--", "sh", "-c", "pgrep -af 'glue[.]examples[.]tiny_gpt' || true").stdout
+            left = left.strip()
             if not left:
                 break
             time.sleep(1)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from glue.runs import config as runconfig
 from glue.runs import remote, workspace
 from glue.runs.records import Manifest
 from glue.runs.store import RunStore
+from glue.shell_secrets import from_shell
 from glue.train.run.launch import TrainerEnv
 from glue.train.run.probe import SNAPSHOT
 from glue.train.state_paths import StatePaths
@@ -52,11 +52,7 @@ def run_config(run: str, manifest: Manifest, bucket: str) -> runconfig.RunConfig
 def secrets_env(run: str, rc: runconfig.RunConfig) -> dict[str, str]:
     """The run's `secrets:` from this shell's environment, as deploy hands them to an attempt: a trial of a job
     that needs one (a hub token, a tracker key) runs as the job does. A missing one is one line."""
-    missing = [name for name in rc.secrets if name not in os.environ]
-    if missing:
-        raise GlueError(f"run {run} needs {', '.join(missing)} (its `secrets:`) in this shell's environment for "
-                        "its trials, as glue deploy does: export them and run memprobe again")
-    return {name: os.environ[name] for name in rc.secrets}
+    return from_shell(rc.secrets, f"run memprobe again: run {run}'s trials run as its attempts do")
 
 
 def pick_host(home: Path, vm: str | None, failed_on: str | None) -> Host:

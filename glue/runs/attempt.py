@@ -14,7 +14,6 @@ with the same trainer environment (glue.runs.trainer_env) and attempt record (gl
 
 from __future__ import annotations
 
-import os
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from glue.runs import vm_group as group_mod
 from glue.runs.records import AttemptRecord
 from glue.runs.store import RunStore
 from glue.runs.vm_group import GroupSpec
+from glue.shell_secrets import from_shell
 from glue.train.run import torchrun
 from glue.train.run.launch import LaunchSpec, SpecBucket, node_vars
 from glue.train.run.start import WARM_SOCKET
@@ -119,7 +119,7 @@ class Attempt:
             self.rdzv = group_mod.rendezvous(self.home, self.hosts, [remote.python(h) for h in self.hosts])
         # Built before anything is recorded: a secret missing here (a recovery does not preflight them) leaves
         # no attempt record behind.
-        env = {**self.rc.env, **{name: os.environ[name] for name in self.rc.secrets},
+        env = {**self.rc.env, **from_shell(self.rc.secrets, f"run the command again (run {self.store.run})"),
                **trainer_env.for_vm(self.store, self.rc, self.number, self.resume).to_env(), "PYTHONUNBUFFERED": "1"}
         record = self._record()
         self.store.put_attempt(record)

@@ -8,7 +8,6 @@ bucket (the boundary guard), the command or image exists on the VM, every secret
 from __future__ import annotations
 
 import hashlib
-import os
 import shlex
 import subprocess
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,6 +29,7 @@ from glue.runs.classify import AttemptClass
 from glue.runs.records import Manifest
 from glue.runs.store import RunStore
 from glue.runs.vm_group import GroupSpec
+from glue.shell_secrets import from_shell
 from glue.storage import bucket as bucket_store
 from glue.train.run.torchrun import Rendezvous
 from glue.workdir import plan as wplan
@@ -233,10 +233,7 @@ class Deployment:
                 for what, location in rc.locations().items():
                     guard.check_location(self.home, host, self.store, what, location)
                 argvs.append(attempt_mod.check_command(self.home, host, rc, checked))
-            missing = [s for s in rc.secrets if s not in os.environ]
-            if missing:
-                raise GlueError(f"secret {missing[0]} is not set in your environment; export it (its value is "
-                                "handed to the trainer in a 0600 file, never stored)")
+            from_shell(rc.secrets, "deploy again")
             digest = _image_digest(self.home, self.hosts[0], rc.image)
             rdzv = group_mod.rendezvous(self.home, self.hosts, [remote.python(h) for h in self.hosts]) \
                 if self.group.distributed else None

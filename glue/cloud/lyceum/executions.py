@@ -15,13 +15,13 @@ controller's environment at submit time, and scrubbed from every error this modu
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from glue.cloud.lyceum.api import LyceumClient, LyceumError
 from glue.errors import GlueError
+from glue.shell_secrets import from_shell
 
 
 def _route(*parts: str) -> str:
@@ -75,12 +75,7 @@ class Submission:
         return out
 
     def secret_values(self, environ: dict[str, str] | None = None) -> dict[str, str]:
-        source = os.environ if environ is None else environ
-        missing = [name for name in self.secrets if not source.get(name)]
-        if missing:
-            raise GlueError(f"secret {', '.join(missing)} is not set in this shell: export it before submitting "
-                            "(secrets are passed by name, never written to run.yaml)")
-        values = {name: source[name] for name in self.secrets}
+        values = from_shell(self.secrets, "submit again", environ)
         bad = [name for name, value in values.items() if "\n" in value or "\r" in value]
         if bad:
             raise GlueError(f"secret {', '.join(bad)} spans lines; docker_run_env holds one KEY=value per line")

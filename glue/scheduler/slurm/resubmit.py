@@ -16,7 +16,6 @@ controller does not know is resubmitted:
 
 from __future__ import annotations
 
-import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ from glue.scheduler.slurm import queue
 from glue.scheduler.slurm.batch import BatchScript, SbatchOptions
 from glue.scheduler.slurm.nodes import head, node_states
 from glue.scheduler.slurm.submit import check_fits, job_spec, submit_job
+from glue.shell_secrets import from_shell
 from glue.train import trainer_vars as V
 from glue.train.run.notice import PREEMPTED_EXIT
 from glue.workdir.pin import Workspace
@@ -93,11 +93,9 @@ def decide(sched: dict[str, Any], head_id: str | None, latest: AttemptRecord | N
 
 
 def missing_secret(run: str, rc: runconfig.RunConfig) -> None:
-    """One line naming the first secret this shell lacks: the job's environment carries them."""
-    missing = [name for name in rc.secrets if name not in os.environ]
-    if missing:
-        raise GlueError(f"run {run}: secret {missing[0]} is not set in this shell's environment; the resubmitted "
-                        f"job needs it: export it and run `glue recover --run {run}` again (nothing submitted)")
+    """One line naming the secrets this shell lacks: the job's environment carries them."""
+    from_shell(rc.secrets, f"run `glue recover --run {run}` again (nothing submitted: the resubmitted job "
+                           "carries the secrets)")
 
 
 def stop_stale(home: Path, latest: AttemptRecord) -> None:

@@ -9,7 +9,6 @@ options); every (re)start of the job records its own attempt on its node (glue.t
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from glue.runs.vm_group import GroupSpec
 from glue.scheduler.slurm import SPARE_REASON, queue
 from glue.scheduler.slurm.batch import BatchScript, SbatchOptions, gpus_of
 from glue.scheduler.slurm.nodes import NodeState, head, node_states
+from glue.shell_secrets import from_shell
 from glue.train import trainer_vars as V
 from glue.train.run.launch import SpecBucket
 from glue.train.run.slurm_job import SlurmJobSpec
@@ -132,7 +132,7 @@ def job_spec(home: Path, store: RunStore, rc: runconfig.RunConfig, host: Host, a
     """What every start of the run's job needs: its command, environment (run.yaml's env, the secrets from
     this shell, the trainer's), the bucket and its keys, the workspace to prepare. A resubmission (the head
     lost with its queue) starts at the run's next attempt, resumed."""
-    env = {**rc.env, **{name: os.environ[name] for name in rc.secrets},
+    env = {**rc.env, **from_shell(rc.secrets, f"submit run {store.run} again"),
            **trainer_env.for_vm(store, rc, first_attempt, resume).to_env(), "PYTHONUNBUFFERED": "1"}
     prep = {k: v for k, v in ws.prepare_spec(store.run, first_attempt).items() if k != "attempt"} \
         if ws.needs_prepare else None

@@ -58,6 +58,7 @@ from glue.runs.config_resources import ResourcesSpec
 RUN_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 SECRET_NAME_RE = r"^[A-Z_][A-Z0-9_]*$"
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "run-config.schema.json"
+STARTUP_TIMEOUT_S = 300.0  # monitor.startup_timeout_seconds' default
 
 NonEmpty = Annotated[StrictStr, StringConstraints(min_length=1)]
 
@@ -96,13 +97,14 @@ class CheckpointSpec(_Strict):
 
 
 class MonitorSpec(_Strict):
-    """Heartbeat period and how long a silent heartbeat may last before the run counts as stalled."""
+    """Heartbeat period, the stall timeout, the trainer's budget to its first step, when a VM counts as lost."""
 
     heartbeat_seconds: Annotated[float, Field(ge=0.1, le=3600)] = 2.0
     stall_timeout_seconds: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = 60.0
+    startup_timeout_seconds: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = STARTUP_TIMEOUT_S
     lost_after_seconds: Annotated[float, Field(gt=0, le=24 * 3600)] = 5.0
 
-    @field_validator("heartbeat_seconds", "stall_timeout_seconds", "lost_after_seconds", mode="before")
+    @field_validator("*", mode="before")
     @classmethod
     def _number(cls, v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, int | float):

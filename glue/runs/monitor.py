@@ -19,6 +19,7 @@ from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
+from glue.runs import config as runconfig
 from glue.runs import guard, lease, memprobe_hint, records, remote, serverless_state, timeline
 from glue.runs.classify import STORAGE, AttemptClass, Diagnosis, Evidence, classify
 from glue.runs.guard import MOUNT
@@ -169,7 +170,7 @@ def gather(home: Path, store: RunStore, attempt: AttemptRecord, manifest: Manife
     unreachable: ids of VMs already known not to answer SSH (glue watch's probe): not tried again."""
     n = attempt.attempt
     backend = get_backend(attempt.backend, home)
-    ev = Evidence(stall_timeout_s=float(manifest.monitor.get("stall_timeout_seconds", 60)))
+    ev = Evidence()
     # Any run may use the mount (its own code reading data or writing logs there), so its state is evidence
     # for every run; it only decides the class when the trainer is stuck or its error is about /mnt/s3.
     states = [_execution_state(store, n, attempt)] if serverless_state.is_serverless(attempt) else \
@@ -184,6 +185,7 @@ def gather(home: Path, store: RunStore, attempt: AttemptRecord, manifest: Manife
     ev.log_tail = "\n".join(store.log_text(n, log_node if len(states) > 1 else None).splitlines()[-80:])
     beat = next((b for b in beats if int(b.get("rank", 0)) == 0), None)
     ev.heartbeat_step = beat.get("step") if beat else None
+    ev.stall_timeout_s = stall_timeout_s(manifest.monitor, ev.heartbeat_step)
     # No step yet: count from this process's start (a torchrun restart starts late in the attempt).
     since = (beat or {}).get("step_at") or (beat or {}).get("started_at") or attempt.started_at
     if since:
@@ -191,6 +193,16 @@ def gather(home: Path, store: RunStore, attempt: AttemptRecord, manifest: Manife
     if ev.exit_code == 0:
         ev.outputs_missing = missing_outputs(store, manifest)
     return ev, beat
+
+
+def stall_timeout_s(monitor: dict[str, Any], step: object) -> float:
+    """How long rank 0's heartbeat step may stay unchanged before a live trainer is a stall: the stall timeout,
+    and before its first step (imports, data, compilation: minutes for a real job, and a loaded host's seconds)
+    the startup's budget, never less."""
+    stall = float(monitor.get("stall_timeout_seconds", 60))
+    if step is not None:
+        return stall
+    return max(stall, float(monitor.get("startup_timeout_seconds", runconfig.STARTUP_TIMEOUT_S)))
 
 
 def checkpoint_storage(store: RunStore, manifest: Manifest) -> Storage | None:

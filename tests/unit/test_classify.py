@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from glue.runs.classify import AttemptClass, Evidence, classify
+from glue.runs.monitor import stall_timeout_s
 from glue.train import layout
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -122,3 +123,16 @@ def test_a_trainer_stuck_on_a_dead_mount_is_storage_lost_not_a_stall() -> None:
     # A bug of the trainer's own stays the trainer's, dead mount or not.
     v = classify(Evidence(exit_code=1, error_text="ValueError: boom", storage_problem=dead, process_alive=False))
     assert v.outcome is AttemptClass.USER_ERROR
+
+
+def test_a_trainer_before_its_first_step_has_the_startup_budget() -> None:
+    """Imports, data and compilation come before the first step (minutes for a real job, many seconds on a loaded
+    host): until rank 0 reports one, the live trainer is a stall only past monitor.startup_timeout_seconds."""
+    mon = {"stall_timeout_seconds": 20, "startup_timeout_seconds": 120}
+    assert stall_timeout_s(mon, 7) == 20 and stall_timeout_s(mon, None) == 120
+    assert stall_timeout_s({"stall_timeout_seconds": 600, "startup_timeout_seconds": 120}, None) == 600  # never less
+    assert stall_timeout_s({}, None) == 300 and stall_timeout_s({}, 0) == 60  # an old manifest: the defaults
+    starting = Evidence(process_alive=True, heartbeat_age_s=90, stall_timeout_s=stall_timeout_s(mon, None))
+    assert classify(starting).outcome is AttemptClass.RUNNING
+    stuck = Evidence(process_alive=True, heartbeat_age_s=90, heartbeat_step=7, stall_timeout_s=stall_timeout_s(mon, 7))
+    assert classify(stuck).outcome is AttemptClass.STALL

@@ -38,8 +38,10 @@ PROBE_STEPS = "GPUKIT_PROBE_STEPS"
 PROBE_MODE = "GPUKIT_PROBE_MODE"  # "trial" (default) or "breakdown" (on CUDA: a memory snapshot of the last step)
 # A Slurm batch job's start (glue.train.run.slurm_job): its JSON, in the job's environment as sbatch keeps it
 SLURM_SPEC = "GPUKIT_SLURM_SPEC"
+# A multi-node job's rendezvous port, picked on node 0 by the batch script (glue.train.run.slurm_group)
+SLURM_RDZV_PORT = "GPUKIT_SLURM_RDZV_PORT"
 
 ALL = (RUN, ATTEMPT, RESUME, CONFIG, CHECKPOINT, CHECKPOINT_INTERVAL, KEEP_LAST, OUTPUTS, HEARTBEAT_SECONDS, SCRATCH,
        BUCKET_NAME, BUCKET_ENDPOINT, BUCKET_REGION, CREDENTIALS_FILE, BUCKET_VIA, BUCKET_MOUNT, VM, NODE, STOP_AT,
        NOTICE_FILE, EVAL_URI, EVAL_SHA256, HOLD_AT, WORKDIR, CODE_SHA256, SLURM_SPEC,
-       PROBE_DIR, PROBE_STEPS, PROBE_MODE)
+       SLURM_RDZV_PORT, PROBE_DIR, PROBE_STEPS, PROBE_MODE)

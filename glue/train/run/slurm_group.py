@@ -14,9 +14,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from glue.train import trainer_vars as V
 from glue.train.run.torchrun import GroupShape, Rendezvous, iface_of
 
-RDZV_PORT = "GPUKIT_SLURM_RDZV_PORT"
+RDZV_PORT = V.SLURM_RDZV_PORT
 
 
 class GroupError(RuntimeError):

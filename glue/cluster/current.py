@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from glue.bucket_access import BucketInfo, own
 from glue.cloud import BACKENDS, get_backend
@@ -140,9 +140,19 @@ def bucket_info(home: Path) -> BucketInfo:
     return BucketInfo(**out) if out else backend.bucket()
 
 
-def host_of_node(home: Path, node: dict[str, Any]) -> inventory.Host | None:
+class OnVm(Protocol):
+    """What a run's records say a thing ran on: an attempt node (glue.runs.records.AttemptNode) or an attempt."""
+
+    @property
+    def vm(self) -> str: ...
+
+    @property
+    def vm_id(self) -> str | None: ...
+
+
+def host_of_node(home: Path, node: OnVm) -> inventory.Host | None:
     """The inventory host of an attempt's (or node's) VM, if that very VM is still in the cluster."""
     for h in hosts(home):
-        if h.name == node.get("vm") and h.id == node.get("vm_id"):
+        if h.name == node.vm and h.id == node.vm_id:
             return h
     return None

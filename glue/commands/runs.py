@@ -89,7 +89,7 @@ def run_summary(report: monitor.Report) -> dict[str, Any]:
         "step": beat.get("step"), "loss": beat.get("loss"), "step_at": beat.get("step_at"),
         "heartbeat_age_s": report.evidence.heartbeat_age_s, "incident": report.incident_key,
         "memory": beat.get("memory"),
-        "nodes": [n.get("vm") for n in report.attempt.nodes] or None,
+        "nodes": [n.vm for n in report.attempt.nodes] or None,
         "rendezvous": report.attempt.rendezvous,
         "execution": report.attempt.execution_id,  # runtime lyceum-run: the Lyceum execution
     }

@@ -34,7 +34,7 @@ def blockers(home: Path, only: set[str] | None = None) -> list[str]:
     for run in run_ids(info, creds):
         store = RunStore(info, creds, run)
         latest = store.latest_attempt()
-        on = {str(nd.get("vm_id")) for nd in records.nodes_of(latest)} if latest else set()
+        on = {str(nd.vm_id) for nd in records.nodes_of(latest)} if latest else set()
         if not on & hosts.keys():
             continue  # not on these VMs (anymore)
         rep = monitor.check(home, store)

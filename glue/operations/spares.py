@@ -29,6 +29,7 @@ from glue.infra import inventory
 from glue.infra.inventory import Host
 from glue.infra.terraform import Terraform, vm_address
 from glue.operations import converge, convergence, lifecycle, warm_spares
+from glue.runs.records import AttemptNode
 
 
 def log_path(home: Path) -> Path:
@@ -63,7 +64,7 @@ def take(home: Path, console: Console, lost: list[tuple[str, str | None]], run: 
 SparesUsed = dict[str, dict[str, Any]]  # {lost VM name: {spare, idle_since, taken_at}}
 
 
-def for_recovery(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm: bool,
+def for_recovery(home: Path, console: Console, nodes: list[AttemptNode], same_vm: bool,
                  keep: list[lifecycle.KeptVM], run: str) -> tuple[list[Host], list[str], SparesUsed] | None:
     """Warm spares for the VMs `provision` would replace (the node of a single-node run, a group's lost or
     kept VMs), taken at once with no terraform run; None without enough healthy spares (then `provision`).
@@ -73,11 +74,11 @@ def for_recovery(home: Path, console: Console, nodes: list[dict[str, Any]], same
         return None
     backend = get_backend(cfg.backend, home)
     kept = {k.name for k in keep}
-    out = [nd for nd in nodes if len(nodes) == 1 or str(nd["vm"]) in kept or backend.read_vm(str(nd["vm_id"])) is None]
+    out = [nd for nd in nodes if len(nodes) == 1 or nd.vm in kept or backend.read_vm(str(nd.vm_id)) is None]
     pending = {t.name for t in spare_roles.taken(home)}
-    if not out or any(str(nd["vm"]) not in cfg.vm_names() or str(nd["vm"]) in pending for nd in out):
+    if not out or any(nd.vm not in cfg.vm_names() or nd.vm in pending for nd in out):
         return None  # a name outside the cluster (provision says so), or one a spare already serves unsettled
-    used = take(home, console, [(str(nd["vm"]), None if str(nd["vm"]) in kept else str(nd["vm_id"]))
+    used = take(home, console, [(nd.vm, None if nd.vm in kept else str(nd.vm_id))
                                        for nd in out], run)
     if used is None:
         console.print("no healthy warm spare for every lost VM: provisioning with terraform")
@@ -90,7 +91,7 @@ def for_recovery(home: Path, console: Console, nodes: list[dict[str, Any]], same
                 lifecycle.keep(home, vm)
     for t in used:
         console.print(f"provision: warm spare {t.spare} takes the place of {t.name}")
-    return ([current.host(home, str(nd["vm"])) for nd in nodes], sorted(t.name for t in used),
+    return ([current.host(home, nd.vm) for nd in nodes], sorted(t.name for t in used),
             {t.name: {"spare": t.spare, "idle_since": t.idle_since, "taken_at": t.at} for t in used})
 
 

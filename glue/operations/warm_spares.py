@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -20,6 +19,7 @@ from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.runs import remote
+from glue.runs.records import AttemptNode
 from glue.train.run.start import WARM_DIR, WARM_SOCKET
 
 PID_FILE = f"{WARM_SOCKET}.pid"  # written by the warm process once it listens; gone once it took an attempt
@@ -58,16 +58,16 @@ def arm(home: Path, console: Console, spares: list[Host]) -> list[str]:
     return started
 
 
-def trainer_start(node: dict[str, Any]) -> dict[str, str]:
+def trainer_start(node: AttemptNode) -> dict[str, str]:
     """How an attempt node's trainer started, from its pids (read into the attempt record's node):
     {"start": "warm"} or {"start": "cold", "cold_reason": why, when a warm process was there}."""
-    how = {"start": str(node.get("start") or "cold")}
-    if node.get("cold_reason"):
-        how["cold_reason"] = str(node["cold_reason"])
+    how = {"start": str(node.start or "cold")}
+    if node.cold_reason:
+        how["cold_reason"] = str(node.cold_reason)
     return how
 
 
-def say_start(console: Console, names: list[str], nodes: list[dict[str, Any]], spares: set[str]) -> None:
+def say_start(console: Console, names: list[str], nodes: list[AttemptNode], spares: set[str]) -> None:
     """One line per spare the attempt started on: warm, or cold and why."""
     for name, node in zip(names, nodes, strict=False):
         if name not in spares:

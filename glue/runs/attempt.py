@@ -26,7 +26,7 @@ from glue.infra.inventory import Host
 from glue.runs import config as runconfig
 from glue.runs import docker_run, remote, trainer_env, workspace
 from glue.runs import vm_group as group_mod
-from glue.runs.records import AttemptRecord
+from glue.runs.records import AttemptNode, AttemptRecord
 from glue.runs.store import RunStore
 from glue.runs.vm_group import GroupSpec
 from glue.shell_secrets import from_shell
@@ -73,6 +73,17 @@ def check_command(home: Path, host: Host, rc: runconfig.RunConfig, ws: Workspace
     if ssh.run(home, host, f"command -v {shlex.quote(argv[0])}", timeout=20).exit_code != 0:
         raise GlueError(f"command {argv[0]!r} not found on {host.name}")
     return argv
+
+
+def _from_head(record: AttemptRecord, prepared: bool) -> None:
+    """The attempt's own pids, start time and prepared code: node 0's, as its supervisor reported them."""
+    head = record.nodes[0]
+    record.update(**{name: pid for name, pid in (("supervisor_pid", head.supervisor_pid),
+                                                 ("trainer_pid", head.trainer_pid)) if pid is not None})
+    if prepared:  # written with the node's (null where the run has no workdir, or no requirements)
+        record.update(code_sha256=head.code_sha256, requirements_set=head.requirements_set)
+    if head.started_at is not None:
+        record.started_at = head.started_at
 
 
 @dataclass
@@ -126,12 +137,8 @@ class Attempt:
         for k, host in enumerate(self.hosts):
             self._launch_node(k, host, argvs[k], ready[k], env, record.nodes[k])
         for k, host in enumerate(self.hosts):
-            record.nodes[k].update(self._wait_started(host))
-        head = record.nodes[0]
-        record.update(**{key: head[key] for key in ("supervisor_pid", "trainer_pid", "code_sha256", "requirements_set")
-                         if key in head})
-        if "started_at" in head:
-            record.started_at = head["started_at"]
+            record.nodes[k].add_pids(self._wait_started(host))
+        _from_head(record, prepared=bool(ready[0]))
         self.store.put_attempt(record)
         return record
 
@@ -140,12 +147,12 @@ class Attempt:
         record = AttemptRecord(
             run=self.store.run, attempt=self.number, vm=head.name, vm_id=head.id, backend=head.backend,
             resume=self.resume, memory_limit_mb=self.memory_limit_mb,
-            nodes=[{"node": k, "vm": h.name, "vm_id": h.id} for k, h in enumerate(self.hosts)])
+            nodes=[AttemptNode(node=k, vm=h.name, vm_id=h.id) for k, h in enumerate(self.hosts)])
         record.update(rendezvous=self.rdzv.endpoint if self.rdzv else None)  # null without a group, as before
         return record
 
     def _launch_node(self, k: int, host: Host, argv: list[str], ready: Ready, env: dict[str, str],
-                     node: dict[str, Any]) -> None:
+                     node: AttemptNode) -> None:
         """Node k's launch spec onto its VM, and its supervisor started in the background."""
         docker = self.rc.runtime == "docker"
         if ready:
@@ -160,7 +167,7 @@ class Attempt:
         paths = self.paths
         if docker:
             gpus = docker_run.docker_gpus(self.home, host)
-            node["docker_gpus"] = gpus
+            node.update(docker_gpus=gpus)
             argv = docker_run.docker_argv(self.store.run, self.number, str(self.rc.image), argv, paths.env_file,
                                           gpus=gpus, code_dir=cwd)
             ssh.put_file(self.home, host, paths.env_file, "".join(f"{n}={v}\n" for n, v in node_env.items()).encode())

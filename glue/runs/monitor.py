@@ -23,7 +23,7 @@ from glue.runs import config as runconfig
 from glue.runs import guard, lease, memprobe_hint, records, remote, serverless_state, timeline
 from glue.runs.classify import STORAGE, AttemptClass, Diagnosis, Evidence, classify
 from glue.runs.guard import MOUNT
-from glue.runs.records import AttemptRecord, Manifest
+from glue.runs.records import AttemptNode, AttemptRecord, Manifest
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.storage import bucket as bucket_store
 
@@ -68,14 +68,14 @@ class NodeState:
         return self.exit is not None and (self.exit.get("exit_code") != 0 or self.exit.get("signal") is not None)
 
 
-def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: dict[str, Any],
+def _node_state(home: Path, store: RunStore, n: int, backend: Any, nd: AttemptNode,
                 uses_mount: bool = False, unreachable: frozenset[str] = frozenset(),
                 started_at: str | None = None) -> NodeState:
-    k = int(nd.get("node", 0))
-    st = NodeState(node=k, vm=str(nd.get("vm")), gone=backend.read_vm(str(nd.get("vm_id"))) is None,
+    k = nd.node
+    st = NodeState(node=k, vm=nd.vm, gone=backend.read_vm(str(nd.vm_id)) is None,
                    exit=store.exit_record(n, k))
     host = current.host_of_node(home, nd)
-    if st.gone or host is None or str(nd.get("vm_id")) in unreachable:
+    if st.gone or host is None or str(nd.vm_id) in unreachable:
         st.reachable = False
         return st
     st.reachable = ssh.reachable(home, host)
@@ -254,7 +254,7 @@ def trainer_started(attempt: AttemptRecord | None, heartbeat: dict[str, Any] | N
     attempt recorded its trainer too, or the trainer's own heartbeat names the attempt."""
     if attempt is None:
         return False
-    return bool(attempt.trainer_pid or any(nd.get("trainer_pid") for nd in attempt.nodes)
+    return bool(attempt.trainer_pid or any(nd.trainer_pid for nd in attempt.nodes)
                 or (heartbeat or {}).get("attempt") == attempt.attempt)
 
 
@@ -310,9 +310,9 @@ def write_incident(home: Path, store: RunStore, manifest: Manifest, attempt: Att
         dumps = []
         for nd in records.nodes_of(attempt):
             host = current.host_of_node(home, nd)
-            pid = nd.get("trainer_pid") or (attempt.trainer_pid if nd.get("node", 0) == 0 else None)
+            pid = nd.trainer_pid or (attempt.trainer_pid if nd.node == 0 else None)
             if host is not None and pid:
-                dumps.append(f"=== node {nd.get('node', 0)} ({host.name})\n" + capture_stacks(home, host, int(pid)))
+                dumps.append(f"=== node {nd.node} ({host.name})\n" + capture_stacks(home, host, int(pid)))
         stacks = "\n".join(dumps) or None
     now = utc_iso()
     env = manifest.environment
@@ -337,7 +337,7 @@ def write_incident(home: Path, store: RunStore, manifest: Manifest, attempt: Att
         # Across ranks: the earliest failure is the cause, the later ones its consequences.
         "cause": ev.failure_events[0] if ev.failure_events else None,
         "consequences": ev.failure_events[1:],
-        "nodes": [{"node": nd.get("node", 0), "vm": nd.get("vm"), "vm_id": nd.get("vm_id")}
+        "nodes": [{"node": nd.node, "vm": nd.vm, "vm_id": nd.vm_id}
                   for nd in records.nodes_of(attempt)],
     }
     if verdict.outcome in (AttemptClass.OOM_GPU, AttemptClass.OOM_HOST):

@@ -58,7 +58,7 @@ def live_on(home: Path, hosts: list[Host], exclude: str | None = None) -> Occupa
         attempt = store.latest_attempt()
         if attempt is None:
             continue
-        on = [by_id[str(nd.get("vm_id"))] for nd in records.nodes_of(attempt) if str(nd.get("vm_id")) in by_id]
+        on = [by_id[str(nd.vm_id)] for nd in records.nodes_of(attempt) if str(nd.vm_id) in by_id]
         if not on or attempt.ended:
             continue
         if _running(home, store):

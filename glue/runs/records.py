@@ -1,7 +1,8 @@
 """The run's records the controller writes to the bucket, as types built once and read through their
-attributes: the manifest (once per run), the attempt record (one per attempt) and the recovery record (one per
-recovery). Their JSON is what it was (docs/design.md section 4): `to_dict()` writes it, `from_dict()` reads
-it back, and nothing else in glue/ reads one of their keys by name (`python -m tests.lint_record_keys`).
+attributes: the manifest (once per run), the attempt record (one per attempt, with an AttemptNode per VM it
+ran on) and the recovery record (one per recovery). Their JSON is what it was (docs/design.md section 4):
+`to_dict()` writes it, `from_dict()` reads it back, and nothing else in glue/ reads one of their keys by name
+(`python -m tests.lint_record_keys`).
 
 Old records still read: a key this module does not know (one written later, or by an older gpukit) is kept
 as it is in `extra`; a key an older record lacks reads as its field's default and is not written back
@@ -24,6 +25,9 @@ _OMIT = "omit_when_none"
 # An optional field (`field(default=None, metadata=OPT)`): a key written only by some records, or only once it
 # happened, absent from the JSON while None.
 OPT = {_OMIT: True}
+# A list field whose entries are records of their own (`field(metadata={_ITEMS: their type})`): read with its
+# `from_dict`, written with their `to_dict`.
+_ITEMS = "items"
 
 
 class RunPlace(Protocol):
@@ -37,6 +41,15 @@ def _omit(f: Field[Any], value: Any) -> bool:
     return bool(f.metadata.get(_OMIT)) and value is None
 
 
+def _entries_out(f: Field[Any], value: Any) -> Any:
+    return [v.to_dict() for v in value] if f.metadata.get(_ITEMS) and isinstance(value, list) else value
+
+
+def _entries_in(f: Field[Any], value: Any) -> Any:
+    kind = f.metadata.get(_ITEMS)
+    return [kind.from_dict(v) for v in value] if kind and isinstance(value, list) else value
+
+
 def _as_dict(obj: Any) -> dict[str, Any]:
     """The record's JSON: the keys it read and did not know, then every field but the unset optional ones and
     the ones the record read did not have (unless set since)."""
@@ -47,7 +60,7 @@ def _as_dict(obj: Any) -> dict[str, Any]:
         value = getattr(obj, f.name)
         if f.name == "extra" or _omit(f, value) or (f.name in absent and absent[f.name] == value):
             continue
-        out[f.name] = None if f.name in null and null[f.name] == value else value
+        out[f.name] = None if f.name in null and null[f.name] == value else _entries_out(f, value)
     return out
 
 
@@ -75,7 +88,7 @@ def _from_dict(cls: type[_R], doc: dict[str, Any], defaults: dict[str, Any]) -> 
     stored as null) kept in `extra`; a required key the record lacks takes its value from `defaults`, and a
     block (dict, list) stored as null reads empty (both written back as they were while unchanged)."""
     known = {f.name: f for f in fields(cls) if f.name != "extra"}  # type: ignore[arg-type]
-    mine = {k: v for k, v in doc.items() if k in known and not _omit(known[k], v)}
+    mine = {k: _entries_in(known[k], v) for k, v in doc.items() if k in known and not _omit(known[k], v)}
     null = {k: empty for k, v in mine.items() if v is None and (empty := _default(known[k], defaults)) is not None}
     missing = {k: _default(f, defaults) for k, f in known.items() if k not in doc}
     rec = cls(**missing, **mine | null, extra={k: v for k, v in doc.items() if k not in mine})  # type: ignore[call-arg]
@@ -147,6 +160,47 @@ class Manifest:
 
 
 @dataclass
+class AttemptNode:
+    """One VM of an attempt (an entry of the attempt record's `nodes`): node k of the group, its VM, what was
+    prepared there and what its supervisor reported once it started the trainer (its pids file)."""
+
+    node: int
+    vm: str
+    vm_id: str | None
+    # The run's code and requirements as prepared on this node (a run with a workdir or requirements).
+    code_sha256: str | None = field(default=None, metadata=OPT)
+    requirements_set: str | None = field(default=None, metadata=OPT)
+    docker_gpus: bool | None = field(default=None, metadata=OPT)  # runtime docker: `docker run --gpus all`
+    # The supervisor's pids file: its pid and the trainer's, when it started the trainer, and how (a warm
+    # spare's waiting process took the attempt, or it started cold and why).
+    supervisor_pid: int | None = field(default=None, metadata=OPT)
+    trainer_pid: int | None = field(default=None, metadata=OPT)
+    started_at: str | None = field(default=None, metadata=OPT)
+    start: str | None = field(default=None, metadata=OPT)
+    cold_reason: str | None = field(default=None, metadata=OPT)
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this module does not know
+
+    def to_dict(self) -> dict[str, Any]:
+        return _as_dict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> AttemptNode:
+        """A node entry as stored; keys an old one lacks read as empty."""
+        return _from_dict(cls, doc, {"node": 0, "vm": "", "vm_id": None})
+
+    def update(self, **values: Any) -> None:
+        """Set fields by name; an optional one set to None is written as null (as the dict it replaced)."""
+        _update(self, values)
+
+    def add_pids(self, pids: dict[str, Any]) -> None:
+        """The node's pids file as its supervisor wrote it: the keys this type knows set as fields, any other
+        kept as it is (written back with the node)."""
+        known = {f.name for f in fields(self)} - {"extra"}
+        self.update(**{k: v for k, v in pids.items() if k in known})
+        self.extra.update({k: v for k, v in pids.items() if k not in known})
+
+
+@dataclass
 class AttemptRecord:
     """attempts/<n>.json: where and how attempt n started; the monitor adds how it ended."""
 
@@ -156,7 +210,7 @@ class AttemptRecord:
     vm_id: str | None
     backend: str
     resume: bool
-    nodes: list[dict[str, Any]]
+    nodes: list[AttemptNode] = field(metadata={_ITEMS: AttemptNode})  # []: none named (nodes_of: its one VM)
     started_at: str = field(default_factory=utc_iso)
     memory_limit_mb: int | None = None
     ended_at: str | None = None
@@ -257,6 +311,6 @@ class RecoveryRecord:
                                      "tolerance": 0.0, "recorded_at": ""})
 
 
-def nodes_of(attempt: AttemptRecord) -> list[dict[str, Any]]:
+def nodes_of(attempt: AttemptRecord) -> list[AttemptNode]:
     """The VMs of an attempt: its `nodes` (a group), or the one VM of a single-node attempt."""
-    return list(attempt.nodes or [{"node": 0, "vm": attempt.vm, "vm_id": attempt.vm_id}])
+    return list(attempt.nodes or [AttemptNode(node=0, vm=attempt.vm, vm_id=attempt.vm_id)])

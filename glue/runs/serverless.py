@@ -26,7 +26,7 @@ from glue.cluster import current
 from glue.errors import GlueError
 from glue.runs import config as runconfig
 from glue.runs import lease, trainer_env
-from glue.runs.records import AttemptRecord, Manifest
+from glue.runs.records import AttemptNode, AttemptRecord, Manifest
 from glue.runs.serverless_state import executions
 from glue.runs.store import RunStore
 from glue.storage import bucket as bucket_store
@@ -90,7 +90,7 @@ def start_execution(store: RunStore, rc: runconfig.RunConfig, attempt: int, resu
     store.put_attempt(record)  # recorded before it starts: a start whose answer is lost is still findable
     started = (runs or executions()).start(sub)
     execution["id"] = record.vm_id = started.id
-    record.nodes = [{"node": 0, "vm": record.vm, "vm_id": started.id}]
+    record.nodes = [AttemptNode(node=0, vm=record.vm, vm_id=started.id)]
     store.put_attempt(record)
     return record
 

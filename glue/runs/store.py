@@ -164,6 +164,9 @@ class RunStore:
             return {}
         if not isinstance(rec, dict) or rec.get("attempt") != n:
             raise self._not_glue(layout.attempt_key(n), f"an attempt record is an object with \"attempt\": {n}")
+        nodes = rec.get("nodes") or []
+        if not isinstance(nodes, list) or not all(isinstance(nd, dict) for nd in nodes):  # each read as an AttemptNode
+            raise self._not_glue(layout.attempt_key(n), "an attempt record's \"nodes\" is a list of objects")
         return rec
 
     def read_attempt(self, n: int) -> AttemptRecord | None:

@@ -65,7 +65,8 @@ def test_every_live_vm_of_a_failed_group_is_kept_frozen_and_removed_only_by_down
     assert all(_state(kit, h.name, pid).startswith("T") for h in old for pid in pids[h.name])
 
     # Both leave Terraform's state alive; the apply makes new VMs under the same names.
-    hosts, replaced = phases.provision(kit.home, Console(file=io.StringIO()), nodes, same_vm=False, keep=keep)
+    typed = _failure(AttemptClass.COMM, nodes).attempt.nodes  # as recovery reads them from the attempt record
+    hosts, replaced = phases.provision(kit.home, Console(file=io.StringIO()), typed, same_vm=False, keep=keep)
     assert replaced == [h.name for h in old] and all(new.id != was.id for new, was in zip(hosts, old, strict=True))
     backend = LocalBackend(kit.home)
     assert all(backend.read_vm(h.id) is not None for h in old)

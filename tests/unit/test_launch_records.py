@@ -1,5 +1,6 @@
 """The records that cross to the VM (TrainerEnv, LaunchSpec), where an attempt's files are on it
-(StatePaths), and the controller's records (Manifest, AttemptRecord): built once, their wire form as before."""
+(StatePaths), and the controller's records (Manifest, AttemptRecord and its AttemptNode entries): built once,
+their wire form as before."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from glue.bucket_access import BucketCredentials, BucketInfo
+from glue.errors import GlueError
 from glue.paths import PROJECT_ROOT
-from glue.runs.records import AttemptRecord, Manifest, RecoveryRecord
+from glue.runs import attempt as attempt_mod
+from glue.runs.records import AttemptNode, AttemptRecord, Manifest, RecoveryRecord, nodes_of
+from glue.runs.store import RunStore
 from glue.train import layout, trainer_vars
 from glue.train.run.launch import LaunchSpec, MissingTrainerEnv, SpecBucket, TrainerEnv, node_vars
 from glue.train.state_paths import StatePaths
@@ -121,6 +126,113 @@ def test_a_new_attempt_record_writes_the_keys_it_wrote_before() -> None:
                                   "memory_limit_mb", "ended_at", "exit", "failure_class", "last_step", "rendezvous"}
     with pytest.raises(TypeError, match="no field 'incidnet'"):
         rec.update(incidnet="x")
+
+
+# A group's attempt record as glue deploy wrote it: node 0 a cold start on a warm spare, node 1 warm; the run has
+# requirements but no workdir (code_sha256 null), runtime docker.
+GROUP_ATTEMPT = {
+    "run": "g", "attempt": 2, "vm": "gpukit-1", "vm_id": "v1", "backend": "local", "resume": True,
+    "started_at": "2026-01-01T00:00:01.000000Z", "memory_limit_mb": None, "ended_at": None, "exit": None,
+    "failure_class": None, "last_step": None, "rendezvous": "10.0.0.1:29500", "supervisor_pid": 11,
+    "trainer_pid": 12, "code_sha256": None, "requirements_set": "abc",
+    "nodes": [{"node": 0, "vm": "gpukit-1", "vm_id": "v1", "code_sha256": None, "requirements_set": "abc",
+               "docker_gpus": False, "supervisor_pid": 11, "trainer_pid": 12,
+               "started_at": "2026-01-01T00:00:01.000000Z", "start": "cold", "cold_reason": "another environment"},
+              {"node": 1, "vm": "gpukit-2", "vm_id": "v2", "code_sha256": None, "requirements_set": "abc",
+               "docker_gpus": False, "supervisor_pid": 21, "trainer_pid": 22,
+               "started_at": "2026-01-01T00:00:02.000000Z", "start": "warm"}]}
+
+
+def test_an_attempt_record_with_nodes_round_trips_to_the_same_json() -> None:
+    rec = AttemptRecord.from_dict(json.loads(json.dumps(GROUP_ATTEMPT)))
+    assert all(isinstance(nd, AttemptNode) for nd in rec.nodes)
+    assert [(nd.node, nd.vm, nd.vm_id, nd.trainer_pid, nd.start) for nd in rec.nodes] == [
+        (0, "gpukit-1", "v1", 12, "cold"), (1, "gpukit-2", "v2", 22, "warm")]
+    assert rec.nodes[0].cold_reason == "another environment" and rec.nodes[1].cold_reason is None
+    assert rec.nodes[0].code_sha256 is None and rec.nodes[0].extra == {"code_sha256": None}  # stored as null
+    assert json.dumps(rec.to_dict(), sort_keys=True) == json.dumps(GROUP_ATTEMPT, sort_keys=True)
+    assert nodes_of(rec) == rec.nodes
+
+
+def test_an_old_node_entry_keeps_a_key_it_does_not_know_and_lacks_the_new_ones() -> None:
+    old = {"attempt": 1, "vm": "gpukit-1", "vm_id": "v1",
+           "nodes": [{"node": 0, "vm": "gpukit-1", "vm_id": "v1", "pid": 7, "gpu": {"uuid": "GPU-1"}}, {"vm": "x"}]}
+    rec = AttemptRecord.from_dict(old)
+    first, bare = rec.nodes
+    assert first.extra == {"pid": 7, "gpu": {"uuid": "GPU-1"}} and first.trainer_pid is None and first.start is None
+    assert (bare.node, bare.vm, bare.vm_id) == (0, "x", None)  # the keys it lacks read empty, not written back
+    assert rec.to_dict() == old
+    rec.nodes[0].update(trainer_pid=8)
+    assert rec.to_dict()["nodes"][0] == old["nodes"][0] | {"trainer_pid": 8}
+
+
+def test_a_node_writes_only_the_keys_it_holds() -> None:
+    node = AttemptNode(node=1, vm="gpukit-2", vm_id="v2")
+    assert node.to_dict() == {"node": 1, "vm": "gpukit-2", "vm_id": "v2"}  # every optional field unset: absent
+    node.update(code_sha256=None, requirements_set="abc")  # as a run with requirements only prepares it: null
+    node.update(docker_gpus=True)
+    assert node.to_dict() == {"node": 1, "vm": "gpukit-2", "vm_id": "v2", "code_sha256": None,
+                              "requirements_set": "abc", "docker_gpus": True}
+    with pytest.raises(TypeError, match="no field 'trainer_pdi'"):
+        node.update(trainer_pdi=3)
+
+
+def test_a_nodes_pids_file_goes_into_it_whole() -> None:
+    """The supervisor's pids file, as the dict the node entry was updated with: known keys as fields, a key
+    a newer supervisor adds kept as it is."""
+    node = AttemptNode(node=0, vm="gpukit-1", vm_id="v1")
+    pids = {"supervisor_pid": 5, "trainer_pid": 6, "started_at": "2026-01-01T00:00:00.000000Z", "start": "cold",
+            "cold_reason": "no warm trainer process on this VM", "written_later": 1}
+    node.add_pids(pids)
+    assert (node.supervisor_pid, node.trainer_pid, node.start, node.extra) == (5, 6, "cold", {"written_later": 1})
+    assert node.to_dict() == {"node": 0, "vm": "gpukit-1", "vm_id": "v1"} | pids
+
+
+def test_the_attempt_takes_node_0s_pids_start_and_prepared_code() -> None:
+    rec = AttemptRecord(run="r", attempt=1, vm="gpukit-1", vm_id="v1", backend="local", resume=False,
+                        nodes=[AttemptNode(node=0, vm="gpukit-1", vm_id="v1")])
+    rec.nodes[0].update(code_sha256=None, requirements_set="abc")
+    rec.nodes[0].add_pids({"supervisor_pid": 5, "trainer_pid": 6, "started_at": "2026-01-02T00:00:00.000000Z",
+                           "start": "warm"})
+    attempt_mod._from_head(rec, prepared=True)
+    doc = rec.to_dict()
+    assert {k: doc[k] for k in ("supervisor_pid", "trainer_pid", "code_sha256", "requirements_set", "started_at")} \
+        == {"supervisor_pid": 5, "trainer_pid": 6, "code_sha256": None, "requirements_set": "abc",
+            "started_at": "2026-01-02T00:00:00.000000Z"}
+    assert "start" not in doc  # how the trainer started is the node's alone
+    bare = AttemptRecord(run="r", attempt=1, vm="gpukit-1", vm_id="v1", backend="local", resume=False,
+                         nodes=[AttemptNode(node=0, vm="gpukit-1", vm_id="v1")], started_at="t0")
+    attempt_mod._from_head(bare, prepared=False)  # nothing reported, nothing prepared: nothing taken
+    assert bare.to_dict() == AttemptRecord(run="r", attempt=1, vm="gpukit-1", vm_id="v1", backend="local",
+                                           resume=False, nodes=[AttemptNode(node=0, vm="gpukit-1", vm_id="v1")],
+                                           started_at="t0").to_dict()
+
+
+@pytest.mark.parametrize("stored", [{"attempt": 1, "vm": "gpukit-3", "vm_id": "v3", "nodes": []},
+                                    {"attempt": 1, "vm": "gpukit-3", "vm_id": "v3"}])
+def test_nodes_of_a_single_node_attempt_is_its_one_vm(stored: dict) -> None:
+    rec = AttemptRecord.from_dict(stored)
+    assert rec.nodes == [] and nodes_of(rec) == [AttemptNode(node=0, vm="gpukit-3", vm_id="v3")]
+    assert nodes_of(rec)[0].to_dict() == {"node": 0, "vm": "gpukit-3", "vm_id": "v3"}
+    assert rec.to_dict() == stored  # nodes_of leaves the record as it was
+
+
+@pytest.mark.parametrize("nodes", [["gpukit-1"], "gpukit-1", [{"node": 0, "vm": "gpukit-1", "vm_id": "v1"}, 3]])
+def test_an_attempt_record_whose_nodes_are_not_objects_is_not_glues(monkeypatch: pytest.MonkeyPatch,
+                                                                    nodes: object) -> None:
+    store = RunStore(BucketInfo("http://127.0.0.1:9", "b", "us-east-1"), BucketCredentials("AKIA", "secret"), "r")
+    monkeypatch.setattr(store, "get_json", lambda key: {"attempt": 1, "vm": "gpukit-1", "nodes": nodes})
+    with pytest.raises(GlueError, match=r'is not a record glue wrote \(an attempt record\'s "nodes" is a list of '):
+        store.read_attempt(1)
+    monkeypatch.setattr(store, "get_json", lambda key: {"attempt": 1, "vm": "gpukit-1", "nodes": None})
+    assert store.read_attempt(1) == AttemptRecord.from_dict({"attempt": 1, "vm": "gpukit-1", "nodes": None})
+
+
+def test_a_serverless_attempt_names_its_execution_as_its_node_once_started() -> None:
+    rec = AttemptRecord(run="s", attempt=1, vm="lyceum-run-1", vm_id=None, backend="lyceum", resume=False, nodes=[])
+    assert rec.to_dict()["nodes"] == []
+    rec.nodes = [AttemptNode(node=0, vm=rec.vm, vm_id="ex-1")]
+    assert rec.to_dict()["nodes"] == [{"node": 0, "vm": "lyceum-run-1", "vm_id": "ex-1"}]
 
 
 def test_manifest_writes_every_key_a_reader_expects() -> None:

@@ -13,6 +13,7 @@ from glue.cluster import current
 from glue.infra.inventory import Host
 from glue.runs import monitor
 from glue.runs.classify import AttemptClass, Evidence, classify
+from glue.runs.records import AttemptNode
 
 HOST = Host(name="gpukit-1", id="gpukit-1-a", ssh_host="127.0.0.1", ssh_port=2201, ssh_user="root",
             host_key="ssh-ed25519 A", gpu_type="none", gpu_count=0, backend="local")
@@ -45,7 +46,7 @@ def test_an_exit_record_ends_the_attempt_on_its_node(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(monitor.remote, "process_state",
                         lambda home, host, run, n: {"trainer": trainer, "supervisor": supervisor, "pids": {}})
     st = monitor._node_state(Path("/nonexistent"), Store(exit_rec), 1, Backend(),  # type: ignore[arg-type]
-                             {"node": 0, "vm": "gpukit-1", "vm_id": "gpukit-1-a"})
+                             AttemptNode(node=0, vm="gpukit-1", vm_id="gpukit-1-a"))
     assert st.alive is alive
     if exit_rec is not None:
         ev = Evidence(heartbeat_age_s=22.0, stall_timeout_s=20.0, heartbeat_step=3000)

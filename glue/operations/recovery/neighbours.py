@@ -5,7 +5,6 @@ to a free VM of the cluster instead, or the recovery refuses in one line before 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -14,11 +13,12 @@ from glue.errors import GlueError, NoCapacity
 from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.runs import occupancy
+from glue.runs.records import AttemptNode
 from glue.runs.store import RunStore
 from glue.runs.vm_group import name_order
 
 
-def elsewhere(home: Path, store: RunStore, console: Console, nodes: list[dict[str, Any]], same_vm: bool,
+def elsewhere(home: Path, store: RunStore, console: Console, nodes: list[AttemptNode], same_vm: bool,
               keep_failed: bool) -> Host | None:
     """The free VM the run moves to when its VM is alive and used by other live runs; None when the usual
     path (replace the VM, or re-create a lost one) harms no one: a group (it keeps its live VMs), a lost VM

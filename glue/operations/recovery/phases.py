@@ -34,7 +34,7 @@ from glue.runs import config as runconfig
 from glue.runs import guard, memprobe_hint, monitor, records, remote, serverless_state, workspace
 from glue.runs.class_policy import policy_of
 from glue.runs.classify import AttemptClass
-from glue.runs.records import AttemptRecord, Manifest, RecoveryRecord
+from glue.runs.records import AttemptNode, AttemptRecord, Manifest, RecoveryRecord
 from glue.runs.store import RunStore, parse_iso, utc_iso
 from glue.runs.vm_group import GroupSpec
 from glue.storage import bucket as bucket_store
@@ -181,7 +181,7 @@ def kill_attempt(home: Path, store: RunStore, attempt: AttemptRecord,
             # The VM went while we spoke to it (a preempted VM's grace ran out): nothing left to stop.
 
 
-def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm: bool,
+def provision(home: Path, console: Console, nodes: list[AttemptNode], same_vm: bool,
               keep: list[lifecycle.KeptVM] | None = None) -> tuple[list[Host], list[str]]:
     """Terraform brings the group's VMs back: a lost VM is drift (re-created by the apply); the live VM
     of a single-node run is replaced too unless --same-vm; a group keeps its live VMs. A VM to `keep`
@@ -189,7 +189,7 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
     the names of the new VMs."""
     keep = keep or []
     cfg = current.ClusterConfig.load(home)
-    gone = [str(nd["vm"]) for nd in nodes if str(nd["vm"]) not in cfg.vm_names()]
+    gone = [nd.vm for nd in nodes if nd.vm not in cfg.vm_names()]
     if gone:
         prefix, _, index = gone[0].rpartition("-")
         vms = max([cfg.vms, *(int(g.rpartition("-")[2]) for g in gone if g.rpartition("-")[2].isdigit())])
@@ -197,8 +197,8 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
         raise GlueError(f"the run's VM {', '.join(gone)} is no longer part of this cluster (it asks for "
                         f"{', '.join(cfg.vm_names())}): bring the name back with {back}, then recover again")
     backend = get_backend(cfg.backend, home)
-    replace = [vm_address(str(nd["vm"])) for nd in nodes
-               if len(nodes) == 1 and not same_vm and not keep and backend.read_vm(str(nd["vm_id"])) is not None]
+    replace = [vm_address(nd.vm) for nd in nodes
+               if len(nodes) == 1 and not same_vm and not keep and backend.read_vm(str(nd.vm_id)) is not None]
     with converge.applying(home, cfg.backend, console, converge.image_hash(cfg.backend, home)) as step:
         for vm in keep:
             step.tf.state_rm(vm_address(vm.name))  # the kept VM lives on outside the state
@@ -206,8 +206,8 @@ def provision(home: Path, console: Console, nodes: list[dict[str, Any]], same_vm
         step.tf.apply(current.tf_vars(home, cfg), replace=replace)
         step.settle()
         inventory.write(home, step.tf.outputs(), also_known=lifecycle.kept_host_keys(home))
-    hosts = [current.host(home, str(nd["vm"])) for nd in nodes]
-    return hosts, [h.name for h, nd in zip(hosts, nodes, strict=True) if h.id != nd["vm_id"]]
+    hosts = [current.host(home, nd.vm) for nd in nodes]
+    return hosts, [h.name for h, nd in zip(hosts, nodes, strict=True) if h.id != nd.vm_id]
 
 
 def alive(home: Path, attempt: AttemptRecord) -> list[Host]:

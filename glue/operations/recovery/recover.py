@@ -212,8 +212,8 @@ class Recovery:
         lost_s = secs_between(old.get(ckpt or 0, {}).get("t"), old.get(failure_step, {}).get("t")) \
             if ckpt else secs_between(failure.attempt.started_at, old.get(failure_step, {}).get("t"))
         kept_names = {h.name for h in hosts}
-        lost_node = next((nd for nd in nodes if nd["vm"] in moved.replaced or nd["vm"] not in kept_names), nodes[0])
-        new_host = next((h for h in hosts if h.name == lost_node["vm"]), hosts[0] if hosts else None)
+        lost_node = next((nd for nd in nodes if nd.vm in moved.replaced or nd.vm not in kept_names), nodes[0])
+        new_host = next((h for h in hosts if h.name == lost_node.vm), hosts[0] if hosts else None)
         new_vm = {"name": new_host.name, "id": new_host.id} if new_host else \
             {"name": started.vm, "id": started.vm_id}
         spares_used = moved.spares_used
@@ -221,14 +221,14 @@ class Recovery:
             new_vm["spare"] = spares_used[new_host.name]["spare"]  # it was this warm spare
         return RecoveryRecord(
             run=self.store.run, failed_attempt=failure.number, new_attempt=failure.number + 1,
-            failure_class=str(failure.outcome), old_vm={"name": lost_node["vm"], "id": lost_node["vm_id"]},
+            failure_class=str(failure.outcome), old_vm={"name": lost_node.vm, "id": lost_node.vm_id},
             new_vm=new_vm,
-            nodes=[{"node": k, "vm": h.name, "old_id": nd["vm_id"], "new_id": h.id,
+            nodes=[{"node": k, "vm": h.name, "old_id": nd.vm_id, "new_id": h.id,
                     "replaced": h.name in moved.replaced, "spare": (spares_used.get(h.name) or {}).get("spare"),
                     "configured": moved.configured.get(h.name, "kept"),
                     "trainer_start": warm_spares.trainer_start(started.nodes[k]) if k < len(started.nodes) else None}
                    for k, (nd, h) in enumerate(zip(nodes, hosts, strict=False))],
-            dropped_vms=[str(nd["vm"]) for nd in nodes if hosts and nd["vm"] not in kept_names],
+            dropped_vms=[nd.vm for nd in nodes if hosts and nd.vm not in kept_names],
             world_size=moved.group.world_size, resume_check=check, rendezvous=started.rendezvous,
             checkpoint_step=ckpt, failure_step=failure_step,
             seconds=self._seconds(failure, lost, started, new_metrics),
@@ -271,7 +271,7 @@ def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Fai
         fresh = [hosts[0].name]  # the head reads the checkpoint back
         how: dict[str, str] = {}
     else:
-        with timed.phase(console, "provision", f"VMs for {', '.join(str(nd['vm']) for nd in nodes)} (a warm spare, "
+        with timed.phase(console, "provision", f"VMs for {', '.join(nd.vm for nd in nodes)} (a warm spare, "
                                                "else terraform)"):
             hosts, replaced, spares_used, keep = _provision(home, store, console, failure, opts)
         fresh = replaced or [h.name for h in hosts]

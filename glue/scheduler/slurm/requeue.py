@@ -77,7 +77,7 @@ def check_restart(home: Path, store: RunStore, manifest: Manifest, n: int) -> di
         run=store.run, failed_attempt=n - 1, new_attempt=n, failure_class=failure,
         old_vm={"name": prev.vm, "id": prev.vm_id},
         new_vm={"name": rec.vm, "id": rec.vm_id},
-        nodes=list(rec.nodes), dropped_vms=[], world_size=1,
+        nodes=[nd.to_dict() for nd in rec.nodes], dropped_vms=[], world_size=1,
         resume_check={"kind": "exact", "by": "slurm resubmission" if resubmitted else "slurm requeue"},
         rendezvous=None, checkpoint_step=ckpt,
         failure_step=max(old, default=0), seconds={}, work_lost={"steps": max(old, default=0) - (ckpt or 0)},

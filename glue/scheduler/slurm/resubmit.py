@@ -102,7 +102,7 @@ def stop_stale(home: Path, latest: AttemptRecord) -> None:
     """The lost attempt's trainer, where its node's VM survived the head: stopped (SIGTERM: a pending save
     is flushed) before the run is resubmitted."""
     pid = latest.trainer_pid
-    host = current.host_of_node(home, {"vm": latest.vm, "vm_id": latest.vm_id})
+    host = current.host_of_node(home, latest)
     if not pid or host is None or host.id != latest.vm_id or not ssh.reachable(home, host):
         return
     # Only that very trainer (its environment names the run's attempt), never a process that took its pid.

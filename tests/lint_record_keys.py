@@ -3,15 +3,17 @@
     python -m tests.lint_record_keys [PATH ...]     (default: glue)
 
 The manifest, the attempt records and the recovery records are read as Manifest, AttemptRecord and
-RecoveryRecord (RunStore.read_manifest, read_attempt, latest_attempt, read_recoveries): a field read is an
-attribute, which mypy checks. What this lint finds in the Python files under PATH, outside the records' own
-modules (glue/runs/records.py, glue/runs/store.py):
+RecoveryRecord (RunStore.read_manifest, read_attempt, latest_attempt, read_recoveries), an attempt's nodes
+as AttemptNode (`record.nodes`, `records.nodes_of(attempt)`): a field read is an attribute, which mypy
+checks. What this lint finds in the Python files under PATH, outside the records' own modules
+(glue/runs/records.py, glue/runs/store.py):
 
 - a call of the store's readers of the JSON as stored (`.manifest()`, `.attempt(n)`, `.recoveries()`,
   `.find_manifest()`): they are for what checks the bucket itself (tests), not for glue;
 - a record's key read by string: `x["key"]`, `x.get("key")`, `x.setdefault("key", ...)`, `x.pop("key")` where
-  `x` is named as a record (`manifest`, `attempt`, `rec`, `prev`, `started`, ...) and `key` is one of the
-  records' fields;
+  `x` is named as a record (`manifest`, `attempt`, `rec`, `prev`, `started`, ...) or as an attempt's node
+  (`nd`, `node`, `head`, `n`, `lost_node`, or an entry `x.nodes[k]`, `nodes_of(x)[k]`) and `key` is one of
+  the records' fields (or a node's);
 - a key read out of a record's `extra` (a key the record type does not know: make it a field) or out of its
   `to_dict()` (read the attribute).
 
@@ -26,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from glue.runs.records import AttemptRecord, Manifest, RecoveryRecord
+from glue.runs.records import AttemptNode, AttemptRecord, Manifest, RecoveryRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 OWNERS = frozenset({"glue/runs/records.py", "glue/runs/store.py"})
@@ -35,8 +37,13 @@ RAW_READERS = {"manifest": 0, "attempt": 1, "recoveries": 0, "find_manifest": 0}
 # The names glue gives a record it holds ("record" and "last" name other JSON too: an exit record, a note).
 RECORD_NAMES = frozenset({"manifest", "attempt", "att", "prev", "started", "rec", "recovery", "failed_attempt",
                           "new_attempt"})
+# The names glue gives an attempt's node (an AttemptNode; "n" elsewhere is a number, never read by key). A
+# recovery record's `nodes` are still dicts (old/new id, replaced, ...): none of their keys read here is a field.
+NODE_NAMES = frozenset({"nd", "node", "head", "n", "lost_node"})
+NODE_ENTRY = "nodes[k]"  # `record.nodes[k]`, `nodes_of(attempt)[0]`: an entry of a record's nodes
 KEY_READS = frozenset({"get", "setdefault", "pop"})
-FIELDS = frozenset(f.name for cls in (Manifest, AttemptRecord, RecoveryRecord) for f in fields(cls)) - {"extra"}
+FIELDS = frozenset(f.name for cls in (Manifest, AttemptRecord, RecoveryRecord, AttemptNode)
+                   for f in fields(cls)) - {"extra"}
 
 
 @dataclass(frozen=True)
@@ -50,11 +57,16 @@ class Finding:
 
 
 def _name(node: ast.expr) -> str | None:
-    """The identifier an expression ends in: `attempt`, `report.attempt`, `self.manifest` -> the last name."""
+    """The identifier an expression ends in: `attempt`, `report.attempt`, `self.manifest` -> the last name;
+    an entry of a record's nodes (`record.nodes[k]`, `records.nodes_of(attempt)[0]`) -> NODE_ENTRY."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
         return node.attr
+    if isinstance(node, ast.Subscript) and _name(node.value) in ("nodes", "nodes_of"):
+        return NODE_ENTRY
+    if isinstance(node, ast.Call):
+        return _name(node.func) if _name(node.func) == "nodes_of" else None
     return None
 
 
@@ -70,7 +82,7 @@ def _of_record(base: ast.expr, key: str | None) -> str | None:
         return f"key {key!r} read out of a record's extra: make it a field of its type (glue/runs/records.py)"
     if isinstance(base, ast.Call) and _name(base.func) == "to_dict":
         return f"key {key!r} read out of a record's to_dict(): read the attribute"
-    if _name(base) in RECORD_NAMES and key in FIELDS:
+    if _name(base) in RECORD_NAMES | NODE_NAMES | {NODE_ENTRY} and key in FIELDS:
         return f"record key {key!r} read by string from {_name(base)!r}: read the attribute of its type"
     return None
 

@@ -19,6 +19,14 @@ BAD = [
     ("done = store.recoveries()", "`.recoveries(...)` reads the record's JSON as stored"),
     ('why = rec.extra["reason"]', "key 'reason' read out of a record's extra"),
     ('vm = rec.to_dict().get("vm")', "key 'vm' read out of a record's to_dict()"),
+    # An attempt's node entries (AttemptNode): by the names glue gives them, or as an entry of `nodes`.
+    ('on = {str(nd.get("vm_id")) for nd in nodes}', "record key 'vm_id' read by string from 'nd'"),
+    ('pid = node["trainer_pid"]', "record key 'trainer_pid' read by string from 'node'"),
+    ('at = head["started_at"]', "record key 'started_at' read by string from 'head'"),
+    ('why = node.get("cold_reason")', "record key 'cold_reason' read by string from 'node'"),
+    ('vms = [n.get("vm") for n in report.attempt.nodes]', "record key 'vm' read by string from 'n'"),
+    ('gpus = record.nodes[k]["docker_gpus"]', "record key 'docker_gpus' read by string from 'nodes[k]'"),
+    ('vm = records.nodes_of(rec)[0].get("vm")', "record key 'vm' read by string from 'nodes[k]'"),
 ]
 GOOD = [
     "rc = parse(manifest.config)",
@@ -29,6 +37,11 @@ GOOD = [
     "n = store.attempts()[-1]",
     "rec = store.read_attempt(n)",
     'rec.update(failure_class="killed", reason="stopped")',
+    "on = {str(nd.vm_id) for nd in records.nodes_of(latest)}",
+    'new_vms = sum(1 for n in rec.nodes if n.get("replaced"))',  # a recovery record's node: no node field
+    "record.nodes[k].add_pids(pids)",
+    'record["nodes"][0].update(pids)',  # the Slurm node writing the JSON: no read
+    "n = nodes[0] + n",
 ]
 
 

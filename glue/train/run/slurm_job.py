@@ -105,12 +105,13 @@ class Allocation:
 
 def attempt_record(spec: SlurmJobSpec, alloc: Allocation, number: int,
                    group: JobGroup | None = None) -> dict[str, Any]:
-    """attempts/<n>.json as glue.runs.records.AttemptRecord spells it, with the Slurm start it was (written
-    by node 0, which names every node of a multi-node job)."""
+    """attempts/<n>.json as glue.runs.records.AttemptRecord (its `nodes` as AttemptNode) spells it, with the
+    Slurm start it was (written by node 0, which names every node of a multi-node job)."""
     names = group.nodes if group else (alloc.node,)
     nodes = [{"node": k, "vm": name, "vm_id": spec.vm_ids.get(name)} for k, name in enumerate(names)]
-    return {"run": spec.run, "attempt": number, "vm": names[0], "vm_id": nodes[0]["vm_id"], "backend": spec.backend,
-            "resume": spec.resume or number > spec.first_attempt, "nodes": nodes, "started_at": iso(utc_now()),
+    return {"run": spec.run, "attempt": number, "vm": names[0], "vm_id": spec.vm_ids.get(names[0]),
+            "backend": spec.backend, "resume": spec.resume or number > spec.first_attempt, "nodes": nodes,
+            "started_at": iso(utc_now()),
             "memory_limit_mb": spec.memory_limit_mb, "scheduler": alloc.as_record()}
 
 

@@ -62,13 +62,14 @@ test: bootstrap ## Run the test suite (unit, integration on local VMs, e2e); fiv
 test-all: bootstrap ## The suite including the long `stress` tests (kill -9 storms, the lyceum demo, a seeded qemu VM)
 	@$(PY) -m pytest $(XDIST) -m "" $(PYTEST_ARGS)
 
-lint: bootstrap ## ruff, mypy, import layers, bucket keys (glue/train/layout.py only), the VM side on Python 3.10 and 3.12, terraform fmt, ansible-lint, yamllint, the docs site (mkdocs build --strict)
+lint: bootstrap ## ruff, mypy, import layers, bucket keys (glue/train/layout.py only), record keys, code shape (no cycle, files <= 400 lines, functions <= 60 lines and 8 parameters), the VM side on Python 3.10 and 3.12, terraform fmt, ansible-lint, yamllint, the docs site (mkdocs build --strict)
 	@$(VENV)/bin/ruff check glue tests bench scripts
 	@$(VENV)/bin/mypy
 	@$(VENV)/bin/lint-imports --no-cache
 	@$(PY) -m tests.lint_bucket_keys
 	@$(PY) -m tests.lint_record_keys
 	@$(PY) -m tests.lint_vm_python
+	@$(PY) -m pytest -q -n 0 -p no:cacheprovider --no-header tests/unit/test_code_shape.py
 	@TF_CLI_CONFIG_FILE=/dev/null terraform fmt -check -recursive terraform
 	@shellcheck $$(grep -lE '^#!/bin/(ba)?sh' ansible/roles/*/files/*)
 	@if [ -d ansible/roles ] && [ -n "$$(ls -A ansible/roles)" ]; then \

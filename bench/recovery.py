@@ -111,7 +111,7 @@ def lose_and_recover(home: Path, console: Console, run: str, path: str) -> dict[
     LocalBackend(home).delete_vm(RunStore.open(home, run).attempt(1)["nodes"][-1]["vm_id"])
     called = time.time()
     with path_check.watching() as seen:
-        result = recover_mod.recover(home, run, console)
+        result = recover_mod.recover(home, run, console).to_dict()
     path_check.expect(path, path_check.recovery_path(seen, result), f"the recovery of {run}")
     first = RunStore.open(home, run).metrics()[int(result["new_attempt"])]
     result["bench_wall_to_first"] = parse_iso(first[min(first)]["t"]).timestamp() - called

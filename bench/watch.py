@@ -64,7 +64,7 @@ def baseline(home: Path, console: Console, run: str) -> dict[str, float]:
     lost_at = datetime.now(UTC)
     until("the loss seen", lambda: backend.read_vm(vm) is None, 30)
     with path_check.watching() as seen:
-        result = recover_mod.recover(home, run, console)
+        result = recover_mod.recover(home, run, console).to_dict()
     path_check.expect("seed", path_check.recovery_path(seen, result), f"the recovery of {run}")
     return _figures(store, lost_at)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from glue.train.storage.region import DEFAULT_REGION
+
 
 @dataclass(frozen=True)
 class BucketInfo:
@@ -15,9 +17,9 @@ class BucketInfo:
 
     @property
     def signing_region(self) -> str:
-        """The region requests are signed for: the bucket's own, else us-east-1 (rclone and MinIO accept any
+        """The region requests are signed for: the bucket's own, else the default (rclone and MinIO accept any
         SigV4 region; AWS needs the real one)."""
-        return self.region if self.region not in ("", "local") else "us-east-1"
+        return self.region if self.region not in ("", "local") else DEFAULT_REGION
 
 
 @dataclass(frozen=True)

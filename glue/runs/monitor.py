@@ -215,7 +215,7 @@ def checkpoint_storage(store: RunStore, manifest: Manifest) -> Storage | None:
         return None
     creds = store.creds
     return open_target(f"s3://{store.info.name}/{prefix}", endpoint_url=store.info.endpoint,
-                       credentials=lambda: creds, region="us-east-1")
+                       credentials=lambda: creds, region=store.info.signing_region)
 
 
 def last_valid_checkpoint(store: RunStore, manifest: Manifest, deep: bool = False) -> int | None:

@@ -39,13 +39,13 @@ def adopt(store: RunStore, latest: int, named: bool, say: Callable[[str], object
         # A watcher died mid-recovery after the new attempt started. With the recovery's plan (saved
         # once the attempt started) the resume is checked as `glue recover` would have, once the new
         # attempt has run far enough; without it (died in between) it runs unverified.
-        plan = st.resume_plan if (st.resume_plan or {}).get("new_attempt") == latest else None
+        plan = st.resume_plan if st.resume_plan and st.resume_plan.new_attempt == latest else None
         st.resume_plan = plan
         beat = store.heartbeat()
         unstarted = plan is None and not monitor.trainer_started(store.read_attempt(latest), beat)
         st.note("recovery_interrupted", attempt=st.handled_attempt, new_attempt=latest,
                 why="the watcher stopped mid-recovery; " + (
-                    f"the resume is checked once attempt {latest} passes step {plan['upto']}" if plan else
+                    f"the resume is checked once attempt {latest} passes step {plan.upto}" if plan else
                     f"attempt {latest}'s trainer had not started: if it never does, that recovery is retried"
                     if unstarted else "the new attempt's resume cannot be verified (no plan recorded)"))
         st.save(store)

@@ -32,15 +32,16 @@ from glue.cluster import current
 from glue.errors import GlueError, NoCapacity
 from glue.operations.recovery import phases
 from glue.operations.recovery import recover as recover_mod
+from glue.operations.recovery.resume_plan import ResumePlan
 from glue.runs import config as runconfig
 from glue.runs import lease, monitor, records
 from glue.runs.classify import AttemptClass
-from glue.runs.records import RecoveryRecord
 from glue.runs.store import RunStore, all_run_ids, parse_iso, utc_iso
 from glue.watch import interrupted, notify, policy
 from glue.watch import ssh_probe as probe_mod
 from glue.watch.adopt import adopt
 from glue.watch.watch_state import Row, WatchState, describe, record_budget_incident
+from glue.watch.watch_state import summary as recovery_summary
 
 
 def _age_s(ts: str | None) -> float | None:
@@ -56,10 +57,6 @@ class Quick:
     step: int | None = None
     note: str = ""
     unreachable: frozenset[str] = frozenset()
-
-
-# What the watch state's history and the notifications keep of a recovery record.
-SUMMARY_KEYS = ("failed_attempt", "new_attempt", "checkpoint_step", "failure_step", "first_resumed_step", "verified")
 
 
 class Watcher:
@@ -182,8 +179,10 @@ class Watcher:
         check as `glue recover`'s, glue.operations.recovery.resume_check), once the attempt passed the plan's step.
         A failed check is a bad restart: the attempt is stopped, an incident recorded, the run stopped
         and `bad_restart` notified. Returns what it waits for, or None."""
-        plan = dict(st.resume_plan or {})
-        new, upto = int(plan["new_attempt"]), int(plan["upto"])
+        plan = st.resume_plan
+        if plan is None:
+            return None
+        new, upto = plan.new_attempt, plan.upto
         ready, waiting, steps = interrupted.readiness(store, plan)
         if waiting:
             return waiting
@@ -206,11 +205,11 @@ class Watcher:
             raise
 
     def _record_resume_check(self, store: RunStore, rc: runconfig.RunConfig, started: float | None, st: WatchState,
-                             plan: dict[str, Any], steps: dict[int, dict[str, Any]]) -> None:
-        failed, new = int(plan["failed_attempt"]), int(plan["new_attempt"])
-        verdict, result = interrupted.check(store, plan, steps)
-        summary = {k: result.get(k) for k in (*SUMMARY_KEYS, "interrupted")}
-        outcome = AttemptClass(str(plan.get("failure_class") or "vm_lost"))
+                             plan: ResumePlan, steps: dict[int, dict[str, Any]]) -> None:
+        failed, new = plan.failed_attempt, plan.new_attempt
+        verdict, record = interrupted.check(store, plan, steps)
+        summary = {**recovery_summary(record), "interrupted": True}
+        outcome = AttemptClass(plan.failure_class)
         if verdict.ok:
             st.note("recovered", outcome=str(outcome), **summary)
             st.save(store)
@@ -358,7 +357,7 @@ class Watcher:
         self.console.print(f"[bold]{store.run}[/]: attempt {n} {outcome}: {decision.reason}")
         keep = self.keep_failed or rc.recovery.keep_failed
 
-        def on_started(plan: dict[str, Any]) -> None:  # a watcher that dies from here on leaves the check to the next
+        def on_started(plan: ResumePlan) -> None:  # a watcher that dies from here on leaves the check to the next
             st.resume_plan = plan
             st.save(store)
 
@@ -366,11 +365,12 @@ class Watcher:
             result = recover_mod.recover_within(self.home, store.run, self.console, rc.recovery.min_nodes,
                                                 tolerance=self.tolerance, keep_failed=keep, on_started=on_started)
         except recover_mod.BadRestart as exc:  # recovered, but the resume is wrong: not a failed recovery
-            bad = RecoveryRecord.from_dict(exc.result)
+            bad = exc.record
             new = bad.new_attempt
             st.resume_plan = None
-            self._stop_bad_restart(store, rc, st, started, new, {k: exc.result.get(k) for k in (
-                *SUMMARY_KEYS, "problem", "rejected_checkpoints", "reject_problem")})
+            self._stop_bad_restart(store, rc, st, started, new, {
+                **recovery_summary(bad), "problem": bad.problem, "rejected_checkpoints": bad.rejected_checkpoints,
+                "reject_problem": bad.reject_problem})
             return f"attempt {new} failed the resume check: {bad.problem}"
         except NoCapacity as exc:  # the cloud may have a VM later: wait and ask again, not a failed recovery
             wait = st.wait_for_capacity(rc.recovery, n, str(outcome), str(exc), time.time())
@@ -390,11 +390,9 @@ class Watcher:
             st.save(store)
             return f"recovery failed: {exc}"
         st.failed_in_row, st.next_try_at, st.resume_plan, st.capacity_waits = 0, 0.0, None, 0
-        summary = {k: result.get(k) for k in SUMMARY_KEYS}
-        done = RecoveryRecord.from_dict(result)
-        summary["kept_vm"], summary["kept_vms"] = done.kept_vm, done.kept_vms
+        summary = {**recovery_summary(result), "kept_vm": result.kept_vm, "kept_vms": result.kept_vms}
         st.note("recovered", outcome=str(outcome), **summary)
         st.save(store)
         self._event(rc, st, "recovered", n, outcome, recovery=summary)
         st.save(store)
-        return f"recovered onto attempt {done.new_attempt} (verified)"
+        return f"recovered onto attempt {result.new_attempt} (verified)"

@@ -8,20 +8,21 @@ from typing import Any
 
 from glue.operations.recovery import phases, replay
 from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, check_resharded, merged_metrics
+from glue.operations.recovery.resume_plan import ResumePlan
 from glue.runs.records import RecoveryRecord
 from glue.runs.store import RunStore, parse_iso, utc_iso
 
 
-def readiness(store: RunStore, plan: dict[str, Any]) -> tuple[bool, str | None, dict[int, dict[str, Any]]]:
+def readiness(store: RunStore, plan: ResumePlan) -> tuple[bool, str | None, dict[int, dict[str, Any]]]:
     """(ready, what it still waits for or None, the new attempt's steps). Ready once the new attempt
     passed the plan's step (or finished); not ready and nothing to wait for once it failed before."""
-    new, upto = int(plan["new_attempt"]), int(plan["upto"])
+    new, upto = plan.new_attempt, plan.upto
     steps = store.metrics().get(new, {})
     exit_rec = store.exit_record(new)
     passed = bool(steps) and max(steps) >= upto
     # As glue recover's replay: a gap before `upto` may be a metrics part still in flight; judged once the
     # step past `upto` is SETTLE_S old.
-    settled = passed and (replay.steps_complete(steps, int(plan.get("checkpoint_step") or 0) + 1, upto) or
+    settled = passed and (replay.steps_complete(steps, (plan.checkpoint_step or 0) + 1, upto) or
                           _age_s(steps[max(steps)].get("t")) >= replay.SETTLE_S)
     ready = bool(settled or (exit_rec is not None and exit_rec.get("exit_code") == 0))
     if ready:
@@ -36,36 +37,34 @@ def _age_s(t: str | None) -> float:
     return (datetime.now(UTC) - parse_iso(t)).total_seconds() if t else 0.0
 
 
-def check(store: RunStore, plan: dict[str, Any],
-          steps: dict[int, dict[str, Any]]) -> tuple[ResumeCheck, dict[str, Any]]:
+def check(store: RunStore, plan: ResumePlan,
+          steps: dict[int, dict[str, Any]]) -> tuple[ResumeCheck, RecoveryRecord]:
     """Check the resume and record it as recoveries/<k>.json (`interrupted: true`)."""
-    failed, new = int(plan["failed_attempt"]), int(plan["new_attempt"])
-    ckpt, failure_step = plan.get("checkpoint_step"), int(plan["failure_step"])
+    failed, new = plan.failed_attempt, plan.new_attempt
+    ckpt, failure_step = plan.checkpoint_step, plan.failure_step
     old = merged_metrics(store, failed + 1)
-    resume_check = plan.get("resume_check") or {}
+    resume_check = plan.resume_check
     if resume_check.get("kind") == "resharded":  # the attempt runs on fewer VMs (recovery.min_nodes)
-        verdict = check_resharded(old, steps, ckpt, min(int(plan["upto"]), failure_step),
+        verdict = check_resharded(old, steps, ckpt, min(plan.upto, failure_step),
                                   float(resume_check.get("tolerance") or 0.1))
     else:
         verdict = check_all_ranks(store, old, steps, failed_attempt=failed, new_attempt=new,
-                                  world_size=int(plan.get("world_size") or 1), ckpt=ckpt,
-                                  upto=min(int(plan["upto"]), failure_step),
-                                  tolerance=float(plan.get("tolerance") or 0.0),
-                                  finished_before=bool(plan.get("finished_before")))
+                                  world_size=plan.world_size, ckpt=ckpt, upto=min(plan.upto, failure_step),
+                                  tolerance=plan.tolerance, finished_before=plan.finished_before)
     first_t = steps[min(steps)]["t"] if steps else None
     reach_t = steps.get(failure_step, {}).get("t")
     result = {
-        "run": store.run, "failed_attempt": failed, "new_attempt": new, "failure_class": plan.get("failure_class"),
+        "run": store.run, "failed_attempt": failed, "new_attempt": new, "failure_class": plan.failure_class,
         "checkpoint_step": ckpt, "failure_step": failure_step,
-        "seconds": {**dict(plan.get("seconds") or {}), "restore": phases.secs_between(plan.get("started_at"),
-                                                                                       first_t),
+        "seconds": {**plan.seconds, "restore": phases.secs_between(plan.started_at, first_t),
                     "replay": phases.secs_between(first_t, reach_t) if reach_t else None},
         "work_lost": {"steps": failure_step - (ckpt or 0),
                       "seconds": phases.secs_between(old.get(ckpt or 0, {}).get("t"),
                                                      old.get(failure_step, {}).get("t")) if ckpt else None},
         "verified": verdict.ok, "first_resumed_step": verdict.first_step, "compared_steps": verdict.compared,
-        "problem": verdict.problem, "tolerance": plan.get("tolerance"), "recorded_at": utc_iso(),
+        "problem": verdict.problem, "tolerance": plan.tolerance, "recorded_at": utc_iso(),
         "kept_vm": None, "interrupted": True, "resume_check": resume_check or None,
     }
-    phases.record(store, RecoveryRecord.from_dict(result))  # as it stands: the keys an interrupted one knows
-    return verdict, result
+    record = RecoveryRecord.from_dict(result)  # as it stands: the keys an interrupted one knows
+    phases.record(store, record)
+    return verdict, record

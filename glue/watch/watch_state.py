@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from glue.operations.recovery.resume_plan import ResumePlan
 from glue.runs.classify import AttemptClass
 from glue.runs.config import RecoverySpec
+from glue.runs.records import RecoveryRecord
 from glue.runs.store import RunStore, utc_iso
 from glue.watch.policy import Decision, backoff
 
@@ -29,7 +31,7 @@ class WatchState:
     adopted_attempt: int | None = None  # the latest attempt when a watcher first saw the run
     # A recovery's new attempt runs and its resume is not checked yet (glue.operations.recovery.recover.plan): kept
     # while the recovery runs, so a watcher that finds it interrupted makes the check itself.
-    resume_plan: dict[str, Any] | None = None
+    resume_plan: ResumePlan | None = None
     # Recoveries of handled_attempt that found no capacity (NoCapacity): waited out with backoff, never a
     # failed recovery, never another budget.
     capacity_waits: int = 0
@@ -41,10 +43,13 @@ class WatchState:
         if not doc:
             return None
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in doc.items() if k in known})
+        st = cls(**{k: v for k, v in doc.items() if k in known})
+        st.resume_plan = ResumePlan.from_dict(doc["resume_plan"]) if doc.get("resume_plan") else None
+        return st
 
     def save(self, store: RunStore) -> None:
-        store.put_watch_state({**asdict(self), "updated_at": utc_iso()})
+        plan = self.resume_plan.to_dict() if self.resume_plan else None
+        store.put_watch_state({**asdict(self), "resume_plan": plan, "updated_at": utc_iso()})
 
     def note(self, action: str, **detail: Any) -> dict[str, Any]:
         entry = {"at": utc_iso(), "action": action, **detail}
@@ -97,6 +102,13 @@ class Row:
     caps: dict[str, int] = field(default_factory=dict)
     last: str = ""
     note: str = ""
+
+
+def summary(rec: RecoveryRecord) -> dict[str, Any]:
+    """What the watch state's history and the `recovered` notice say of a recovery."""
+    return {"failed_attempt": rec.failed_attempt, "new_attempt": rec.new_attempt,
+            "checkpoint_step": rec.checkpoint_step, "failure_step": rec.failure_step,
+            "first_resumed_step": rec.first_resumed_step, "verified": rec.verified}
 
 
 def describe(entry: dict[str, Any] | None) -> str:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from rich.console import Console
 
+from glue.operations.recovery.resume_plan import ResumePlan
 from glue.paths import PROJECT_ROOT
 from glue.runs.classify import AttemptClass, Diagnosis, Evidence
 from glue.runs.monitor import Report
@@ -61,9 +62,9 @@ def _run(local_bucket: BucketHandle, tmp_path: Path, run: str, new_steps: range,
     # What the dead watcher left: the recovery counted and under way, the new attempt's plan recorded.
     st = WatchState(run, used={"preemptions": 1, "failures": 0}, handled_attempt=1, adopted_attempt=1)
     st.note("recovering", attempt=1, outcome="vm_lost", budget="preemptions")
-    st.resume_plan = {"failed_attempt": 1, "new_attempt": 2, "failure_class": "vm_lost", "checkpoint_step": CKPT,
-                      "failure_step": FAILED_AT, "upto": UPTO, "world_size": 1, "finished_before": False,
-                      "tolerance": 0.0, "started_at": utc_iso(), "seconds": {"detect": 1.2, "provision": 3.0}}
+    st.resume_plan = ResumePlan(failed_attempt=1, new_attempt=2, failure_class="vm_lost", checkpoint_step=CKPT,
+                                failure_step=FAILED_AT, upto=UPTO, started_at=utc_iso(),
+                                seconds={"detect": 1.2, "provision": 3.0})
     st.save(store)
     watcher = Watcher(tmp_path, (run,), Console(file=io.StringIO()), stores={run: store})
     return store, watcher, events

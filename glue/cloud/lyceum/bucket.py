@@ -24,12 +24,12 @@ from typing import Any
 from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.errors import GlueError
 from glue.paths import write_secret
+from glue.train.storage.region import DEFAULT_REGION
 
 SOURCE = "lyceum"
 MAX_MARGIN_S = 300.0
 # When the API gives no expiry, assume this lifetime (short: refreshing early is cheap).
 ASSUMED_TTL_S = 900.0
-DEFAULT_REGION = "us-east-1"  # MinIO's default; any SigV4 region works against it
 _thread_lock = threading.Lock()
 
 

@@ -156,7 +156,8 @@ def _destroy_and_recover(home: Path, dr: RunStore, victim_name: str, result: Dri
         result.destroyed_at = (held.heartbeat or {}).get("step")
         console.print(f"[red]destroyed VM {victim_name}[/] ({victim_id}) under {dr.run} at step {result.destroyed_at}")
         try:
-            result.recovery = recover_mod.recover(home, dr.run, console, tolerance=tolerance, wait_timeout=timeout)
+            result.recovery = recover_mod.recover(home, dr.run, console, tolerance=tolerance,
+                                                  wait_timeout=timeout).to_dict()
         except GlueError as exc:
             result.problem = str(exc)
             made = dr.read_recoveries()

@@ -37,6 +37,7 @@ from glue.operations import spares, warm_spares
 from glue.operations.recovery import neighbours, phases, replay
 from glue.operations.recovery.phases import Timings, secs_between
 from glue.operations.recovery.resume_check import ResumeCheck, check_resume, merged_metrics, step_ranges
+from glue.operations.recovery.resume_plan import ResumePlan
 from glue.runs import lease, records, serverless, serverless_state
 from glue.runs.records import AttemptRecord, Manifest, RecoveryRecord
 from glue.runs.store import RunStore
@@ -48,9 +49,9 @@ __all__ = ["check_resume", "merged_metrics", "print_table", "recover"]
 class BadRestart(GlueError):
     """The recovery ran, but the resumed attempt failed the resume check (flagged bad_restart, stopped)."""
 
-    def __init__(self, message: str, result: dict[str, Any]) -> None:
+    def __init__(self, message: str, record: RecoveryRecord) -> None:
         super().__init__(message)
-        self.result = result
+        self.record = record
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,8 @@ class RecoverOptions:
 def recover(home: Path, run_id: str, console: Console, *, force: bool = False, from_scratch: bool = False,
             same_vm: bool = False, verify_steps: int = 5, tolerance: float = 0.0,
             wait_timeout: float = 600.0, keep_failed: bool = False,
-            on_started: Callable[[dict[str, Any]], None] | None = None, nodes: int | None = None,
-            reshard_tolerance: float = 0.1) -> dict[str, Any]:
+            on_started: Callable[[ResumePlan], None] | None = None, nodes: int | None = None,
+            reshard_tolerance: float = 0.1) -> RecoveryRecord:
     """keep_failed: a failed VM that is still alive (stall, comm, user_error) is left running, its
     attempt stopped (SIGSTOP) for debugging, and the run moves to a new VM (glue.operations.lifecycle.kept).
     on_started: called once the new attempt runs, with what its resume check needs (`plan`), so a
@@ -87,14 +88,15 @@ def recover(home: Path, run_id: str, console: Console, *, force: bool = False, f
         return Recovery(home, store, manifest, console, opts, on_started).run()
 
 
-def recover_within(home: Path, run_id: str, console: Console, min_nodes: int | None, **kwargs: Any) -> dict[str, Any]:
+def recover_within(home: Path, run_id: str, console: Console, min_nodes: int | None,
+                   **kwargs: Any) -> RecoveryRecord:
     """`glue watch`'s recovery: as `recover`; when that fails before a new attempt started (a lost VM
     that cannot be replaced: no capacity) and the run allows it (recovery.min_nodes), the run continues
     on its surviving VMs, if at least min_nodes of them are left."""
-    started: list[dict[str, Any]] = []
+    started: list[ResumePlan] = []
     told = kwargs.pop("on_started", None)
 
-    def on_started(plan: dict[str, Any]) -> None:
+    def on_started(plan: ResumePlan) -> None:
         started.append(plan)
         if told is not None:
             told(plan)
@@ -141,10 +143,10 @@ class Recovery:
     manifest: Manifest
     console: Console
     opts: RecoverOptions
-    on_started: Callable[[dict[str, Any]], None] | None = None
+    on_started: Callable[[ResumePlan], None] | None = None
     timed: Timings = field(default_factory=Timings)
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> RecoveryRecord:
         with self.console.status("[bold]detect[/]: classifying the last attempt …"):
             failure = phases.detect(self.home, self.store, self.opts.force)
         with self.timed.phase(self.console, "validate", "checking the checkpoints in the bucket (sizes and sha256)"):
@@ -155,8 +157,7 @@ class Recovery:
         upto = max((lost.ckpt or 0) + self.opts.verify_steps, lost.failure_step)
         check = self._check_kind(lost, moved.group)
         if self.on_started is not None:
-            self.on_started({**plan(failure, lost, moved.started, upto, self.opts.tolerance, self.timed),
-                             "resume_check": check})
+            self.on_started(plan(failure, lost, moved.started, upto, self.opts.tolerance, self.timed, check))
         new_metrics = self._replay(failure, lost, moved, upto)
         verdict = phases.check(self.store, lost, failure, new_metrics, upto, self.opts.tolerance, moved.group,
                                self.opts.reshard_tolerance)
@@ -238,12 +239,12 @@ class Recovery:
             spares=[{"vm": name, **used} for name, used in sorted(spares_used.items())],
             kept_vm=moved.keep[0].as_dict() if moved.keep else None, kept_vms=[k.as_dict() for k in moved.keep])
 
-    def _record(self, failure: phases.Failure, record: RecoveryRecord, verdict: ResumeCheck) -> dict[str, Any]:
+    def _record(self, failure: phases.Failure, record: RecoveryRecord, verdict: ResumeCheck) -> RecoveryRecord:
         """Into the bucket and onto the console; a failed check stops the new attempt as a bad restart."""
         number = phases.record(self.store, record)
         print_table(self.console, record)
         if verdict.ok:
-            return record.to_dict()
+            return record
         run_id = self.store.run
         rejected, trouble = phases.flag_bad_restart(self.home, self.store, self.manifest, failure.number + 1, verdict)
         record.update(rejected_checkpoints=rejected, reject_problem=trouble)
@@ -252,7 +253,7 @@ class Recovery:
             if rejected else ""
         raise BadRestart(f"bad restart of run {run_id}: {verdict.problem}; the trainer was stopped{marked}"
                          f"{'; ' + trouble if trouble else ''} and the evidence kept (glue incidents --run {run_id})",
-                         record.to_dict())
+                         record)
 
 
 def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Failure, lost: phases.Lost,
@@ -315,13 +316,14 @@ def _provision(home: Path, store: RunStore, console: Console, failure: phases.Fa
 
 
 def plan(failure: phases.Failure, lost: phases.Lost, started: AttemptRecord, upto: int, tolerance: float,
-         timed: dict[str, float]) -> dict[str, Any]:
-    """What the resume check of a started recovery needs, as JSON (glue.watch keeps it in the bucket)."""
-    return {"failed_attempt": failure.number, "new_attempt": failure.number + 1, "failure_class": str(failure.outcome),
-            "checkpoint_step": lost.ckpt, "failure_step": lost.failure_step, "upto": upto,
-            "world_size": lost.group.world_size, "finished_before": lost.finished_before, "tolerance": tolerance,
-            "started_at": started.started_at,
-            "seconds": {"detect": secs_between(failure.last_alive, failure.detected_at), **timed}}
+         timed: dict[str, float], check: dict[str, Any]) -> ResumePlan:
+    """What the resume check of a started recovery needs (glue.watch keeps it in the bucket)."""
+    return ResumePlan(failed_attempt=failure.number, new_attempt=failure.number + 1,
+                      failure_class=str(failure.outcome), checkpoint_step=lost.ckpt, failure_step=lost.failure_step,
+                      upto=upto, world_size=lost.group.world_size, finished_before=lost.finished_before,
+                      tolerance=tolerance, started_at=started.started_at,
+                      seconds={"detect": secs_between(failure.last_alive, failure.detected_at), **timed},
+                      resume_check=check)
 
 
 def print_table(console: Console, rec: RecoveryRecord) -> None:

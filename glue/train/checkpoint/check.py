@@ -15,6 +15,7 @@ import sys
 from glue.train import trainer_vars
 from glue.train.checkpoint.format import list_steps, validate_step
 from glue.train.storage.credentials import credentials_from_file
+from glue.train.storage.region import DEFAULT_REGION
 from glue.train.storage.target import open_target
 
 
@@ -22,7 +23,7 @@ def main(target: str) -> int:
     kw: dict[str, object] = {}
     if target.startswith("s3://"):
         cred_file = os.environ.get(trainer_vars.CREDENTIALS_FILE)
-        kw = {"endpoint_url": os.environ.get(trainer_vars.BUCKET_ENDPOINT), "region": "us-east-1"}
+        kw = {"endpoint_url": os.environ.get(trainer_vars.BUCKET_ENDPOINT), "region": DEFAULT_REGION}
         if cred_file:
             kw["credentials"] = lambda: credentials_from_file(cred_file)
     storage = open_target(target, **kw)  # type: ignore[arg-type]

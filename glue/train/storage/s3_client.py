@@ -20,6 +20,7 @@ from botocore.credentials import CredentialProvider, Credentials, RefreshableCre
 
 from glue.train.errors import TargetError
 from glue.train.storage import s3_errors
+from glue.train.storage.region import DEFAULT_REGION
 from glue.train.utc import UTC, iso
 
 
@@ -94,7 +95,7 @@ def make_s3_client(
         resolver.insert_before("env", _CallbackProvider(credentials))
     session = boto3.session.Session(
         botocore_session=bs,
-        region_name=region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        region_name=region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION,
     )
     if session.get_credentials() is None:
         raise TargetError(

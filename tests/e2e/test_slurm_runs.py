@@ -304,3 +304,43 @@ def test_a_lost_nodes_job_is_requeued_and_its_resume_verified(slurm_kit: Kit, tm
     watched = kit.glue("watch", "--once", "--run", "lost", timeout=300)
     assert "lost: completed" in watched.stderr and "Slurm job" in watched.stderr, watched.stderr
     assert store.attempts() == [1, 2]
+
+
+# `stress` (make test-all, ~4 min: Slurm's node timeout and credential lifetime): make test loses a single-node
+# job's node (above) and has a two-node job train and stop; the classes and world size a multi-node restart is
+# judged by are tests/unit/test_slurm_requeue_class.py's.
+@pytest.mark.stress
+@pytest.mark.timeout(900)
+def test_a_two_node_jobs_lost_node_requeues_the_whole_job_and_every_rank_resumes_exactly(slurm_kit: Kit,
+                                                                                          tmp_path: Path) -> None:
+    """After the single-node loss (gpukit-2 replaced by then): a two-node job placed on gpukit-2 and gpukit-3
+    (gpukit-1 drained while it is) loses gpukit-3's VM under its running ranks. Slurm requeues the whole job; it
+    starts again on the two nodes left, both ranks from the newest valid checkpoint, and glue checks every rank's
+    resume and records it as the recovery of a lost VM at world size 2."""
+    kit, fast = slurm_kit, here(slurm_kit)
+    store = RunStore.open(kit.home, "lost2")
+    cfg = run_config(tmp_path, config={"steps": 90, "step_sleep": 0.2}, checkpoint={"interval_steps": 10},
+                     resources={"nodes": 2, "gpus_per_node": 1, "time": "00:30:00"})
+    on_head(kit, "scontrol update nodename=gpukit-1 state=drain reason=e2e-placement")
+    try:
+        kit.glue("deploy", "--run", "lost2", "--config", str(cfg))
+        first = wait("attempt 1 on gpukit-2 and gpukit-3", lambda: store.attempt(1) or None, 240)
+    finally:
+        on_head(kit, "scontrol update nodename=gpukit-1 state=resume; true")
+    assert sorted(n["vm"] for n in first["nodes"]) == ["gpukit-2", "gpukit-3"], first
+    doomed = vm_id(fast, "gpukit-3")
+    wait("steps in the bucket a few past a checkpoint", lambda: 31 <= (seen := max(
+        store.metrics(0).get(1, {}) or [0])) <= 80 and 1 <= seen % 10 <= 6, 240)
+    LocalBackend(kit.home).delete_vm(doomed)
+    second = wait("the requeued start", lambda: store.attempt(2) or None, 400)
+    sched = second["scheduler"]
+    assert sched["job_id"] == first["scheduler"]["job_id"] and sched["restart_count"] == 1, second
+    assert sorted(n["vm"] for n in second["nodes"]) == ["gpukit-1", "gpukit-2"], second
+    wait("the requeued run ends", lambda: store.exit_record(2, 0), 400)
+    st = json.loads(fast.glue("status", "--run", "lost2", "--json").stdout)
+    assert st["state"] == "completed", st
+    rec = store.recoveries()[-1]
+    assert (rec["failed_attempt"], rec["new_attempt"], rec["failure_class"]) == (1, 2, "vm_lost"), rec
+    assert rec["world_size"] == 2 and rec["verified"] and rec["compared_steps"], rec
+    assert rec["first_resumed_step"] == sched["resume_from"] + 1 == rec["checkpoint_step"] + 1, rec
+    assert store.attempt(1)["failure_class"] == "vm_lost" and "node" in store.attempt(1)["reason"], store.attempt(1)

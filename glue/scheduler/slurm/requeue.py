@@ -14,7 +14,7 @@ from typing import Any
 
 from glue.errors import GlueError
 from glue.operations.recovery import phases
-from glue.operations.recovery.resume_check import ResumeCheck, check_resume, merged_metrics
+from glue.operations.recovery.resume_check import ResumeCheck, check_all_ranks, merged_metrics
 from glue.runs import monitor
 from glue.runs.classify import AttemptClass
 from glue.runs.records import Manifest, RecoveryRecord
@@ -38,17 +38,30 @@ def newest_valid_before(store: RunStore, manifest: Manifest, started_at: str) ->
     return max(steps, default=None)
 
 
-def _why_ended(store: RunStore, n: int, resubmitted: bool = False) -> tuple[str, str]:
-    """How the attempt before a restart ended: saved on the notice (preempted), lost with its node, or lost
-    with the head's queue (glue resubmitted the run as a new job)."""
-    ended = store.exit_record(n, 0)
-    if ended is not None and ended.get("exit_code") == PREEMPTED_EXIT:
+def _why_ended(store: RunStore, n: int, nodes: int, resubmitted: bool = False) -> tuple[str, str]:
+    """How the attempt before a restart ended: saved on the notice (preempted), lost with a node (one of its
+    `nodes` left no exit record: its supervisor went down with it; Slurm killed the others' steps), or lost with
+    the head's queue (glue resubmitted the run as a new job)."""
+    ends = [store.exit_record(n, k) for k in range(nodes)]
+    lost = [k for k, e in enumerate(ends) if e is None]
+    if not lost and any(e is not None and e.get("exit_code") == PREEMPTED_EXIT for e in ends):
         return str(AttemptClass.PREEMPTED), "saved on Slurm's notice (USR1) and requeued"
     if resubmitted:
         return str(AttemptClass.VM_LOST), "its job was lost with the Slurm head's queue; glue resubmitted the run"
-    if ended is None:
-        return str(AttemptClass.VM_LOST), "its node was lost; Slurm requeued the job"
-    return str(AttemptClass.KILLED), f"ended with exit {ended.get('exit_code')}; Slurm requeued the job"
+    if lost:
+        which = "its node" if nodes == 1 else f"node {', '.join(map(str, lost))} of its {nodes}"
+        return str(AttemptClass.VM_LOST), f"{which} was lost; Slurm requeued the job"
+    return str(AttemptClass.KILLED), f"ended with exit {ends[0].get('exit_code') if ends[0] else None}; " \
+                                     "Slurm requeued the job"
+
+
+def _world_size(manifest: Manifest, nodes: int) -> int:
+    """The ranks of a start: one on a single node (the command runs as it is), nodes x gpus_per_node under
+    torchrun on several (glue.train.run.slurm_job)."""
+    if nodes <= 1:
+        return 1
+    resources = manifest.config.get("resources") or {}
+    return nodes * int(resources.get("gpus_per_node") or 1)
 
 
 def _ready(store: RunStore, n: int, old: dict[int, Any], new: dict[int, Any]) -> bool:
@@ -67,9 +80,12 @@ def check_restart(home: Path, store: RunStore, manifest: Manifest, n: int) -> di
     ckpt = sched["resume_from"] if "resume_from" in sched else \
         newest_valid_before(store, manifest, rec.started_at)
     upto = min(max(old, default=0), max(new))
-    check = check_resume(old, new, ckpt, upto, TOLERANCE)
+    world = _world_size(manifest, len(rec.nodes))
+    # Every rank continues exactly, as a recovery's check asks of a group (rank 0's steps, then each other's).
+    check = check_all_ranks(store, old, new, failed_attempt=n - 1, new_attempt=n, world_size=world, ckpt=ckpt,
+                            upto=upto, tolerance=TOLERANCE, finished_before=False)
     resubmitted = not sched.get("restart_count")  # a new job's first start: glue resubmitted it (the head lost)
-    failure, reason = _why_ended(store, n - 1, resubmitted)
+    failure, reason = _why_ended(store, n - 1, max(len(prev.nodes), 1), resubmitted)
     if not prev.ended:
         prev.update(failure_class=failure, reason=reason, ended_at=prev.ended_at or rec.started_at)
         store.put_attempt(prev)
@@ -77,7 +93,7 @@ def check_restart(home: Path, store: RunStore, manifest: Manifest, n: int) -> di
         run=store.run, failed_attempt=n - 1, new_attempt=n, failure_class=failure,
         old_vm={"name": prev.vm, "id": prev.vm_id},
         new_vm={"name": rec.vm, "id": rec.vm_id},
-        nodes=[nd.to_dict() for nd in rec.nodes], dropped_vms=[], world_size=1,
+        nodes=[nd.to_dict() for nd in rec.nodes], dropped_vms=[], world_size=world,
         resume_check={"kind": "exact", "by": "slurm resubmission" if resubmitted else "slurm requeue"},
         rendezvous=None, checkpoint_step=ckpt,
         failure_step=max(old, default=0), seconds={}, work_lost={"steps": max(old, default=0) - (ckpt or 0)},

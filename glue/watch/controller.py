@@ -37,7 +37,7 @@ from glue.runs import config as runconfig
 from glue.runs import lease, monitor, records
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, all_run_ids, parse_iso, utc_iso
-from glue.watch import interrupted, notify, policy
+from glue.watch import interrupted, outbox, policy
 from glue.watch import ssh_probe as probe_mod
 from glue.watch.adopt import adopt
 from glue.watch.watch_state import Row, WatchState, describe, record_budget_incident
@@ -128,6 +128,7 @@ class Watcher:
             return Row(run=run, state="waiting", note="no attempt yet")
         latest = attempts[-1]
         st = adopt(store, latest, named=bool(self.runs), say=self.console.print)
+        outbox.flush(store, st, rc.notify, self.console)
         row = Row(run=run, state="watching", attempt=latest, used=dict(st.used),
                   caps={"preemptions": rc.recovery.max_preemptions, "failures": rc.recovery.max_failures},
                   last=describe(st.last))
@@ -212,9 +213,8 @@ class Watcher:
         outcome = AttemptClass(plan.failure_class)
         if verdict.ok:
             st.note("recovered", outcome=str(outcome), **summary)
-            st.save(store)
             self.console.print(f"[green]{store.run}[/]: the interrupted recovery's resume checked out on attempt {new}")
-            self._event(rc, st, "recovered", failed, outcome, recovery=summary)
+            self._event(store, rc, st, "recovered", failed, outcome, recovery=summary)
             st.save(store)
             return
         rejected, trouble = phases.flag_bad_restart(self.home, store, store.read_manifest(), new, verdict)
@@ -286,18 +286,16 @@ class Watcher:
         return Quick(True, running.step, f"heartbeat {now - beat_at:.1f}s old; probing {host.name} over SSH")
 
     # -- acting ---------------------------------------------------------------------------------
-    def _event(self, rc: runconfig.RunConfig, st: WatchState, kind: str, attempt: int, outcome: AttemptClass | str,
-               **detail: Any) -> None:
-        event = {"event": kind, "run": st.run, "attempt": attempt, "class": str(outcome), "at": utc_iso(),
-                 "used": dict(st.used),
-                 "budgets": {"preemptions": rc.recovery.max_preemptions, "failures": rc.recovery.max_failures},
-                 **detail}
-        results = notify.send(rc.notify, event)
-        for hook, result in results.items():
-            if result != "ok":
-                self.console.print(f"[yellow]notify {hook} for {kind} of {st.run} failed: {result}[/]")
-        if results:
-            st.note("notified", event=kind, results=results)
+    def _event(self, store: RunStore, rc: runconfig.RunConfig, st: WatchState, kind: str, attempt: int,
+               outcome: AttemptClass | str, **detail: Any) -> None:
+        """The notice queued and saved in one write with the state it announces, then sent (glue.watch.outbox:
+        a watcher killed before it is sent leaves it to the next)."""
+        entry = outbox.queue(st, {
+            "event": kind, "run": st.run, "attempt": attempt, "class": str(outcome), "at": utc_iso(),
+            "used": dict(st.used),
+            "budgets": {"preemptions": rc.recovery.max_preemptions, "failures": rc.recovery.max_failures}, **detail})
+        st.save(store)
+        outbox.deliver(st, rc.notify, entry, self.console)
 
     def _stop_held(self, store: RunStore, rc: runconfig.RunConfig, n: int, outcome: AttemptClass,
                    decision: policy.Decision, reason: str, incident: str | None) -> str | None:
@@ -320,12 +318,11 @@ class Watcher:
         if decision.event == "budget_exhausted":
             incident = record_budget_incident(store, st, n, outcome, decision, reason)
         st.note("stopped", attempt=n, outcome=str(outcome), reason=decision.reason, incident=incident)
-        st.save(store)
         self.console.print(f"[red]{store.run}: stopped[/] ({decision.reason})")
         if decision.event:
-            self._event(rc, st, decision.event, n, outcome, reason=reason, decision=decision.reason,
+            self._event(store, rc, st, decision.event, n, outcome, reason=reason, decision=decision.reason,
                         incident=incident)
-            st.save(store)
+        st.save(store)
 
     def _recover(self, store: RunStore, rc: runconfig.RunConfig, started: float | None, n: int,
                  outcome: AttemptClass) -> str:
@@ -384,15 +381,13 @@ class Watcher:
             wait = policy.backoff(rc.recovery, st.failed_in_row)
             st.next_try_at = time.time() + wait
             st.note("recovery_failed", attempt=n, outcome=str(outcome), error=str(exc), backoff_s=wait)
-            st.save(store)
             self.console.print(f"[red]{store.run}: recovery of attempt {n} failed[/]: {exc} (next try in {wait:.0f}s)")
-            self._event(rc, st, "recovery_failed", n, outcome, error=str(exc), backoff_s=wait)
+            self._event(store, rc, st, "recovery_failed", n, outcome, error=str(exc), backoff_s=wait)
             st.save(store)
             return f"recovery failed: {exc}"
         st.failed_in_row, st.next_try_at, st.resume_plan, st.capacity_waits = 0, 0.0, None, 0
         summary = {**recovery_summary(result), "kept_vm": result.kept_vm, "kept_vms": result.kept_vms}
         st.note("recovered", outcome=str(outcome), **summary)
-        st.save(store)
-        self._event(rc, st, "recovered", n, outcome, recovery=summary)
+        self._event(store, rc, st, "recovered", n, outcome, recovery=summary)
         st.save(store)
         return f"recovered onto attempt {result.new_attempt} (verified)"

@@ -36,6 +36,8 @@ class WatchState:
     # failed recovery, never another budget.
     capacity_waits: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+    # Notices decided and not yet sent (glue.watch.outbox): saved with the action they announce.
+    outbox: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, store: RunStore) -> WatchState | None:

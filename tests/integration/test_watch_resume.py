@@ -21,8 +21,9 @@ from glue.runs.classify import AttemptClass, Diagnosis, Evidence
 from glue.runs.monitor import Report
 from glue.runs.store import RunStore, utc_iso
 from glue.train import layout
-from glue.watch import controller
+from glue.watch import controller, outbox
 from glue.watch.controller import Watcher
+from glue.watch.outbox import STALE_S
 from glue.watch.watch_state import WatchState
 from tests.conftest import BucketHandle
 
@@ -132,3 +133,38 @@ def test_interrupted_recovery_with_a_wrong_resume_is_a_bad_restart(local_bucket:
     assert _events(events)[0]["incident"] == att["incident"]
     watcher.watch_run("w-int-bad")  # stopped: nothing more
     assert len(_events(events)) == 1 and store.attempts() == [1, 2]
+
+
+class Killed(BaseException):
+    """The watcher's process dies here (as under SIGKILL: nothing after it runs)."""
+
+
+def test_a_notice_whose_watcher_died_before_sending_it_is_sent_by_the_next_watcher(
+        local_bucket: BucketHandle, tmp_path: Path, stand_ins: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    store, watcher, events = _run(local_bucket, tmp_path, "w-outbox", range(CKPT + 1, 36))
+
+    def dies(spec: Any, event: dict[str, Any]) -> dict[str, str]:
+        raise Killed
+
+    send = outbox.notify.send
+    monkeypatch.setattr(outbox.notify, "send", dies)
+    with pytest.raises(Killed):  # it recorded the verified recovery, then died before the hook ran
+        watcher.watch_run("w-outbox")
+    st = WatchState.load(store)
+    assert st is not None and st.history[-1]["action"] == "recovered" and _events(events) == []
+    [owed] = st.outbox  # saved in the same write as the recovery it announces
+    assert owed["event"]["event"] == "recovered" and owed["event"]["attempt"] == 1
+    monkeypatch.setattr(outbox.notify, "send", send)
+    # Another watcher, at once: the notice may still be being sent by its watcher (a send takes up to STALE_S).
+    later = Watcher(tmp_path, ("w-outbox",), Console(file=io.StringIO()), stores={"w-outbox": store})
+    later.watch_run("w-outbox")
+    assert _events(events) == [] and len((WatchState.load(store) or st).outbox) == 1
+    # Past STALE_S its watcher is surely gone: the next watcher sends it, once, and takes it out.
+    monkeypatch.setattr(outbox, "STALE_S", 0.0)
+    later.watch_run("w-outbox")
+    later.watch_run("w-outbox")
+    sent = _events(events)
+    assert [(e["event"], e["run"], e["recovery"]["verified"]) for e in sent] == [("recovered", "w-outbox", True)]
+    st = WatchState.load(store)
+    assert st is not None and st.outbox == [] and st.history[-1]["action"] == "notified", st.history[-3:]
+    assert outbox.STALE_S == 0.0 and 200 < STALE_S  # longer than the command's timeout and the webhook's tries

@@ -253,6 +253,16 @@ def vm_id(kit: Kit, name: str) -> str:
     return str(next(v["id"] for v in json.loads(kit.glue("status", "--json").stdout)["vms"] if v["name"] == name))
 
 
+def lose_past_a_checkpoint(kit: Kit, store: RunStore, doomed: str, timeout: float) -> None:
+    """Destroy VM `doomed` as soon as the steps in the bucket (shipped metrics, the heartbeat's recent ones) are a
+    few past a checkpoint after step 30 (20 surely committed; checkpoints every 10 steps): the restart's resumed
+    losses then have steps to be compared with, however slow this host is (deleted just after a checkpoint, none
+    had reached the bucket: none compared)."""
+    wait("steps in the bucket a few past a checkpoint", lambda: 31 <= (seen := max(
+        store.metrics(0).get(1, {}) or [0])) <= 80 and 1 <= seen % 10 <= 6, timeout)
+    LocalBackend(kit.home).delete_vm(doomed)
+
+
 @pytest.mark.timeout(900)
 def test_a_lost_nodes_job_is_requeued_and_its_resume_verified(slurm_kit: Kit, tmp_path: Path) -> None:
     """Last in the module: gpukit-2 stays lost. The job is placed on gpukit-2 (the other nodes drained while
@@ -271,12 +281,7 @@ def test_a_lost_nodes_job_is_requeued_and_its_resume_verified(slurm_kit: Kit, tm
         # (resuming a node already in service is an error to scontrol: each alone, whatever it says)
         on_head(kit, "for n in gpukit-1 gpukit-3; do scontrol update nodename=$n state=resume; done; true")
     doomed = vm_id(fast, "gpukit-2")
-    # The VM goes as soon as the steps in the bucket (shipped metrics, the heartbeat's recent ones) are a few past
-    # a checkpoint after step 30 (20 surely committed): the restart's resumed losses then have steps to be compared
-    # with, however slow this host is (deleted just after a checkpoint, none had reached the bucket: none compared).
-    wait("steps in the bucket a few past a checkpoint", lambda: 31 <= (seen := max(
-        store.metrics(0).get(1, {}) or [0])) <= 80 and 1 <= seen % 10 <= 6, 180)
-    LocalBackend(kit.home).delete_vm(doomed)
+    lose_past_a_checkpoint(kit, store, doomed, 180)
     # SlurmdTimeout marks the node down; a requeued batch job waits out Slurm's credential lifetime (120 s).
     second = wait("the requeued start", lambda: store.attempt(2) or None, 400)
     sched = second["scheduler"]
@@ -328,10 +333,7 @@ def test_a_two_node_jobs_lost_node_requeues_the_whole_job_and_every_rank_resumes
     finally:
         on_head(kit, "scontrol update nodename=gpukit-1 state=resume; true")
     assert sorted(n["vm"] for n in first["nodes"]) == ["gpukit-2", "gpukit-3"], first
-    doomed = vm_id(fast, "gpukit-3")
-    wait("steps in the bucket a few past a checkpoint", lambda: 31 <= (seen := max(
-        store.metrics(0).get(1, {}) or [0])) <= 80 and 1 <= seen % 10 <= 6, 240)
-    LocalBackend(kit.home).delete_vm(doomed)
+    lose_past_a_checkpoint(kit, store, vm_id(fast, "gpukit-3"), 240)
     second = wait("the requeued start", lambda: store.attempt(2) or None, 400)
     sched = second["scheduler"]
     assert sched["job_id"] == first["scheduler"]["job_id"] and sched["restart_count"] == 1, second

@@ -21,6 +21,7 @@ from __future__ import annotations
 SIDE = frozenset({
     "tests/integration/test_qemu.py",
     "tests/integration/test_qemu_seed.py",  # `stress`: only in `make test-all`
+    "tests/integration/test_qemu_slurm.py",  # `stress`: only in `make test-all`
     "tests/integration/test_ckpt_kill.py",
     "tests/integration/test_ckpt_workers.py",
     "tests/integration/test_ckpt_s3.py",

@@ -57,6 +57,9 @@ def verified_with_the_key_secret(home: Path, nodes: tuple[str, ...], spares: tup
     for name in nodes:
         assert f"NodeList={name} " in log, f"no job was allocated on {name}"
     assert on_vm(home, nodes[0], f"srun -N1 -w {nodes[1]} --gres=gpu:1 printenv CUDA_VISIBLE_DEVICES").strip() == "0"
+    # The image bakes Slurm and munge: nothing came from a package archive (gpukit's VMs reach none), so apt's
+    # lists, empty in the image, are still empty.
+    assert on_vm(home, nodes[0], "ls /var/lib/apt/lists | grep -c _Packages || true").strip() == "0"
     key = home / "slurm" / "munge.key"
     secret = key.read_bytes()
     assert len(secret) == 1024 and key.stat().st_mode & 0o777 == 0o600

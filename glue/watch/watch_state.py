@@ -50,8 +50,7 @@ class WatchState:
         return st
 
     def save(self, store: RunStore) -> None:
-        plan = self.resume_plan.to_dict() if self.resume_plan else None
-        store.put_watch_state({**asdict(self), "resume_plan": plan, "updated_at": utc_iso()})
+        store.put_watch_state({**asdict(self), "updated_at": utc_iso()})  # asdict writes resume_plan's JSON too
 
     def note(self, action: str, **detail: Any) -> dict[str, Any]:
         entry = {"at": utc_iso(), "action": action, **detail}

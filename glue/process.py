@@ -37,6 +37,22 @@ def _stat(pid: int) -> list[str]:
         return []
 
 
+def children(pid: int) -> list[int]:
+    """The direct children of every thread of `pid`; [] once it is gone (a process that exits while its
+    tree is walked is a normal moment at boot and teardown, not an error)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for task in tasks:
+        try:
+            out += [int(p) for p in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def command_lines(proc: Path = Path("/proc")) -> Iterator[tuple[int, list[str]]]:
     """(pid, argv) of every process of this machine whose command line can be read (one gone meanwhile, or
     not ours to read, is skipped)."""

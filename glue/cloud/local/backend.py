@@ -28,7 +28,7 @@ from glue.cloud.local.bucket import HOST, LocalBucket, free_port
 from glue.errors import GlueError, NoCapacity
 from glue.images import build, recipe
 from glue.images.cache import Image
-from glue.process import pid_alive, start_time
+from glue.process import children, pid_alive, start_time
 from glue.train.run.notice import DEFAULT_NOTICE_FILE
 
 IMAGE = "gpukit"
@@ -39,13 +39,6 @@ SIZE_ENV = {"cpu": ("GPUKIT_VM_CPUS", 256), "memory_gb": ("GPUKIT_VM_MEMORY_GB",
 CAPACITY_ENV = "GPUKIT_LOCAL_CAPACITY"
 NOTICE_DIR, _, NOTICE_NAME = DEFAULT_NOTICE_FILE.rpartition("/")
 _spawn_lock = threading.Lock()  # terraform creates VMs in parallel: one port pick + spawn at a time
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except (OSError, ValueError):
-        return []
 
 
 class LocalBackend:
@@ -207,7 +200,7 @@ class LocalBackend:
         unshare_pid = int(str(state.get("unshare_pid") or 0))
         launched = {unshare_pid} if unshare_pid and pid_alive(unshare_pid) else set()
         for pid in sorted(launched | set(nspawn.launched_for(vm_dir))):
-            pids.extend(_children(pid))  # the machine's PID 1 among them: its whole PID namespace goes with it
+            pids.extend(children(pid))  # the machine's PID 1 among them: its whole PID namespace goes with it
             pids.append(pid)
         for pid in pids:
             try:

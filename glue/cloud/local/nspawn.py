@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glue.errors import GlueError
-from glue.process import command_lines
+from glue.process import children, command_lines
 
 HOST = "127.0.0.1"
 # ~0.5 s on an idle host; a whole minute seen once on a 2-core host booting several machines beside a busy suite.
@@ -74,16 +74,6 @@ def write_seed(seed: Path, hostname: str, port: int, authorized_key: str, config
                 out.write(src.read_bytes())
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            out += [int(p) for p in (task / "children").read_text().split()]
-        except (OSError, ValueError):
-            continue
-    return out
-
-
 def launched_for(vm_dir: Path) -> list[int]:
     """Every process started for the machine in `vm_dir` (the launcher, nspawn) found by its command line, which
     names the machine's root: a boot interrupted before its pid was recorded (a provider killed between the
@@ -106,7 +96,7 @@ def container_init(nspawn_pid: int) -> int | None:
                     return pid
         except OSError:
             continue
-        todo += _children(pid)
+        todo += children(pid)
     return None
 
 

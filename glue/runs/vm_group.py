@@ -21,10 +21,11 @@ from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.runs import occupancy
 from glue.runs.records import Manifest
+from glue.train.run.ports import below_ephemeral
 from glue.train.run.torchrun import GroupShape, Rendezvous, address_towards, iface_of
 
 # Run on a VM (by the run's python, which may have no gpukit): prints address_towards(peer).
-_ADDRESS_PROBE = (inspect.getsource(iface_of) + inspect.getsource(address_towards)
+_ADDRESS_PROBE = (inspect.getsource(below_ephemeral) + inspect.getsource(iface_of) + inspect.getsource(address_towards)
                   + "\nimport sys\nprint(*address_towards(sys.argv[1]))\n")
 
 

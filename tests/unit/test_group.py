@@ -122,7 +122,8 @@ def test_torchrun_command_per_node() -> None:
             "--rdzv-id=r-3", "--max-restarts=3", "--local-addr=10.0.0.5"} <= set(head)
     assert head[-4:] == ["-m", "pkg.train", "--lr", "1"] and any("is_host=0" in a for a in head)
     other = torchrun_argv("/v/bin/python", ["python3", "train.py"], spec, rdzv, 1, "r", 3)
-    assert other[:3] == ["/v/bin/python", "-m", "torch.distributed.run"]
+    # every agent runs under process_group (whichever is rank 0 picks the worker store's port there)
+    assert other[:4] == ["/v/bin/python", "-m", "glue.train.run.process_group", "--"]
     assert other[-1] == "train.py" and "--local-addr=10.0.0.6" in other and any("is_host=0" in a for a in other)
     assert torchrun_argv("/p", ["./run.sh", "x"], spec, rdzv, 1, "r", 3)[-3:] == ["--no-python", "./run.sh", "x"]
     assert node_env(rdzv, 1)["GLOO_SOCKET_IFNAME"] == "eth1"

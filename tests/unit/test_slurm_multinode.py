@@ -55,7 +55,8 @@ def test_each_node_runs_its_torchrun_agent_at_the_allocations_rendezvous() -> No
                        rdzv_port=29555)
     launch = launch_spec(spec, alloc, 1, None, notice_file("r1", "9"), group)
     assert launch.node == 1 and launch.env[V.NODE] == "1" and launch.env[V.VM] == "gpukit-2"
-    assert launch.command[:3] == ["/opt/gpukit/venv/bin/python", "-m", "torch.distributed.run"]  # not the head
+    # not the head: no store of its own, but its agent too runs under process_group
+    assert launch.command[:4] == ["/opt/gpukit/venv/bin/python", "-m", "glue.train.run.process_group", "--"]
     assert {"--nnodes=2", "--nproc-per-node=1", "--rdzv-endpoint=127.0.0.1:29555", "--rdzv-id=r1-1",
             "--local-addr=127.0.0.1"} <= set(launch.command) and launch.command[-2:] == ["-m", "glue.examples.tiny_gpt"]
     assert launch.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"

@@ -84,21 +84,31 @@ def join(env: dict[str, str] | None = None, timeout_s: float | None = None) -> i
     return int(total.item())
 
 
-def host_store_then_torchrun(argv: list[str]) -> None:
-    """`--host-store ADDR:PORT -- <torchrun args>`: serve the rendezvous store bound to ADDR:PORT and run
-    torchrun's agent in this same process, so the store lives exactly as long as the agent (across
-    its restart rounds) and signals reach the agent as before."""
-    if len(argv) < 2 or not argv[0].startswith("--host-store=") or argv[1] != "--":
-        raise SystemExit("usage: python -m glue.train.run.process_group --host-store=ADDR:PORT -- <torchrun args>")
-    addr, _, port = argv[0].split("=", 1)[1].rpartition(":")
-    store = bound_store(addr.strip("[]"), int(port), None, timedelta(seconds=60), wait_for_workers=False)
+def agent(argv: list[str]) -> None:
+    """`[--host-store=ADDR:PORT] -- <torchrun args>`: run torchrun's agent in this process, its worker-store
+    ports picked below the ephemeral range (glue.train.run.ports: a port-0 pick is taken by the next
+    outgoing connection before rank 0 binds it), and with --host-store (the head) serve the rendezvous
+    store bound to ADDR:PORT, living exactly as long as the agent (across its restart rounds); signals
+    reach the agent as before."""
+    host = argv[0].split("=", 1)[1] if argv and argv[0].startswith("--host-store=") else None
+    rest = argv[1:] if host is not None else argv
+    if not rest or rest[0] != "--":
+        raise SystemExit("usage: python -m glue.train.run.process_group [--host-store=ADDR:PORT] -- <torchrun args>")
+    from torch.distributed.elastic.rendezvous import api as rendezvous_api
     from torch.distributed.run import main as torchrun
 
+    from glue.train.run.ports import below_ephemeral
+
+    rendezvous_api.get_free_port = below_ephemeral  # what RendezvousStoreInfo.build calls
+    store = None
+    if host is not None:
+        addr, _, port = host.rpartition(":")
+        store = bound_store(addr.strip("[]"), int(port), None, timedelta(seconds=60), wait_for_workers=False)
     try:
-        torchrun(argv[2:])
+        torchrun(rest[1:])
     finally:
         del store
 
 
 if __name__ == "__main__":
-    host_store_then_torchrun(sys.argv[1:])
+    agent(sys.argv[1:])

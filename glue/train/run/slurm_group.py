@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from glue.train import trainer_vars as V
+from glue.train.run.ports import below_ephemeral
 from glue.train.run.torchrun import GroupShape, Rendezvous, iface_of
 
 RDZV_PORT = V.SLURM_RDZV_PORT
@@ -69,10 +70,9 @@ class JobGroup:
 
 
 def free_port(name: str) -> int:
-    """A free TCP port on `name`'s address (node 0's, where the store is served)."""
-    with socket.socket() as s:
-        s.bind((resolve(name), 0))
-        return int(s.getsockname()[1])
+    """A free TCP port on `name`'s address (node 0's, where the store is served), below the ephemeral range:
+    the batch script picks it before srun starts the node that binds it (glue.train.run.ports)."""
+    return below_ephemeral(resolve(name))
 
 
 def main(argv: list[str]) -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from glue.train.run.ports import below_ephemeral
+
 
 @dataclass(frozen=True)
 class GroupShape:
@@ -55,20 +57,17 @@ def iface_of(addr: str) -> str:
 
 
 def address_towards(peer: str) -> tuple[str, int, str]:
-    """This machine's address towards `peer` (a UDP connect routes, it sends nothing), a free TCP port on it,
-    and the interface holding it. Self-contained (its imports inside, iface_of beside it): glue runs their
-    source on VMs whose python has no gpukit (glue.runs.vm_group)."""
+    """This machine's address towards `peer` (a UDP connect routes, it sends nothing), a free TCP port on it
+    below the ephemeral range (glue.train.run.ports), and the interface holding it. Self-contained (its
+    imports inside, iface_of and below_ephemeral beside it): glue runs their source on VMs whose python has
+    no gpukit (glue.runs.vm_group)."""
     import socket
 
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     u.connect((peer, 9))
     addr = u.getsockname()[0]
     u.close()
-    t = socket.socket()
-    t.bind((addr, 0))
-    port = t.getsockname()[1]
-    t.close()
-    return addr, port, iface_of(addr)
+    return addr, below_ephemeral(addr), iface_of(addr)
 
 
 def node_env(rdzv: Rendezvous, node: int) -> dict[str, str]:
@@ -90,10 +89,12 @@ def torchrun_argv(python: str, argv: list[str], shape: GroupShape, rdzv: Rendezv
     torch's own rendezvous host would listen on every interface of the head, unauthenticated. Instead
     the head runs torchrun's agent under glue.train.run.process_group, which serves the store bound to
     the group's address only (loopback on the local backend); every agent, the head's too, is a client.
+    Every node's agent runs under it, since any of them may be the round's rank 0 that picks the worker
+    store's port: there it is picked below the ephemeral range.
     """
-    host = [python, "-m", "glue.train.run.process_group", f"--host-store={rdzv.endpoint}", "--"]
+    host = [f"--host-store={rdzv.endpoint}"] if node == 0 else []
     launcher = [
-        *(host if node == 0 else [python, "-m", "torch.distributed.run"]),
+        python, "-m", "glue.train.run.process_group", *host, "--",
         f"--nnodes={shape.nodes}", f"--nproc-per-node={shape.procs_per_node}",
         "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv.endpoint}", f"--rdzv-id={run}-{attempt}",
         f"--rdzv-conf=is_host=0,join_timeout={shape.rdzv_timeout_s}",

@@ -49,8 +49,8 @@ up: bootstrap-core ## Create the cluster (VMS=N, BACKEND=local|qemu|lyceum|ssh|t
 		$(if $(BUCKET_ENDPOINT),--bucket-endpoint $(BUCKET_ENDPOINT)) $(if $(BUCKET),--bucket $(BUCKET)) \
 		$(if $(BUCKET_REGION),--bucket-region $(BUCKET_REGION)) $(if $(BUCKET_PROFILE),--bucket-profile $(BUCKET_PROFILE))
 
-down: bootstrap-core ## Destroy the cluster's VMs (the bucket and its data are kept)
-	@$(GLUE) down
+down: bootstrap-core ## Destroy the cluster's VMs (the bucket and its data are kept; FORCE=1: past the run checks)
+	@$(GLUE) down $(if $(FORCE),--force)
 
 demo: ## The whole loop on the local backend: up, train, lose a VM, recover, verify, down
 	@BACKEND=local ./scripts/bootstrap.sh core

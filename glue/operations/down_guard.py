@@ -1,5 +1,6 @@
-"""What must be true before `glue down` destroys VMs: every run on the cluster is finished with its
-required outputs in the bucket, and no upload is pending (a trainer still flushing, or files in the
+"""What must be true before `glue down` destroys VMs: no run on the cluster is still running or failed in a
+way a recovery repairs with its required outputs missing from the bucket (a run the user stopped, or one
+whose recovery needs --force, does not count), and no upload is pending (a trainer still flushing, or files in the
 rclone VFS write-back queue of a VM's /mnt/s3 mount). The bucket itself is never touched."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
 from glue.runs import monitor, records
+from glue.runs.class_policy import POLICIES, STOPPED_ON_REQUEST
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, run_ids
 
@@ -42,15 +44,26 @@ def blockers(home: Path, only: set[str] | None = None) -> list[str]:
         if out is AttemptClass.RUNNING:
             vms = ", ".join(hosts[i].name for i in sorted(on & hosts.keys(), key=lambda i: hosts[i].name))
             found.append(f"run {run} is still running on {vms} (step {rep.evidence.heartbeat_step})")
-        elif out is not AttemptClass.COMPLETED:
+        elif _awaits_recovery(out, rep.attempt.reason):
             missing = monitor.missing_outputs(store, store.read_manifest())
             if missing:
-                found.append(f"run {run} ({out}) is missing required outputs in the bucket: {', '.join(missing)}")
+                found.append(f"run {run} ({out}) is missing required outputs in the bucket: {', '.join(missing)}; "
+                             f"recover it first (`glue recover --run {run}`), or stop it (`glue stop --run {run}`)")
     # One SSH round trip per VM, all VMs at once: the guard is on the path of every `glue down`.
     with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
         for pending in pool.map(lambda h: _pending_uploads(home, h), sorted(hosts.values(), key=lambda h: h.name)):
             found += pending
     return found
+
+
+def _awaits_recovery(outcome: AttemptClass, reason: str | None) -> bool:
+    """A failed run whose outputs a recovery would still produce: a failure `glue recover` repairs on its own.
+    Not one it refuses without --force (the user's own error, a repeatable OOM, a wrong resume: nothing
+    comes of waiting), nor one the user ended with `glue stop`: those never hold the cluster up."""
+    if outcome in (AttemptClass.RUNNING, AttemptClass.COMPLETED) or reason == STOPPED_ON_REQUEST:
+        return False
+    policy = POLICIES[outcome]
+    return policy.refuse_always is None and policy.refuse_without_force is None
 
 
 def _pending_uploads(home: Path, host: Host) -> list[str]:
@@ -71,7 +84,8 @@ def check(home: Path, force: bool, only: set[str] | None = None, what: str = "de
     if force:
         return ["not checking runs or pending uploads"]
     found = blockers(home, only)
+    hint = " (`make down FORCE=1`)" if what == "destroy the cluster" else ""
     if found:
         raise GlueError(f"refusing to {what}: " + "; ".join(found) + f". Wait, export the outputs or recover the "
-                        f"runs{alternative}, or pass --force (the bucket is kept)")
+                        f"runs{alternative}, or pass --force{hint} (the bucket is kept)")
     return found

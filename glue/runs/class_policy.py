@@ -37,6 +37,10 @@ class AttemptClass(StrEnum):
         return self not in (AttemptClass.RUNNING, AttemptClass.COMPLETED)
 
 
+# The reason `glue stop` records on the attempt it ends (class killed): the user ended it on purpose, so
+# no watcher recovers it and `glue down` does not wait for its outputs.
+STOPPED_ON_REQUEST = "stopped on request (glue stop)"
+
 Budget = Literal["preemptions", "failures"]
 StopEvent = Literal["oom", "bad_restart", "failed"]
 # What `glue watch` does with the class: nothing (running), done (completed), recover from a budget,

@@ -14,11 +14,12 @@ from pathlib import Path
 from glue.errors import GlueError
 from glue.operations.recovery import phases
 from glue.runs import lease, monitor
+from glue.runs.class_policy import STOPPED_ON_REQUEST
 from glue.runs.classify import AttemptClass
 from glue.runs.store import RunStore, utc_iso
 from glue.watch.watch_state import WatchState
 
-REASON = "stopped on request (glue stop)"
+REASON = STOPPED_ON_REQUEST
 
 
 def stop_run(home: Path, run_id: str) -> str:

@@ -333,6 +333,10 @@ def test_stop_kills_the_trainer_on_its_vm_and_watchers_leave_the_run(cluster_kit
     assert st["state"] == "killed" and "stopped on request (glue stop)" in st["reason"], st
     kit.glue("watch", "--once", "--run", "halt")
     assert status(fast, "halt")["attempt"] == 1  # not recovered
+    # ended on purpose, its outputs never to come: `glue down` does not wait for them
+    from glue.operations import down_guard
+
+    assert not any("run halt" in r for r in down_guard.blockers(kit.home))
     res = kit.glue("stop", "--run", "no-such-run", check=False)
     assert res.returncode != 0 and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
 

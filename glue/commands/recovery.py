@@ -22,7 +22,9 @@ err = Console(stderr=True)
 @click.option("--from-scratch", is_flag=True, help="With no valid checkpoint, restart from step 0.")
 @click.option("--same-vm", is_flag=True, help="Reuse the VM when it is still alive (default: a new VM).")
 @click.option("--verify-steps", type=POSITIVE_INT, default=5, show_default=True,
-              help="Resumed steps whose losses must match the pre-failure log.")
+              help="Steps the resumed run must take past the checkpoint; each one the failed attempt "
+                   "also logged must match its loss (all of the lost steps, so fewer than K when it failed "
+                   "sooner).")
 @click.option("--tolerance", type=NON_NEGATIVE, default=0.0, show_default=True,
               help="Allowed loss difference (0 = exact, right for CPU; use e.g. 1e-3 on GPU).")
 @click.option("--timeout", "wait_timeout", type=POSITIVE_FLOAT, default=600, show_default=True,

@@ -63,6 +63,11 @@ def _metric(side: dict[str, Any], name: str) -> str:
     return "—" if not m else f"{_num(m['value'], '{:.6g}')} ({'pass' if m['passed'] else 'fail'})"
 
 
+def _workdir(side: dict[str, Any]) -> str:
+    sha = side["workdir_sha256"]
+    return f"sha256 {sha[:16]}…" if sha else "none (a bundled example)"
+
+
 @click.command()
 @click.argument("run_a")
 @click.argument("run_b")
@@ -88,10 +93,11 @@ def compare(run_a: str, run_b: str, as_json: bool) -> None:
     table.add_column(run_a)
     table.add_column(run_b)
     rows: list[tuple[str, str, str]] = [
-        ("code", f"{a['code']}{' (dirty)' if a['dirty'] else ''}", f"{b['code']}{' (dirty)' if b['dirty'] else ''}"),
+        ("workdir", _workdir(a), _workdir(b)),
+        ("gpukit", f"{a['code']}{' (dirty)' if a['dirty'] else ''}", f"{b['code']}{' (dirty)' if b['dirty'] else ''}"),
         ("input", json.dumps(a["input"]), json.dumps(b["input"])),
         ("image", f"{a['image']} {a['image_digest'] or ''}", f"{b['image']} {b['image_digest'] or ''}"),
-        ("evaluation set", str(a["eval_set"] or "built-in"), str(b["eval_set"] or "built-in")),
+        ("evaluation set", str(a["eval_set"] or "the trainer's own"), str(b["eval_set"] or "the trainer's own")),
         ("state", a["state"], b["state"]),
         ("accepted", str(a["accepted"]), str(b["accepted"])),
     ]

@@ -19,7 +19,7 @@ def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def eval_set(f: RunFacts) -> str | None:
-    """The pinned evaluation set's sha256 (None: the trainer's built-in held-out set)."""
+    """The pinned evaluation set's sha256 (None: the trainer's own, none pinned)."""
     pin = f.manifest.evaluation.get("dataset") or {}
     return pin.get("sha256") or None
 
@@ -51,6 +51,7 @@ def side(f: RunFacts) -> dict[str, Any]:
     m = f.manifest
     return {
         "run": f.run, "code": (m.code or {}).get("git_sha"), "dirty": (m.code or {}).get("dirty"),
+        "workdir_sha256": (m.workdir or {}).get("sha256"),  # the user's code (None: a bundled example)
         "input": m.input, "image": m.image, "image_digest": m.image_digest,
         "eval_set": eval_set(f), "state": f.acceptance.state, "accepted": f.acceptance.accepted,
         "metrics": {c.name: {"value": c.value, "min": c.min, "max": c.max, "passed": c.passed}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from datetime import UTC, datetime
 from html import escape
+from typing import Any
 
 from glue.operations.recovery.resume_check import resume_check_text
 from glue.report import svg
@@ -168,7 +169,7 @@ def evaluation_section(f: RunFacts) -> str:
              '<span class="ok">pass</span>' if m.passed else '<span class="bad">fail</span>'] for m in v.metrics]
     pin = f.manifest.evaluation.get("dataset") or {}
     where = f"evaluation set {escape(str(pin.get('uri')))} (sha256 {escape(str(pin.get('sha256'))[:16])}…)" if pin \
-        else "evaluation set: the trainer's built-in held-out set (none pinned in run.yaml)"
+        else "evaluation set: the trainer's own (none pinned in run.yaml, evaluation.dataset)"
     return f"<p class='muted'>{where}</p>" + chart + (_table(rows, ["metric", "final", "needs", ""]) if rows else
                                                       "<p>No acceptance criteria in run.yaml (evaluation.metrics).</p>")
 
@@ -186,6 +187,24 @@ def cost_section(r: Resources) -> str:
             f"{_secs(r.checkpoint_overhead_s)} of training stall.</p>")
 
 
+def code_line(workdir: dict[str, Any] | None, gpukit: dict[str, Any]) -> str:
+    """What ran: the user's workdir by content hash (and its repository's commit), else gpukit's own checkout
+    (the bundled examples); gpukit's commit is said either way."""
+    kit = f"gpukit {gpukit.get('git_sha') or '?'}" + (" (dirty)" if gpukit.get("dirty") else "")
+    if not workdir:
+        return kit
+    git = workdir.get("git") or {}
+    repo = f", commit {git['commit']}" + (" (dirty)" if git.get("dirty") else "") if git.get("commit") else ""
+    return (f"workdir {workdir.get('path') or '?'} sha256 {str(workdir.get('sha256'))[:16]}… "
+            f"({workdir.get('files')} files{repo}); {kit}")
+
+
+def input_line(spec: dict[str, Any] | None) -> str:
+    if not spec or not spec.get("uri"):
+        return "none pinned in run.yaml (input:)"
+    return str(spec["uri"]) + (f" version {spec['version']}" if spec.get("version") else "")
+
+
 def build(f: RunFacts) -> str:
     res = resources(f)
     v = f.acceptance
@@ -195,8 +214,8 @@ def build(f: RunFacts) -> str:
     head = _table([
         ["verdict", badge + ("" if v.accepted else " " + escape("; ".join(v.reasons)))],
         ["state", escape(v.state)],
-        ["code", escape(f"{code.get('git_sha') or '?'}" + (" (dirty)" if code.get("dirty") else ""))],
-        ["input", escape(str((m.input or {}).get("uri")) + " " + str((m.input or {}).get("version")))],
+        ["code", escape(code_line(m.workdir, code))],
+        ["input", escape(input_line(m.input))],
         ["image", escape(str(m.image or "process runtime") + (f" {m.image_digest}" if m.image_digest else ""))],
         ["created", escape(str(m.created_at))],
         ["steps", f"{f.final_step} (final loss {f.final_loss:.6g})" if f.final_loss is not None else "—"],

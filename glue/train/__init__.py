@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         StorageError,
         TargetError,
     )
-    from glue.train.loop_state import RNGState, TrainState
+    from glue.train.loop_state import RNGState, TrainState, seed_all
     from glue.train.run.agreement import agree
     from glue.train.run.context import RunContext
     from glue.train.run.evaluation import EvalSetError, load_eval_set, record_evaluation
@@ -53,7 +53,7 @@ _WHERE = {
                           "validate_checkpoints"),
     "data.loader": ("LoaderRNG", "ResumableLoader", "WorkerRNG"),
     "data.sampler": ("ResumableSampler",),
-    "loop_state": ("RNGState", "TrainState"),
+    "loop_state": ("RNGState", "TrainState", "seed_all"),
     "storage.retry": ("RetryPolicy",),
     "storage.target": ("Storage", "open_target"),
     "run.context": ("RunContext",),
@@ -102,5 +102,6 @@ __all__ = [
     "load_eval_set",
     "open_target",
     "record_evaluation",
+    "seed_all",
     "validate_checkpoints",
 ]

@@ -47,6 +47,14 @@ class RNGState:
         return states[rank] if rank < len(states) else self.state_dict()
 
 
+def seed_all(seed: int) -> None:
+    """Seed every stream RNGState saves (python's, numpy's, torch's on every device): two runs of a job
+    start alike, so a drill compares them bitwise, random streams included."""
+    random.seed(seed)
+    np.random.seed(seed & 0xFFFFFFFF)
+    torch.manual_seed(seed)
+
+
 def host_rng_state() -> dict[str, Any]:
     """This process's Python, NumPy and torch CPU streams, as types torch.load(weights_only=True) reads."""
     name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)

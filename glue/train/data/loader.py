@@ -16,16 +16,14 @@ worker's dataset state, and WorkerRNG makes the worker's random streams that sta
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 
 from glue.train.data.sampler import ResumableSampler
-from glue.train.loop_state import host_rng_state, load_host_rng_state
+from glue.train.loop_state import host_rng_state, load_host_rng_state, seed_all
 
 _MASK64 = (1 << 64) - 1
 
@@ -39,12 +37,6 @@ def sample_seed(seed: int, rank: int, epoch: int, position: int) -> int:
         x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK64
         x ^= x >> 31
     return x >> 1
-
-
-def seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed & 0xFFFFFFFF)
-    torch.manual_seed(seed)
 
 
 class _KeyedSampler(Sampler[tuple[int, int]]):

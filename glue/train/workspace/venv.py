@@ -7,6 +7,7 @@ sees the image's torch as installed and never brings a second one.
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
@@ -84,7 +85,19 @@ def pip_problem(res: subprocess.CompletedProcess[str]) -> str:
     """pip's own one-line reason (its last ERROR line), for the user."""
     lines = [ln.strip() for ln in (res.stderr + res.stdout).splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("ERROR:")]
-    return (errors[0] if errors else (lines[-1] if lines else f"exit {res.returncode}")).removeprefix("ERROR: ")
+    line = (errors[0] if errors else (lines[-1] if lines else f"exit {res.returncode}")).removeprefix("ERROR: ")
+    return _VERSIONS.sub(_newest_versions, line)
+
+
+# pip lists every version a project ever had ("(from versions: 1.0, 1.1, …)"): the newest few say enough.
+_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
+
+
+def _newest_versions(found: re.Match[str]) -> str:
+    versions = [v.strip() for v in found.group(1).split(",") if v.strip()]
+    if len(versions) <= 6:
+        return found.group(0)
+    return f"(from versions: …, {', '.join(versions[-5:])}; {len(versions)} in all)"
 
 
 def install_offline(venv_dir: Path, wheelhouse: Path, pins: list[str]) -> None:

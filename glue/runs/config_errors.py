@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
@@ -32,14 +33,18 @@ def _section(root: type[BaseModel], path: tuple[int | str, ...]) -> type[BaseMod
 
 
 def one_line(exc: ValidationError, root: type[BaseModel]) -> str:
-    """The first problem, naming the key: what is wrong and what is allowed."""
-    err = exc.errors()[0]
+    """The first problem, naming the key: what is wrong and what is allowed. An unknown key goes first: a
+    misspelt required key is also a missing one, and the misspelling is what the user has to see."""
+    errors = exc.errors()
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc, kind = tuple(err["loc"]), err["type"]
     if kind == "extra_forbidden":
         parent = loc[:-1]
         model = _section(root, parent)
         allowed = f"; allowed: {', '.join(model.model_fields)}" if model is not None else ""
-        return f"unknown key {str(loc[-1])!r} in {_where(parent)}{allowed}"
+        close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields) if model else [], n=1)
+        meant = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown key {str(loc[-1])!r} in {_where(parent)}{meant}{allowed}"
     if kind == "missing":
         return f"missing key {str(loc[-1])!r} in {_where(loc[:-1])}"
     msg = str(err["msg"]).removeprefix("Value error, ")

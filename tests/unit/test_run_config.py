@@ -114,7 +114,7 @@ def test_watch_and_evaluation_defaults_and_substitution() -> None:
     [
         ({"recovery": {"retries": 3}}, "unknown key 'retries' in recovery; allowed: max_preemptions,"),
         ({"notify": {"email": "a@b"}}, "unknown key 'email' in notify; allowed: command, webhook,"),
-        ({"pricing": {"vm_hour": 1, "gpu_hour": 2}}, "unknown key 'gpu_hour' in pricing; allowed: vm_hour, currency"),
+        ({"pricing": {"vm_hour": 1, "gpu_hour": 2}}, "unknown key 'gpu_hour' in pricing (did you mean 'vm_hour'?); allowed: vm_hour, currency"),
         ({"evaluation": {"metrics": {"loss": {"max": 1, "below": 2}}}},
          "unknown key 'below' in evaluation.metrics.loss; allowed: min, max"),
         ({"evaluation": {"dataset": {"uri": "s3://b/e", "sha256": "0" * 64, "size": 1},
@@ -175,3 +175,12 @@ def test_a_serverless_run_config_defaults_to_a_safe_cap(tmp_path: Path) -> None:
     path = tmp_path / "run.yaml"
     path.write_text("runtime: lyceum-run\n")
     assert config.runtime_of(path) == "lyceum-run" and config.runtime_of(tmp_path / "missing.yaml") == "process"
+
+
+def test_a_misspelt_required_key_is_named_with_the_key_meant() -> None:
+    raw = _base()
+    raw["checkpint"] = raw.pop("checkpoint")
+    with pytest.raises(GlueError) as err:
+        config.parse(raw, "r1", "bkt")
+    said = str(err.value)
+    assert "unknown key 'checkpint' in run config (did you mean 'checkpoint'?)" in said and "\n" not in said

@@ -114,7 +114,8 @@ def test_watch_and_evaluation_defaults_and_substitution() -> None:
     [
         ({"recovery": {"retries": 3}}, "unknown key 'retries' in recovery; allowed: max_preemptions,"),
         ({"notify": {"email": "a@b"}}, "unknown key 'email' in notify; allowed: command, webhook,"),
-        ({"pricing": {"vm_hour": 1, "gpu_hour": 2}}, "unknown key 'gpu_hour' in pricing (did you mean 'vm_hour'?); allowed: vm_hour, currency"),
+        ({"pricing": {"vm_hour": 1, "gpu_hour": 2}},
+         "unknown key 'gpu_hour' in pricing (did you mean 'vm_hour'?); allowed: vm_hour, currency"),
         ({"evaluation": {"metrics": {"loss": {"max": 1, "below": 2}}}},
          "unknown key 'below' in evaluation.metrics.loss; allowed: min, max"),
         ({"evaluation": {"dataset": {"uri": "s3://b/e", "sha256": "0" * 64, "size": 1},

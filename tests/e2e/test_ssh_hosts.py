@@ -17,6 +17,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
+import yaml
 
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local.backend import LocalBackend
@@ -70,10 +71,11 @@ class Owner:
                     continue
         return seen
 
-    def hosts_file(self, path: Path, user: str = "root") -> Path:
+    def hosts_file(self, path: Path, user: str = "root", labels: dict[str, str] | None = None) -> Path:
         path.write_text("hosts:\n" + "".join(
             f"  - name: {b.name}\n    address: {b.ssh_host}\n    port: {b.ssh_port}\n    user: {user}\n"
-            f"    identity_file: {self.key}\n" for b in self.boxes))
+            f"    identity_file: {self.key}\n"
+            + (f"    labels: {{{labels[b.name]}}}\n" if b.name in (labels or {}) else "") for b in self.boxes))
         return path
 
 
@@ -122,7 +124,8 @@ def test_a_host_without_passwordless_sudo_is_one_line(owner: Owner, tmp_path: Pa
 @pytest.mark.timeout(900)
 def test_runs_recover_onto_another_host_of_the_file(owner: Owner, tmp_path: Path) -> None:
     kit, fast = _kit(tmp_path), None
-    hosts = owner.hosts_file(tmp_path / "hosts.yaml")
+    # box-3's owner names its GPU model (the count is found: none on these machines)
+    hosts = owner.hosts_file(tmp_path / "hosts.yaml", labels={"box-3": "gpu_type: a10"})
     try:
         t0 = time.monotonic()
         res = kit.glue("up", "--backend", "ssh", "--hosts", str(hosts), "--vms", "2", "--accept-new-host-keys",
@@ -151,6 +154,11 @@ def test_runs_recover_onto_another_host_of_the_file(owner: Owner, tmp_path: Path
         assert rec["old_vm"]["id"] == "box-2" and rec["new_vm"]["id"] == "box-3", rec
         assert rec["first_resumed_step"] == rec["checkpoint_step"] + 1
         print("recovery phases (s):", rec["seconds"])
+        # each VM carries its own host's GPUs (as the checks found them, or its labels said) into the
+        # inventory the driver and Slurm's GRES read: box-3 now serves as gpukit-2
+        inventory = yaml.safe_load((kit.home / "ansible" / "inventory.yml").read_text())["all"]["hosts"]
+        assert {n: (h["gpukit_gpu_type"], h["gpukit_gpu_count"]) for n, h in inventory.items()} == {
+            "gpukit-1": ("none", 0), "gpukit-2": ("a10", 0)}, inventory
         st = wait_for(fast, "mine", lambda s: s["state"] != "running", timeout=300)
         assert st["state"] == "completed", st
 

@@ -63,8 +63,12 @@ class SshBackend:
 
     # -- hosts as VMs -------------------------------------------------------------------------
     def _record(self, host: HostEntry, name: str, key: str) -> VMRecord:
+        """The host as a VM: its GPUs as `glue up`'s checks found them (or its labels said), which the
+        inventory hands the driver role and Slurm's GRES."""
+        gpu_type, gpu_count = state.read(self.home).gpus.get(host.id) or ("none", 0)
         return VMRecord(id=host.id, name=name, ssh_host=host.address, ssh_port=host.port, ssh_user=host.user,
-                        host_key=key, gpu_type="none", gpu_count=0, backend="ssh", status="running")
+                        host_key=key, gpu_type=str(gpu_type), gpu_count=int(gpu_count), backend="ssh",
+                        status="running")
 
     def _reserve(self, name: str) -> tuple[HostEntry, str] | None:
         """A free, pinned, healthy host, marked taken as `name`: the one released longest ago (never: first),

@@ -96,5 +96,7 @@ def prepare(home: Path, path: Path, vms: int, asking: Asking, echo: Callable[[st
     usable = sum(1 for h, r in zip(entries, reports, strict=True) if r.ok)
     if usable < vms:
         raise GlueError(f"--vms {vms}: only {usable} host(s) of {path} pass the checks; add hosts or ask for fewer")
+    with state.changing(home) as st:  # what each host has, for its VM record (a lost one's stays as it was)
+        st.gpus.update({h.id: [r.gpu_type, r.gpu_count] for h, r in zip(entries, reports, strict=True) if r.ok})
     hosts.write_snapshot(home, entries)
     return entries

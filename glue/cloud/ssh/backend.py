@@ -91,7 +91,7 @@ class SshBackend:
         while (picked := self._reserve(spec.name)) is not None:
             host, key = picked
             try:
-                before = claim.take(host, key, spec.ssh_public_key)
+                before = claim.take(host, key, spec.ssh_public_key, via=state.via(state.read(self.home), host))
             except GlueError as exc:
                 failed.append(str(exc))
                 with state.changing(self.home) as st:
@@ -111,10 +111,10 @@ class SshBackend:
         host = self._hosts().get(vm_id)
         if host is None or vm_id not in st.taken:
             return None
-        key = st.pins.get(vm_id, "")
+        key, via = st.pins.get(vm_id, ""), state.via(st, host)
         for attempt in range(READ_TRIES):
             try:
-                now = remote.server_key(host, timeout=5.0)
+                now = remote.server_key(host, timeout=5.0, via=via)
             except GlueError as exc:
                 if attempt + 1 < READ_TRIES:
                     time.sleep(1.0)
@@ -144,7 +144,7 @@ class SshBackend:
             return
         if host is not None:
             try:
-                claim.release(host, st.pins.get(vm_id, ""), st.before.get(vm_id, []))
+                claim.release(host, st.pins.get(vm_id, ""), st.before.get(vm_id, []), via=state.via(st, host))
             except GlueError as exc:
                 self._lost(vm_id, str(exc))
                 return

@@ -11,6 +11,7 @@ whose key changed without Terraform replacing it is refused rather than trusted.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import yaml
 
 from glue.bucket_access import BucketInfo
+from glue.cloud import jumps
 from glue.infra.ssh_keys import client_key, ssh_dir
 
 
@@ -75,6 +77,13 @@ def outputs_of(vms: Mapping[str, Any], bucket: BucketInfo) -> dict[str, Any]:
     }
 
 
+def _through(home: Path, jump: jumps.Jump) -> str:
+    """ansible/group_vars/all.yml's SSH options (a host variable replaces them), plus the jump."""
+    pinned = known_hosts_path(home)
+    return (f"-o UserKnownHostsFile={pinned} -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes "
+            f"-o ProxyCommand={shlex.quote(jumps.proxy_command(jump, pinned))}")
+
+
 def known_hosts_path(home: Path) -> Path:
     return ssh_dir(home) / "known_hosts"
 
@@ -87,8 +96,11 @@ def write(home: Path, outputs: Mapping[str, Any], also_known: Iterable[tuple[str
     """Write known_hosts and inventory.yml from terraform outputs; return the hosts. `also_known`: (host, port,
     host key) of machines outside the cluster that SSH must still trust (VMs kept for debugging)."""
     hosts = hosts_from_outputs(outputs)
+    known_jumps = jumps.read(home)
+    via = {h.name: j for h in hosts if (j := known_jumps.get(h.id)) is not None}
     lines = [f"{h.known_hosts_name} {h.host_key}\n" for h in hosts]
     lines += [f"{known_hosts_name(host, port)} {key}\n" for host, port, key in also_known]
+    lines += sorted({f"{j.known_hosts_name} {j.host_key}\n" for j in via.values()})  # the jumps' pinned keys
     known_hosts_path(home).write_text("".join(lines))
     bucket = bucket_from_outputs(outputs)
     inv = {
@@ -106,6 +118,8 @@ def write(home: Path, outputs: Mapping[str, Any], also_known: Iterable[tuple[str
                     # it overrides the plays' `become: false`; tasks delegated to the controller use
                     # the controller's variables and keep their own `become: false`.
                     **({"ansible_become": True, "ansible_become_method": "sudo"} if h.ssh_user != "root" else {}),
+                    # Reached through the user's jump host, as glue's own connections are (glue.cloud.jumps).
+                    **({"ansible_ssh_common_args": _through(home, via[h.name])} if h.name in via else {}),
                 }
                 for h in hosts
             },

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import paramiko
 
+from glue.cloud import jumps
 from glue.errors import GlueError
 from glue.infra.inventory import Host, known_hosts_path
 from glue.infra.ssh_keys import client_key
@@ -46,20 +47,28 @@ class _Handshake(Exception):
 
 
 def _connect_once(home: Path, host: Host, timeout: float) -> paramiko.SSHClient:
-    client = paramiko.SSHClient()
+    client = jumps.JumpedClient()
     client.load_host_keys(str(known_hosts_path(home)))
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    jump = jumps.read(home).get(host.id)  # a host the user reaches through a bastion: so does glue
+    sock = None
+    if jump is not None:
+        client.jump = jumps.login(jump, timeout)
+        sock = jumps.channel(client.jump, jump, host.ssh_host, host.ssh_port, timeout)
     try:
         client.connect(
             host.ssh_host, port=host.ssh_port, username=host.ssh_user, key_filename=str(client_key(home)),
             timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, allow_agent=False, look_for_keys=False,
+            sock=sock,
         )
     except paramiko.BadHostKeyException as exc:
+        client.close()
         raise GlueError(
             f"{host.name}: the host key at {host.ssh_host}:{host.ssh_port} CHANGED since it was pinned; refusing. "
             "If the VM was replaced, run `glue up` to re-pin; otherwise treat this as an attack"
         ) from exc
     except paramiko.AuthenticationException as exc:
+        client.close()
         raise GlueError(f"{host.name}: SSH failed: {exc}") from exc
     except paramiko.SSHException as exc:
         client.close()
@@ -72,6 +81,7 @@ def _connect_once(home: Path, host: Host, timeout: float) -> paramiko.SSHClient:
         client.close()
         raise _Handshake("the server closed the connection during the handshake") from exc
     except OSError as exc:
+        client.close()
         raise GlueError(f"{host.name}: cannot reach {host.ssh_host}:{host.ssh_port} ({exc.strerror or exc})") from exc
     return client
 

@@ -12,6 +12,7 @@ from typing import Any
 from tf import schema, types
 from tf.iface import Config, CreateContext, DeleteContext, ReadContext, State, UpdateContext, UpgradeContext
 from tf.provider import Resource
+from tf.types import Unknown
 from tf.utils import Diagnostics
 
 from glue.cloud.base import VMRecord, VMSpec
@@ -21,6 +22,11 @@ from glue.tfprovider.configured import ConfiguredProvider
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,38}[a-z0-9]$")
 COMPUTED = ("id", "ssh_host", "ssh_port", "ssh_user", "host_key", "status", "backend", "market")
+FOUND = ("gpu_type", "gpu_count")  # the configuration's when set, else the backend's record
+
+
+def _known(value: Any) -> bool:
+    return value is not None and value is not Unknown
 
 
 class VMResource(Resource):
@@ -40,14 +46,19 @@ class VMResource(Resource):
             return schema.Attribute(name, typ, description=desc, computed=True)
 
         return schema.Schema(
-            version=5,  # 2: optional hardware_profile, cpu, memory_gb; 3: ssh_user settable; 4: market; 5: config_seed
+            # 2: optional hardware_profile, cpu, memory_gb; 3: ssh_user settable; 4: market; 5: config_seed;
+            # 6: gpu_type and gpu_count optional, found by the backend when unset
+            version=6,
             attributes=[
                 # Renamed in place: a warm spare that takes a lost VM's place takes its name (glue moves
                 # the spare's state to that address; the name is a label, the VM stays what it is).
                 schema.Attribute("name", types.String(), description="VM name (lowercase letters, digits, dashes).",
                                  required=True),
-                inp("gpu_type", types.String(), "GPU model, or \"none\".", required=True),
-                inp("gpu_count", types.Number(), "GPUs on the VM.", optional=True, computed=True, default=0),
+                # Unset (null): as the backend finds the machine (the ssh backend's host checks), recorded.
+                inp("gpu_type", types.String(), "GPU model, or \"none\" (default: as the backend finds it).",
+                    optional=True, computed=True),
+                inp("gpu_count", types.Number(), "GPUs on the VM (default: as the backend finds them).",
+                    optional=True, computed=True),
                 inp("disk_gb", types.Number(), "Ephemeral disk size (wiped at termination).",
                     optional=True, computed=True, default=100),
                 inp("ssh_public_key", types.String(), "Public key authorised for root.", required=True),
@@ -95,19 +106,21 @@ class VMResource(Resource):
         # Version 1 states lack the optional Lyceum inputs: they are null (unset), so no diff. Version 2
         # states hold ssh_user as computed: the same value, now also settable. Version 3 states lack the
         # market: null until the next read fills it from the backend. Version 4 states lack config_seed: null.
+        # Version 5 states hold gpu_type and gpu_count as set: the same values.
         return {**{a.name: None for a in self.get_schema().attributes}, **old}
 
     @staticmethod
     def _state(planned: State, rec: VMRecord) -> State:
         new = dict(planned)
         new.update({k: getattr(rec, k) for k in COMPUTED})
+        new.update({k: getattr(rec, k) for k in FOUND if not _known(planned.get(k))})
         return new
 
     def create(self, ctx: CreateContext, planned: State) -> State | None:
         spec = VMSpec(
             name=str(planned["name"]),
-            gpu_type=str(planned["gpu_type"]),
-            gpu_count=int(planned.get("gpu_count") or 0),
+            gpu_type=str(planned["gpu_type"]) if _known(planned.get("gpu_type")) else "none",
+            gpu_count=int(planned["gpu_count"]) if _known(planned.get("gpu_count")) else 0,
             disk_gb=int(planned.get("disk_gb") or 100),
             ssh_public_key=str(planned["ssh_public_key"]),
             config_seed=str(planned["config_seed"]) if planned.get("config_seed") else None,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
+import yaml
 
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local.backend import LocalBackend
@@ -70,18 +71,36 @@ class Owner:
                     continue
         return seen
 
-    def hosts_file(self, path: Path, user: str = "root") -> Path:
+    def hosts_file(self, path: Path, user: str = "root", extra: dict[str, str] | None = None) -> Path:
+        """The first three machines (the fourth is the bastion); `extra`: more lines of a machine's entry."""
         path.write_text("hosts:\n" + "".join(
             f"  - name: {b.name}\n    address: {b.ssh_host}\n    port: {b.ssh_port}\n    user: {user}\n"
-            f"    identity_file: {self.key}\n" for b in self.boxes))
+            f"    identity_file: {self.key}\n" + (extra or {}).get(b.name, "") for b in self.boxes[:3]))
         return path
+
+    def stopped(self, box: VMRecord) -> contextlib.AbstractContextManager[list[int]]:
+        return _stopped(self.processes(box))
+
+
+@contextlib.contextmanager
+def _stopped(pids: list[int]) -> Iterator[list[int]]:
+    """The machine's processes stopped (SIGSTOP): it hangs, as one that drops off the network; back after."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):  # one that ended since it was listed needs no stop
+            os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pids
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 @pytest.fixture(scope="module")
 def owner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Owner]:
     who = Owner(tmp_path_factory.mktemp("ssh-hosts"))
     try:
-        who.start(3)
+        who.start(4)  # box-4: the owner's bastion, not in the hosts file
         yield who
     finally:
         for box in who.boxes:
@@ -122,7 +141,11 @@ def test_a_host_without_passwordless_sudo_is_one_line(owner: Owner, tmp_path: Pa
 @pytest.mark.timeout(900)
 def test_runs_recover_onto_another_host_of_the_file(owner: Owner, tmp_path: Path) -> None:
     kit, fast = _kit(tmp_path), None
-    hosts = owner.hosts_file(tmp_path / "hosts.yaml")
+    # box-3 (the spare the run moves to) is behind the owner's bastion, box-4, and its owner names its GPU
+    # model (the count is found: none on these machines)
+    bastion = owner.boxes[3]
+    hosts = owner.hosts_file(tmp_path / "hosts.yaml", extra={
+        "box-3": f"    proxy_jump: root@{bastion.ssh_host}:{bastion.ssh_port}\n    labels: {{gpu_type: a10}}\n"})
     try:
         t0 = time.monotonic()
         res = kit.glue("up", "--backend", "ssh", "--hosts", str(hosts), "--vms", "2", "--accept-new-host-keys",
@@ -151,6 +174,18 @@ def test_runs_recover_onto_another_host_of_the_file(owner: Owner, tmp_path: Path
         assert rec["old_vm"]["id"] == "box-2" and rec["new_vm"]["id"] == "box-3", rec
         assert rec["first_resumed_step"] == rec["checkpoint_step"] + 1
         print("recovery phases (s):", rec["seconds"])
+        # each VM carries its own host's GPUs (as the checks found them, or its labels said) into the
+        # inventory the driver and Slurm's GRES read: box-3 now serves as gpukit-2
+        inventory = yaml.safe_load((kit.home / "ansible" / "inventory.yml").read_text())["all"]["hosts"]
+        assert {n: (h["gpukit_gpu_type"], h["gpukit_gpu_count"]) for n, h in inventory.items()} == {
+            "gpukit-1": ("none", 0), "gpukit-2": ("a10", 0)}, inventory
+        # gpukit-2 is reached through the bastion, by glue (here) as by Ansible (its ProxyCommand configured it)
+        assert "ProxyCommand=" in inventory["gpukit-2"]["ansible_ssh_common_args"]
+        assert kit.glue("ssh", "gpukit-2", "--", "hostname").stdout.split() == ["box-3"]
+        with owner.stopped(bastion):  # the bastion hangs: gpukit-2 cannot be reached, and the line says why
+            res = kit.glue("ssh", "gpukit-2", "--", "true", check=False, timeout=120)
+        assert res.returncode != 0 and f"jump host root@{bastion.ssh_host}:{bastion.ssh_port}" in res.stderr, \
+            res.stderr
         st = wait_for(fast, "mine", lambda s: s["state"] != "running", timeout=300)
         assert st["state"] == "completed", st
 

@@ -31,6 +31,14 @@ def test_a_hosts_file_reads_as_written() -> None:
     assert a.identity_path() == Path("~/.ssh/id_ed25519").expanduser()
     assert (b.id, b.port, b.user, b.proxy_jump, b.labels.gpu_count) == ("box-b", 2222, "root", "bastion", None)
     assert b.where == "root@gpu-b.example.org:2222"
+    # the jump: the host's user and identity file, port 22, unless it says otherwise
+    assert b.jump_id == "jump root@bastion:22" and a.jump_id is None and a.jump() is None
+    jump = b.jump("ssh-ed25519 AAAA")
+    assert jump is not None and (jump.user, jump.address, jump.port, jump.identity_file, jump.host_key) == \
+        ("root", "bastion", 22, "/keys/b", "ssh-ed25519 AAAA")
+    other = hosts.parse("hosts:\n  - address: a\n    user: ubuntu\n    identity_file: k\n"
+                        "    proxy_jump: admin@10.0.0.1:2200\n", "h")[0].jump()
+    assert other is not None and other.where == "admin@10.0.0.1:2200" and other.known_hosts_name == "[10.0.0.1]:2200"
 
 
 @pytest.mark.parametrize(("text", "said"), [
@@ -46,6 +54,10 @@ def test_a_hosts_file_reads_as_written() -> None:
      "host 2 has the same name as host 1 ('a')"),
     ("hosts:\n  - address: a\n    address: b\n", "not valid YAML at line 3"),
     ("hosts:\n  - address: a b\n    identity_file: k\n", "host 1 (a b): address: String should match pattern"),
+    ("hosts:\n  - address: a\n    identity_file: k\n    proxy_jump: u@b:99999\n",
+     "host 1 (a): proxy_jump: Value error, use [user@]host[:port], as `ssh -J` takes it (one jump)"),
+    ("hosts:\n  - address: a\n    identity_file: k\n    proxy_jump: j1,j2\n",
+     "host 1 (a): proxy_jump: Value error, use [user@]host[:port]"),
 ])
 def test_a_bad_entry_is_one_line_naming_it(text: str, said: str) -> None:
     with pytest.raises(GlueError) as err:

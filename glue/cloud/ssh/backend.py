@@ -63,8 +63,12 @@ class SshBackend:
 
     # -- hosts as VMs -------------------------------------------------------------------------
     def _record(self, host: HostEntry, name: str, key: str) -> VMRecord:
+        """The host as a VM: its GPUs as `glue up`'s checks found them (or its labels said), which the
+        inventory hands the driver role and Slurm's GRES."""
+        gpu_type, gpu_count = state.read(self.home).gpus.get(host.id) or ("none", 0)
         return VMRecord(id=host.id, name=name, ssh_host=host.address, ssh_port=host.port, ssh_user=host.user,
-                        host_key=key, gpu_type="none", gpu_count=0, backend="ssh", status="running")
+                        host_key=key, gpu_type=str(gpu_type), gpu_count=int(gpu_count), backend="ssh",
+                        status="running")
 
     def _reserve(self, name: str) -> tuple[HostEntry, str] | None:
         """A free, pinned, healthy host, marked taken as `name`: the one released longest ago (never: first),
@@ -87,7 +91,7 @@ class SshBackend:
         while (picked := self._reserve(spec.name)) is not None:
             host, key = picked
             try:
-                before = claim.take(host, key, spec.ssh_public_key)
+                before = claim.take(host, key, spec.ssh_public_key, via=state.via(state.read(self.home), host))
             except GlueError as exc:
                 failed.append(str(exc))
                 with state.changing(self.home) as st:
@@ -107,10 +111,10 @@ class SshBackend:
         host = self._hosts().get(vm_id)
         if host is None or vm_id not in st.taken:
             return None
-        key = st.pins.get(vm_id, "")
+        key, via = st.pins.get(vm_id, ""), state.via(st, host)
         for attempt in range(READ_TRIES):
             try:
-                now = remote.server_key(host, timeout=5.0)
+                now = remote.server_key(host, timeout=5.0, via=via)
             except GlueError as exc:
                 if attempt + 1 < READ_TRIES:
                     time.sleep(1.0)
@@ -140,7 +144,7 @@ class SshBackend:
             return
         if host is not None:
             try:
-                claim.release(host, st.pins.get(vm_id, ""), st.before.get(vm_id, []))
+                claim.release(host, st.pins.get(vm_id, ""), st.before.get(vm_id, []), via=state.via(st, host))
             except GlueError as exc:
                 self._lost(vm_id, str(exc))
                 return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 
+from glue.cloud.jumps import Jump
 from glue.cloud.ssh import remote
 from glue.cloud.ssh.hosts import HostEntry
 from glue.errors import GlueError
@@ -70,9 +71,9 @@ def _release(before: list[str]) -> str:
     ])
 
 
-def take(host: HostEntry, pinned: str, kit_public_key: str) -> list[str]:
+def take(host: HostEntry, pinned: str, kit_public_key: str, via: Jump | None = None) -> list[str]:
     """Authorise the kit's key on the host; return gpukit's paths the host had before."""
-    client = remote.connect(host, pinned)
+    client = remote.connect(host, pinned, via=via)
     try:
         code, out, err = remote.run(client, host, remote.as_root(host, _EXISTING))
         if code != 0:
@@ -85,9 +86,9 @@ def take(host: HostEntry, pinned: str, kit_public_key: str) -> list[str]:
         client.close()
 
 
-def release(host: HostEntry, pinned: str, before: list[str]) -> list[str]:
+def release(host: HostEntry, pinned: str, before: list[str], via: Jump | None = None) -> list[str]:
     """Stop and remove what gpukit put on the host; return what could not be removed (in use)."""
-    client = remote.connect(host, pinned)
+    client = remote.connect(host, pinned, via=via)
     try:
         code, out, err = remote.run(client, host, remote.as_root(host, _release(before)), timeout=120)
         if code != 0:

@@ -7,7 +7,8 @@ hosts:
     port: 22               # default 22
     user: ubuntu           # root, or a user with passwordless sudo
     identity_file: ~/.ssh/id_ed25519
-    proxy_jump: bastion    # optional (not used by gpukit's connections yet: refused at the host checks)
+    proxy_jump: admin@bastion.example:22   # optional: reached through this machine (`ssh -J`); its user
+                           # defaults to this host's, the identity file is this host's
     labels: {gpu_type: h100, gpu_count: 8}   # optional: found on the host when not given
 ```
 
@@ -25,6 +26,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from glue import yamlfile
+from glue.cloud import jumps
+from glue.cloud.jumps import Jump
 from glue.errors import GlueError, yaml_problem
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -50,6 +53,13 @@ class HostEntry(BaseModel):
     proxy_jump: str | None = None
     labels: Labels = Field(default_factory=Labels)
 
+    @field_validator("proxy_jump")
+    @classmethod
+    def _jump(cls, value: str | None) -> str | None:
+        if value is not None:
+            jumps.parse(value, "root")  # the form only; the user defaults to the host's when the jump is made
+        return value
+
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
@@ -68,6 +78,21 @@ class HostEntry(BaseModel):
 
     def identity_path(self) -> Path:
         return Path(self.identity_file).expanduser()
+
+    @property
+    def jump_id(self) -> str | None:
+        """The jump's name among the pins ("jump user@address:port"); None without one."""
+        if not self.proxy_jump:
+            return None
+        user, address, port = jumps.parse(self.proxy_jump, self.user)
+        return f"jump {user}@{address}:{port}"
+
+    def jump(self, host_key: str = "") -> Jump | None:
+        """The jump this host is reached through, with the identity file of the host's entry."""
+        if not self.proxy_jump:
+            return None
+        user, address, port = jumps.parse(self.proxy_jump, self.user)
+        return Jump(user, address, port, self.identity_file, host_key)
 
 
 class HostsFile(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from glue.cloud.jumps import Jump
 from glue.cloud.ssh import remote
 from glue.cloud.ssh.hosts import HostEntry
 from glue.errors import GlueError
@@ -68,15 +69,12 @@ def _problems(host: HostEntry, facts: dict[str, str]) -> list[str]:
     return out
 
 
-def check(host: HostEntry, pinned: str) -> HostReport:
-    """Log in (pinned key, the file's identity), run the checks; a report either way, never an exception
-    for what is wrong with the host."""
-    where = f"{host.id} ({host.where})"
-    if host.proxy_jump:
-        return HostReport(host.id, False, f"{where}: proxy_jump is not supported by gpukit's connections yet; "
-                                          "reach the host directly (a VPN, or a port forwarded to it)")
+def check(host: HostEntry, pinned: str, via: Jump | None = None) -> HostReport:
+    """Log in (pinned key, the file's identity, through its jump if any), run the checks; a report either
+    way, never an exception for what is wrong with the host."""
+    where = f"{host.id} ({host.where}{f' via {via.where}' if via else ''})"
     try:
-        client = remote.connect(host, pinned)
+        client = remote.connect(host, pinned, via=via)
     except GlueError as exc:  # one line naming the host
         return HostReport(host.id, False, str(exc), fatal=isinstance(exc, remote.HostKeyChanged))
     try:

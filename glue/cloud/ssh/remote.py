@@ -10,6 +10,8 @@ import socket
 
 import paramiko
 
+from glue.cloud import jumps
+from glue.cloud.jumps import Jump
 from glue.cloud.ssh.hosts import HostEntry
 from glue.errors import GlueError
 
@@ -28,12 +30,21 @@ def _unreachable(host: HostEntry, exc: BaseException) -> GlueError:
                      "that sshd runs and that nothing blocks the way")
 
 
-def server_key(host: HostEntry, timeout: float = TIMEOUT) -> str:
-    """The key the host presents now (no login)."""
-    try:
-        sock = socket.create_connection((host.address, host.port), timeout=timeout)
-    except OSError as exc:
-        raise _unreachable(host, exc) from None
+def _stream(host: HostEntry, via: Jump | None, timeout: float) -> tuple[socket.socket | paramiko.Channel,
+                                                                        paramiko.SSHClient | None]:
+    """A connection to the host's sshd: direct, or through its jump (then the jump's login with it)."""
+    if via is None:
+        try:
+            return socket.create_connection((host.address, host.port), timeout=timeout), None
+        except OSError as exc:
+            raise _unreachable(host, exc) from None
+    client = jumps.login(via, timeout)
+    return jumps.channel(client, via, host.address, host.port, timeout), client
+
+
+def server_key(host: HostEntry, timeout: float = TIMEOUT, via: Jump | None = None) -> str:
+    """The key the host presents now (no login), through its jump when it has one (`via`, pinned)."""
+    sock, jump_login = _stream(host, via, timeout)
     transport = paramiko.Transport(sock)
     try:
         transport.banner_timeout = timeout
@@ -44,6 +55,8 @@ def server_key(host: HostEntry, timeout: float = TIMEOUT) -> str:
         raise _unreachable(host, exc) from None
     finally:
         transport.close()
+        if jump_login is not None:
+            jump_login.close()
 
 
 class _Pinned(paramiko.MissingHostKeyPolicy):
@@ -67,20 +80,23 @@ def changed_key(host: HostEntry, pinned: str, now: str) -> HostKeyChanged:
                      "again to pin the new key; otherwise treat this as an attack")
 
 
-def connect(host: HostEntry, pinned: str, timeout: float = TIMEOUT) -> paramiko.SSHClient:
-    """Logged in as the file's user with the file's identity; only the pinned host key is accepted."""
+def connect(host: HostEntry, pinned: str, timeout: float = TIMEOUT, via: Jump | None = None) -> paramiko.SSHClient:
+    """Logged in as the file's user with the file's identity, through its jump when it has one (`via`);
+    only the pinned host key is accepted."""
     identity = host.identity_path()
     if not identity.is_file():
         raise GlueError(f"{host.id}: identity_file {identity} does not exist; fix the path in the hosts file")
-    client = paramiko.SSHClient()
+    sock, jump_login = _stream(host, via, timeout) if via is not None else (None, None)
+    client = jumps.JumpedClient()
+    client.jump = jump_login
     client.set_missing_host_key_policy(_Pinned(pinned))
     try:
         client.connect(host.address, port=host.port, username=host.user, key_filename=str(identity),
                        timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, allow_agent=False,
-                       look_for_keys=False)
+                       look_for_keys=False, sock=sock)
     except paramiko.BadHostKeyException:
         client.close()
-        raise changed_key(host, pinned, server_key(host)) from None
+        raise changed_key(host, pinned, server_key(host, via=via)) from None
     except paramiko.AuthenticationException:
         client.close()
         raise GlueError(f"{host.id}: {host.user}@{host.address}:{host.port} refused the key {identity}; add its "

@@ -1,7 +1,8 @@
 """What the ssh backend knows of the file's hosts, in <home>/ssh-hosts/state.json: each host's pinned key,
 which hosts the cluster holds (host id -> VM name), which are lost (kept out until `glue up` finds them
 healthy again), which still carry gpukit's files from a run they lost (released when they answer again),
-what each held before gpukit took it, and when each was last released (a replacement prefers another).
+what each held before gpukit took it, when each was last released (a replacement prefers another), and
+the GPUs the host checks found on each (or its labels said).
 
 Changed under a lock (terraform creates VMs in parallel threads, and glue runs beside the provider)."""
 
@@ -15,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from glue.cloud.jumps import Jump
+from glue.cloud.ssh.hosts import HostEntry
 from glue.errors import GlueError
 
 _thread_lock = threading.Lock()
@@ -22,12 +25,18 @@ _thread_lock = threading.Lock()
 
 @dataclass
 class HostsState:
-    pins: dict[str, str] = field(default_factory=dict)  # host id -> "ssh-ed25519 AAAA..."
+    pins: dict[str, str] = field(default_factory=dict)  # host id (or "jump user@addr:port") -> "ssh-ed25519 AAAA..."
     taken: dict[str, str] = field(default_factory=dict)  # host id -> the VM name it serves as
     lost: dict[str, str] = field(default_factory=dict)  # host id -> why and since when
     dirty: list[str] = field(default_factory=list)  # lost while taken: gpukit's files still on it
     before: dict[str, list[str]] = field(default_factory=dict)  # host id -> gpukit paths it had before
     released_at: dict[str, float] = field(default_factory=dict)
+    gpus: dict[str, list[str | int]] = field(default_factory=dict)  # host id -> [gpu_type, gpu_count]
+
+
+def via(st: HostsState, host: HostEntry) -> Jump | None:
+    """The host's jump with its pinned key (None: reached directly)."""
+    return host.jump(st.pins.get(host.jump_id or "", ""))
 
 
 def _path(home: Path) -> Path:

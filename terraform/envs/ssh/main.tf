@@ -11,8 +11,8 @@ module "cluster" {
 
   vm_count       = var.vm_count
   name_prefix    = var.name_prefix
-  gpu_type       = "none"
-  gpu_count      = 0
+  gpu_type       = null # each host's GPUs as `glue up`'s checks found them (or its labels say)
+  gpu_count      = null
   disk_gb        = 10
   ssh_public_key = var.ssh_public_key
 }

@@ -44,25 +44,25 @@ variable "ssh_public_key" {
 }
 
 variable "gpu_type" {
-  description = "GPU model on each VM (e.g. a100, h100), or \"none\"."
+  description = "GPU model on each VM (e.g. a100, h100), or \"none\"; null: as the backend finds each machine (the ssh backend's host checks)."
   type        = string
   default     = "none"
-  nullable    = false
+  nullable    = true
 
   validation {
-    condition     = can(regex("^[a-z0-9][a-z0-9_-]*$", var.gpu_type))
+    condition     = var.gpu_type == null ? true : can(regex("^[a-z0-9][a-z0-9_-]*$", var.gpu_type))
     error_message = "gpu_type must be a GPU model in lowercase letters, digits, dashes and underscores, or \"none\"."
   }
 }
 
 variable "gpu_count" {
-  description = "GPUs per VM (0 without GPUs)."
+  description = "GPUs per VM (0 without GPUs); null: as the backend finds each machine (the ssh backend's host checks)."
   type        = number
   default     = 0
-  nullable    = false
+  nullable    = true
 
   validation {
-    condition     = var.gpu_count >= 0 && var.gpu_count <= 16 && floor(var.gpu_count) == var.gpu_count
+    condition     = var.gpu_count == null ? true : (var.gpu_count >= 0 && var.gpu_count <= 16 && floor(var.gpu_count) == var.gpu_count)
     error_message = "gpu_count must be a whole number from 0 to 16."
   }
 }

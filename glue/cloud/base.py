@@ -64,6 +64,9 @@ class Backend(Protocol):
     # True: a VM applies the cluster's configuration seed at first boot (VMSpec.config_seed), so a VM
     # created while the configuration is unchanged needs no playbook (glue.operations.vm_seed).
     takes_config_seed: bool
+    # True: delete_vm deletes (or releases) a VM. False: only terraform does (your own module's VMs): a
+    # drill destroys its victim by a targeted terraform destroy (glue.operations.lifecycle.destroy_vm).
+    deletes_vms: bool
 
     def check_host(self) -> None:
         """What this machine needs for the backend's VMs (tools, devices): one GlueError line when missing."""

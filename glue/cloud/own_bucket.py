@@ -89,6 +89,7 @@ class OwnBucketBackend:
         self.baked_image = inner.baked_image
         self.multi_node = inner.multi_node
         self.takes_config_seed = inner.takes_config_seed
+        self.deletes_vms = inner.deletes_vms
 
     def __getattr__(self, attr: str) -> Any:  # a backend's own extras (announce_termination, ...)
         return getattr(self.inner, attr)

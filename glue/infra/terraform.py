@@ -223,21 +223,23 @@ class Terraform:
             pass
 
     def apply(self, variables: dict[str, Any], destroy: bool = False,
-              replace: list[str] | None = None) -> dict[str, ResourceProgress]:
+              replace: list[str] | None = None, target: list[str] | None = None) -> dict[str, ResourceProgress]:
         """terraform apply (or destroy) with a live per-resource progress table; `replace` forces new
         instances of the given resource addresses (a VM to abandon even though it still runs: see
-        `vm_address`). Terraform ignores an address that names nothing, so that is an error here."""
+        `vm_address`). Terraform ignores an address that names nothing, so that is an error here.
+        `target` (with destroy): destroy only those VMs (and what depends on them)."""
         with self.locked():
-            return self._apply(variables, destroy, replace)
+            return self._apply(variables, destroy, replace, target)
 
     def _apply(self, variables: dict[str, Any], destroy: bool,
-               replace: list[str] | None) -> dict[str, ResourceProgress]:
+               replace: list[str] | None, target: list[str] | None = None) -> dict[str, ResourceProgress]:
         self.init()
         self._vars_file(variables)
         args = ["apply", "-json", "-input=false", "-auto-approve"] + (["-destroy"] if destroy else [])
         if self.user and not destroy:
             replace = user_module.replacing(self.home, replace or [], self.state_ids())
         args += [f"-replace={addr}" for addr in replace or []]
+        args += [f"-target={addr}" for addr in self._real(target or [])]
         rows: dict[str, ResourceProgress] = {}
         try:
             with Live(_table(rows), console=self.console, refresh_per_second=8, transient=False) as live:

@@ -16,7 +16,7 @@ from glue.cluster.current import ClusterConfig, all_hosts, bucket_info, hosts, t
 from glue.errors import GlueError
 from glue.images import build, disk, recipe
 from glue.infra import inventory, preflight, ssh
-from glue.infra.terraform import Terraform, is_spare
+from glue.infra.terraform import Terraform, is_spare, vm_address
 from glue.operations import converge, convergence, down_guard, spare_state, warm_spares
 from glue.storage import bucket as bucket_store
 
@@ -145,6 +145,23 @@ def down(home: Path, console: Console, force: bool = False) -> int:
     convergence.forget(home)
     inventory.write(home, {"vms": {}, "bucket": outputs.get("bucket", {})})
     return had + len(removed)
+
+
+def destroy_vm(home: Path, console: Console, name: str, vm_id: str) -> None:
+    """A VM gone for good, as a cloud takes one (a drill's victim): the backend deletes it; where only
+    terraform deletes VMs (your own module's), a targeted terraform destroy of its resource. The cluster
+    still asks for the name, so the next apply (the recovery's) makes it again."""
+    cfg = ClusterConfig.load(home)
+    backend = current.backend(home)
+    if backend.deletes_vms:
+        backend.delete_vm(vm_id)
+        return
+    with converge.applying(home, cfg.backend, console, converge.image_hash(cfg.backend, home)) as step:
+        step.tf.apply(tf_vars(home, cfg), destroy=True, target=[vm_address(name)])
+        step.settle()
+    if backend.read_vm(vm_id) is not None:
+        raise GlueError(f"VM {name} ({vm_id}) is still there after terraform destroyed its resource; look at "
+                        "`glue status` and your module's state")
 
 
 def remove_orphans(home: Path, backend_name: str, outputs: dict[str, Any], console: Console,

@@ -136,3 +136,35 @@ def test_a_users_module_drives_the_kit(tmp_path: Path) -> None:
         if fast is not None:
             kit.glue("down", "--force", check=False)
         remove_kit_home_machines(kit.home)
+
+
+@pytest.mark.stress  # `make test-all`: make test keeps the drill (tests/e2e/test_report_drill.py) and this module
+@pytest.mark.timeout(900)
+def test_a_drill_destroys_its_victim_through_the_users_module(tmp_path: Path) -> None:
+    """`glue drill` on VMs only terraform may delete: its victim goes by a targeted destroy of the module's
+    own resource, and the recovery's apply makes it again; the drill passes as on any backend."""
+    module = tmp_path / "my-infra"
+    module.mkdir()
+    (module / "main.tf").write_text(MODULE)
+    kit, fast = _kit(tmp_path), None
+    try:
+        kit.glue("up", "--backend", "terraform", "--module", str(module), "--vms", "2", timeout=600)
+        fast = here(kit)
+        before = {v["name"]: v["id"] for v in json.loads(fast.glue("status", "--json").stdout)["vms"]}
+        cfg = run_config(tmp_path, config={"steps": 30, "step_sleep": 0.05, "checkpoint_interval": 10},
+                         checkpoint={"interval_steps": 10})
+        res = kit.glue("drill", "--run", "tfd", "--config", str(cfg), "--kill-at", "15", check=False, timeout=900)
+        assert res.returncode == 0 and "PASS" in res.stdout + res.stderr, res.stdout[-2000:] + res.stderr[-3000:]
+        said = " ".join(res.stderr.split())
+        assert "destroyed VM" in said and 'module.user.gpukit_vm.box["' in said, said  # the module's own resource
+        rec = json.loads(s3(fast).get_object(Bucket="gpukit", Key=run_prefix("tfd-drill1") + recovery_key(1))
+                         ["Body"].read())
+        assert rec["verified"] and rec["failure_class"] == "vm_lost", rec
+        assert rec["old_vm"]["id"] in before.values() and rec["new_vm"]["id"] not in before.values(), rec
+        assert LocalBackend(kit.home).read_vm(rec["old_vm"]["id"]) is None  # destroyed, not just stopped
+        kit.glue("down", timeout=600)
+        assert LocalBackend(kit.home).owned_vm_ids() == []
+    finally:
+        if fast is not None:
+            kit.glue("down", "--force", check=False)
+        remove_kit_home_machines(kit.home)

@@ -52,6 +52,7 @@ class LocalBackend:
     baked_image: str | None = "tree"
     multi_node: str | None = None
     takes_config_seed = True
+    deletes_vms = True
 
     def check_host(self) -> None:
         host.check()

@@ -100,6 +100,7 @@ class LyceumBackend:
     multi_node: str | None = ("Lyceum does not network an account's VMs for one job on its public API (an "
                               "enterprise-contract feature)")
     takes_config_seed = False  # the playbook configures every VM (no user-data in the public API)
+    deletes_vms = True
 
     def check_host(self) -> None:
         """Nothing local beyond terraform and SSH: the VMs are Lyceum's."""

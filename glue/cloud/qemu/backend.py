@@ -44,6 +44,7 @@ class QemuBackend:
     baked_image: str | None = "disk"
     multi_node: str | None = "qemu VMs cannot reach each other (user-mode networking, see docs/qemu.md)"
     takes_config_seed = True  # on the seed disk, beside meta-data (glue.operations.vm_seed)
+    deletes_vms = True
 
     def check_host(self) -> None:
         vm.check_tools()

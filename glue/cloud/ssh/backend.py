@@ -37,6 +37,7 @@ class SshBackend:
     baked_image: str | None = None
     multi_node: str | None = None
     takes_config_seed = False
+    deletes_vms = True
 
     def __init__(self, home: Path) -> None:
         self.home = home

@@ -51,6 +51,7 @@ class TerraformBackend:
     baked_image: str | None = None
     multi_node: str | None = None  # the module's VMs share a network, as its own provider makes them
     takes_config_seed = False
+    deletes_vms = False
 
     def __init__(self, home: Path) -> None:
         self.home = home
@@ -98,8 +99,8 @@ class TerraformBackend:
         if vm_id not in self.owned_vm_ids():
             return
         raise GlueError(f"VM {vm_id} was made by your module: gpukit deletes it only through terraform (`glue "
-                        "recover` replaces a lost VM, `glue down` destroys them all); `glue drill` is not supported "
-                        "with --backend terraform")
+                        "recover` replaces a lost VM, `glue drill` destroys its victim's resource, `glue down` "
+                        "destroys them all)")
 
     def owned_vm_ids(self) -> list[str]:
         return sorted(vm["id"] for vm in state_outputs(self.home)["vms"].values())

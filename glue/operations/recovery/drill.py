@@ -20,6 +20,7 @@ from rich.table import Table
 
 from glue.cluster import current
 from glue.errors import GlueError
+from glue.operations import lifecycle
 from glue.operations.recovery import checkpoint_diff, drill_verdict
 from glue.operations.recovery import recover as recover_mod
 from glue.operations.recovery.resume_check import STEP_INPUTS, losses_agree, step_ranges
@@ -147,12 +148,11 @@ def _destroy_and_recover(home: Path, dr: RunStore, victim_name: str, result: Dri
         held = _wait(home, dr, lambda r: bool((r.heartbeat or {}).get("held")), f"the hold at step {result.kill_at}",
                      timeout)
     with lease.held(dr, "drill"):  # nobody else recovers the drill run while it loses its VM
-        backend = current.backend(home)
         first = dr.read_attempt(1)
         if first is None or not first.vm_id:
             raise GlueError(f"drill run {dr.run} recorded no VM for attempt 1; nothing to destroy")
         victim_id = first.vm_id
-        backend.delete_vm(victim_id)
+        lifecycle.destroy_vm(home, console, victim_name, victim_id)
         result.destroyed_at = (held.heartbeat or {}).get("step")
         console.print(f"[red]destroyed VM {victim_name}[/] ({victim_id}) under {dr.run} at step {result.destroyed_at}")
         try:

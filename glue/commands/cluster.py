@@ -137,7 +137,8 @@ def _user_module(cfg: current.ClusterConfig, module_dir: Path | None) -> None:
 @click.command()
 @click.option("--force", is_flag=True, help="Destroy even with runs unfinished or uploads pending.")
 def down(force: bool) -> None:
-    """Destroy the cluster's VMs, once every run's outputs are in the bucket. The bucket stays."""
+    """Destroy the cluster's VMs, once no run is still running or awaits a recovery with its outputs
+    missing, and no upload is pending (a run ended with `glue stop` does not hold it up). The bucket stays."""
     if lifecycle.down(home(), err, force=force):
         err.print("[green]cluster destroyed[/]; the bucket and its data are kept")
     else:

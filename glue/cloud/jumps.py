@@ -98,6 +98,11 @@ def _pinned_policy(jump: Jump) -> paramiko.MissingHostKeyPolicy:
     return Pinned()
 
 
+def reason(exc: BaseException) -> str:
+    """A connection error in a few words (its strerror, else its text, else its type)."""
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
 def login(jump: Jump, timeout: float) -> paramiko.SSHClient:
     """Logged in on the jump with the user's identity; only its pinned key is accepted."""
     identity = Path(jump.identity_file).expanduser()
@@ -119,8 +124,8 @@ def login(jump: Jump, timeout: float) -> paramiko.SSHClient:
                         f"~{jump.user}/.ssh/authorized_keys there, or fix proxy_jump's user") from None
     except (paramiko.SSHException, EOFError, OSError) as exc:
         client.close()
-        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise GlueError(f"jump host {jump.where}: unreachable ({why}); check proxy_jump's address and port") from None
+        raise GlueError(f"jump host {jump.where}: unreachable ({reason(exc)}); check proxy_jump's address and "
+                        "port") from None
     return client
 
 
@@ -133,9 +138,9 @@ def channel(client: paramiko.SSHClient, jump: Jump, address: str, port: int, tim
         return transport.open_channel("direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout)
     except (paramiko.SSHException, EOFError, OSError) as exc:
         client.close()
-        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise GlueError(f"jump host {jump.where} cannot open a connection to {address}:{port} ({why}); check that "
-                        "the host is reachable from the jump and that its sshd allows TCP forwarding") from None
+        raise GlueError(f"jump host {jump.where} cannot open a connection to {address}:{port} ({reason(exc)}); "
+                        "check that the host is reachable from the jump and that its sshd allows TCP "
+                        "forwarding") from None
 
 
 def proxy_command(jump: Jump, known_hosts: Path) -> str:

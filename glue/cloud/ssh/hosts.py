@@ -82,10 +82,8 @@ class HostEntry(BaseModel):
     @property
     def jump_id(self) -> str | None:
         """The jump's name among the pins ("jump user@address:port"); None without one."""
-        if not self.proxy_jump:
-            return None
-        user, address, port = jumps.parse(self.proxy_jump, self.user)
-        return f"jump {user}@{address}:{port}"
+        jump = self.jump()
+        return f"jump {jump.where}" if jump else None
 
     def jump(self, host_key: str = "") -> Jump | None:
         """The jump this host is reached through, with the identity file of the host's entry."""

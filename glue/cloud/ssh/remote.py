@@ -25,7 +25,7 @@ def fingerprint(key_line: str) -> str:
 
 
 def _unreachable(host: HostEntry, exc: BaseException) -> GlueError:
-    why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    why = jumps.reason(exc)
     return GlueError(f"{host.id}: unreachable at {host.address}:{host.port} ({why}); check the address and port, "
                      "that sshd runs and that nothing blocks the way")
 

@@ -125,7 +125,8 @@ def prepare(home: Path, path: Path, vms: int, asking: Asking, echo: Callable[[st
         raise GlueError(f"--vms {vms}: only {usable} host(s) of {path} pass the checks; add hosts or ask for fewer")
     with state.changing(home) as st:  # what each host has, for its VM record (a lost one's stays as it was)
         st.gpus.update({h.id: [r.gpu_type, r.gpu_count] for h, r in zip(entries, reports, strict=True) if r.ok})
+        # every connection glue and Ansible make to a host behind a jump goes through it
+        routes = {h.id: j for h in entries if (j := state.via(st, h)) is not None}
     hosts.write_snapshot(home, entries)
-    st = state.read(home)  # every connection glue and Ansible make to a host behind a jump goes through it
-    jumps.write(home, {h.id: j for h in entries if (j := state.via(st, h)) is not None})
+    jumps.write(home, routes)
     return entries

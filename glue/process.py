@@ -29,6 +29,15 @@ def start_time(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time the process has used (user + system), or None when it is gone: a budget in CPU time holds
+    on a busy host, where one in wall time fails a machine that was only waiting for a core."""
+    fields = _stat(pid)
+    if len(fields) <= 12:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _stat(pid: int) -> list[str]:
     """/proc/<pid>/stat after the command name (which may hold spaces): state, ppid, ..."""
     try:

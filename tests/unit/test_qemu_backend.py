@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,38 @@ def test_without_a_captured_seed_the_disk_has_identity_only(tmp_path: Path) -> N
     vm.write_seed_disk(img, "hostname=q-1\n", "ssh-ed25519 AAAA", tmp_path / "seeds" / "current.tar.gz")
     names = set(_listing(img))
     assert {"meta-data", "authorized_keys"} <= names and not {"config.tar.gz", "config.key"} & names
+
+
+def _guest(code: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_a_boot_is_budgeted_in_the_emulators_cpu_time_not_the_wall(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A guest that waits for a core (no CPU used) is not failed by the CPU budget; one that spins through
+    its budget without a host key is, and the message says it was the CPU time."""
+    console, log = tmp_path / "console.log", tmp_path / "qemu.log"
+    console.write_text("booting\n")
+    log.write_text("")
+    monkeypatch.setattr(vm, "BOOT_CPU_SECONDS", 0.5)
+    monkeypatch.setattr(vm, "BOOT_WALL_LIMIT", 60.0)
+    spinning = _guest("while True: pass")
+    try:
+        with pytest.raises(GlueError, match=r"no host key on its serial console \(first boot failed\) after "
+                                            r"\d+ CPU-seconds of emulation; console: "):
+            vm.wait_booted("q-1", spinning, console, 1, log)
+    finally:
+        spinning.kill()
+        spinning.wait()
+    monkeypatch.setattr(vm, "BOOT_WALL_LIMIT", 1.5)
+    waiting = _guest("import time; time.sleep(60)")
+    try:
+        with pytest.raises(GlueError, match=r"first boot failed\) after 2s; console: "):
+            vm.wait_booted("q-1", waiting, console, 1, log)
+        console.write_text("[    3.1] Kernel panic - not syncing: VFS: Unable to mount root fs\n")
+        monkeypatch.setattr(vm, "BOOT_WALL_LIMIT", 60.0)
+        with pytest.raises(GlueError, match="its kernel panicked while booting"):
+            vm.wait_booted("q-1", waiting, console, 1, log)
+    finally:
+        waiting.kill()
+        waiting.wait()

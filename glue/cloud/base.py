@@ -10,6 +10,8 @@ from glue.bucket_access import BucketCredentials, BucketInfo
 from glue.cloud.checks import Readiness
 from glue.errors import GlueError
 
+SPARE_MARK = "-spare-"  # a warm spare is named <prefix>-spare-<k> (terraform/modules/cluster)
+
 
 @dataclass(frozen=True)
 class VMSpec:
@@ -46,8 +48,8 @@ class VMRecord:
         return asdict(self)
 
 
-__all__ = ["AnnouncesTermination", "Backend", "BucketCredentials", "BucketInfo", "VMRecord", "VMSpec",
-           "announce_termination"]
+__all__ = ["SPARE_MARK", "AnnouncesTermination", "Backend", "BucketCredentials", "BucketInfo", "Relabels", "VMRecord",
+           "VMSpec", "announce_termination", "relabel"]
 
 
 class Backend(Protocol):
@@ -126,3 +128,19 @@ def announce_termination(backend: Backend, vm_id: str, grace_s: float) -> None:
         raise GlueError(f"the {backend.name} backend cannot deliver a termination notice (its cloud announces "
                         "reclaims itself)")
     backend.announce_termination(vm_id, grace_s)
+
+
+@runtime_checkable
+class Relabels(Protocol):
+    """A backend that keeps the name a VM serves under itself (the ssh backend's pool records which host
+    serves as which VM): a warm spare renamed in place by terraform (glue.operations.spare_state) is told."""
+
+    def relabel_vm(self, vm_id: str, name: str) -> None:
+        """The VM now serves as `name`."""
+        ...
+
+
+def relabel(backend: Backend, vm_id: str, name: str) -> None:
+    """Tell a backend that records VM names of a rename in place; the others name VMs in terraform only."""
+    if isinstance(backend, Relabels):
+        backend.relabel_vm(vm_id, name)

@@ -11,12 +11,12 @@ from typing import Any, Protocol
 
 from glue.bucket_access import BucketInfo, own
 from glue.cloud import BACKENDS, get_backend
-from glue.cloud.base import Backend
+from glue.cloud.base import SPARE_MARK, Backend
 from glue.cluster import spare_roles
 from glue.errors import GlueError
 from glue.infra import inventory
 from glue.infra.ssh_keys import public_key
-from glue.infra.terraform import SPARE_MARK, Terraform, is_spare
+from glue.infra.terraform import Terraform, is_spare
 
 DEFAULT_VMS = 2
 MAX_SPARES = 8  # terraform/modules/cluster/variables.tf validates spare_count the same way

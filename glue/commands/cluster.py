@@ -114,7 +114,7 @@ def _ssh_hosts(cfg: current.ClusterConfig, hosts_file: Path | None, accept_new: 
     if not cfg.hosts:
         raise click.UsageError("--backend ssh needs --hosts FILE: the machines to use (docs/guides/ssh-hosts.md)")
     confirm = (lambda q: click.confirm(q, default=False, err=True)) if sys.stdin.isatty() else None
-    setup.prepare(home(), Path(cfg.hosts), cfg.vms, setup.Asking(accept_new, confirm),
+    setup.prepare(home(), Path(cfg.hosts), (cfg.vms, cfg.spares), setup.Asking(accept_new, confirm),
                   lambda line: err.print(line, highlight=False, markup=False, soft_wrap=True))
 
 

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from glue.cloud.base import SPARE_MARK
 from glue.errors import GlueError, NoCapacity
 from glue.infra import user_module
 from glue.paths import PROJECT_ROOT
@@ -39,7 +40,6 @@ MODULES_DIR = PROJECT_ROOT / "terraform" / "modules"
 # Where the envs' VMs live in the state (terraform/modules/cluster, called as "cluster").
 VM_RESOURCE = "module.cluster.gpukit_vm.node"
 SPARE_RESOURCE = "module.cluster.gpukit_vm.spare"
-SPARE_MARK = "-spare-"  # a warm spare is named <prefix>-spare-<k> (terraform/modules/cluster)
 # An env's call of one of our modules: `source = "../../modules/<name>"`.
 _MODULE_SOURCE = re.compile(r'^(\s*source\s*=\s*")\.\./\.\./modules/', re.MULTILINE)
 

@@ -15,7 +15,7 @@ from tf.provider import Resource
 from tf.types import Unknown
 from tf.utils import Diagnostics
 
-from glue.cloud.base import VMRecord, VMSpec
+from glue.cloud.base import VMRecord, VMSpec, relabel
 from glue.cloud.lyceum.spec import PROFILES, input_errors, with_instance_specs
 from glue.errors import GlueError
 from glue.tfprovider.configured import ConfiguredProvider
@@ -143,8 +143,10 @@ class VMResource(Resource):
         return None if rec is None else self._state(current, rec)
 
     def update(self, ctx: UpdateContext, current: State, planned: State) -> State | None:
-        # Every input but the name requires replacement: an in-place update is a rename (a label only)
-        # or carries computed values.
+        # Every input but the name requires replacement: an in-place update is a rename (a warm spare taking
+        # a lost VM's place; a label only, which a backend that records names is told) or carries computed values.
+        if planned.get("name") != current.get("name"):
+            relabel(self._provider.backend, str(current["id"]), str(planned["name"]))
         return self._state(planned, self._provider.backend.read_vm(str(current["id"])) or _missing(current))
 
     def delete(self, ctx: DeleteContext, current: State) -> None:

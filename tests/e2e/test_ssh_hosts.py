@@ -1,8 +1,9 @@
 """Machines the user already has (`glue up --backend ssh --hosts FILE`): three machines started outside gpukit,
 as a third party would (the local backend's nspawn machinery under a home of their own, with their owner's
-SSH key, not the kit's), in a hosts file. `glue up --vms 2` configures two; a run's host stops answering;
-`glue recover` moves the run onto the third, verified; the lost host, back, is released of gpukit's leftovers
-by the next `glue up`; `glue down` leaves all three machines running with gpukit's units and files gone."""
+SSH key, not the kit's), in a hosts file. `glue up --vms 2 --spares 1` configures all three, the third as a
+warm spare; a run's host stops answering; `glue recover` moves the run onto the spare, verified, with no
+terraform and no playbook; the lost host, back, is released of gpukit's leftovers by the next `glue up` and
+becomes the new spare; `glue down` leaves all three machines running with gpukit's units and files gone."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import yaml
 from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local.backend import LocalBackend
 from glue.cloud.ssh.claim import KEY_MARK
+from glue.operations import spares
 from tests.integration.test_runs import here, run_config, s3, wait_for
 from tests.kit import Kit, remove_kit_home_machines
 
@@ -139,24 +141,30 @@ def test_a_host_without_passwordless_sudo_is_one_line(owner: Owner, tmp_path: Pa
 
 
 @pytest.mark.timeout(900)
-def test_runs_recover_onto_another_host_of_the_file(owner: Owner, tmp_path: Path) -> None:
+def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path: Path) -> None:
     kit, fast = _kit(tmp_path), None
-    # box-3 (the spare the run moves to) is behind the owner's bastion, box-4, and its owner names its GPU
+    # box-3 (the warm spare the run moves to) is behind the owner's bastion, box-4, and its owner names its GPU
     # model (the count is found: none on these machines)
     bastion = owner.boxes[3]
     hosts = owner.hosts_file(tmp_path / "hosts.yaml", extra={
         "box-3": f"    proxy_jump: root@{bastion.ssh_host}:{bastion.ssh_port}\n    labels: {{gpu_type: a10}}\n"})
     try:
+        res = kit.glue("up", "--backend", "ssh", "--hosts", str(hosts), "--vms", "2", "--spares", "2",
+                       "--accept-new-host-keys", check=False, timeout=300)
+        assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+        assert f"--vms 2 --spares 2: only 3 host(s) of {hosts} pass the checks" in " ".join(res.stderr.split())
+        assert not (kit.home / "terraform" / "ssh" / "terraform.tfstate").exists()  # nothing taken
+
         t0 = time.monotonic()
-        res = kit.glue("up", "--backend", "ssh", "--hosts", str(hosts), "--vms", "2", "--accept-new-host-keys",
-                       timeout=600)
-        print(f"glue up of 2 of 3 ssh hosts: {time.monotonic() - t0:.1f} s")
+        res = kit.glue("up", "--backend", "ssh", "--hosts", str(hosts), "--vms", "2", "--spares", "1",
+                       "--accept-new-host-keys", timeout=600)
+        print(f"glue up of 2 ssh hosts and a warm spare: {time.monotonic() - t0:.1f} s")
         assert [ln.split()[1] for ln in res.stderr.splitlines() if ln.startswith("ok ")] == ["box-1", "box-2",
                                                                                                "box-3"], res.stderr
         fast = here(kit)
         vms = {v["name"]: v["id"] for v in json.loads(fast.glue("status", "--json").stdout)["vms"]}
-        assert vms == {"gpukit-1": "box-1", "gpukit-2": "box-2"}
-        assert owner.ssh(owner.boxes[2], "ls /etc/gpukit")[0] != 0  # the spare host is not configured
+        assert vms == {"gpukit-1": "box-1", "gpukit-2": "box-2", "gpukit-spare-1": "box-3"}  # the file's order
+        assert owner.ssh(owner.boxes[2], "ls /etc/gpukit")[0] == 0  # the spare is configured (through the jump)
 
         cfg = run_config(tmp_path, config={"steps": 80, "step_sleep": 0.1, "checkpoint_interval": 10},
                          checkpoint={"interval_steps": 10})
@@ -168,12 +176,18 @@ def test_runs_recover_onto_another_host_of_the_file(owner: Owner, tmp_path: Path
                 os.kill(pid, signal.SIGSTOP)
         t1 = time.monotonic()
         res = kit.glue("recover", "--run", "mine", timeout=600)
-        print(f"glue recover onto another host: {time.monotonic() - t1:.1f} s")
+        print(f"glue recover onto the warm spare host: {time.monotonic() - t1:.1f} s")
+        assert "provision: warm spare gpukit-spare-1 takes the place of gpukit-2" in res.stderr, res.stderr
         rec = json.loads(s3(fast).get_object(Bucket="gpukit", Key="runs/mine/recoveries/1.json")["Body"].read())
         assert rec["verified"] and rec["failure_class"] == "vm_lost", rec
-        assert rec["old_vm"]["id"] == "box-2" and rec["new_vm"]["id"] == "box-3", rec
-        assert rec["first_resumed_step"] == rec["checkpoint_step"] + 1
+        assert rec["old_vm"]["id"] == "box-2", rec
+        assert rec["new_vm"] == {"name": "gpukit-2", "id": "box-3", "spare": "gpukit-spare-1"}, rec
+        assert rec["seconds"]["configure"] < 1.0 and rec["first_resumed_step"] == rec["checkpoint_step"] + 1
         print("recovery phases (s):", rec["seconds"])
+        # The refill finds no free host (box-2 is lost, never dropped): it says so; the cluster serves on.
+        log = spares.log_path(kit.home)
+        said = wait_for_text(log, "spare refill failed", 240)
+        assert "no free host in the hosts file for gpukit-spare-1" in said, said
         # each VM carries its own host's GPUs (as the checks found them, or its labels said) into the
         # inventory the driver and Slurm's GRES read: box-3 now serves as gpukit-2
         inventory = yaml.safe_load((kit.home / "ansible" / "inventory.yml").read_text())["all"]["hosts"]
@@ -189,12 +203,14 @@ def test_runs_recover_onto_another_host_of_the_file(owner: Owner, tmp_path: Path
         st = wait_for(fast, "mine", lambda s: s["state"] != "running", timeout=300)
         assert st["state"] == "completed", st
 
-        for pid in lost:  # box-2 is back; the next `glue up` releases what gpukit left on it
+        for pid in lost:  # box-2 is back; the next `glue up` releases what gpukit left on it, and it is the spare
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         res = kit.glue("up", timeout=600)
         assert "box-2: answers again; released what gpukit left on it" in res.stderr, res.stderr
-        assert owner.ssh(owner.boxes[1], "ls /etc/gpukit")[0] != 0
+        vms = {v["name"]: v["id"] for v in json.loads(fast.glue("status", "--json").stdout)["vms"]}
+        assert vms == {"gpukit-1": "box-1", "gpukit-2": "box-3", "gpukit-spare-1": "box-2"}, vms
+        assert owner.ssh(owner.boxes[1], "pgrep -f 'glue[.]examples[.]tiny_gpt'")[0] != 0  # the lost trainer
 
         kit.glue("down", timeout=600)
         for box in owner.boxes:
@@ -204,9 +220,20 @@ def test_runs_recover_onto_another_host_of_the_file(owner: Owner, tmp_path: Path
             _, out = owner.ssh(box, "systemctl list-units --plain --no-legend --state=active,activating,failed "
                                     "'gpukit-mount*' 'gpukit-group*'; systemctl list-unit-files --no-legend "
                                     "'gpukit-m*'; mountpoint -q /mnt/s3 && echo MOUNTED; "
-                                    f"ls -d {' '.join(LEFT)} 2>/dev/null; grep -c {KEY_MARK} ~/.ssh/authorized_keys")
+                                    f"ls -d {' '.join(LEFT)} 2>/dev/null; pgrep -f 'glue[.]train[.]run[.]warm'; "
+                                    f"grep -c {KEY_MARK} ~/.ssh/authorized_keys")
             assert out.split() == ["0"], f"{box.name} still has gpukit's: {out}"
     finally:
         if fast is not None:
             kit.glue("down", "--force", check=False)
         remove_kit_home_machines(kit.home)  # here: the bucket server and the short dirs
+
+
+def wait_for_text(path: Path, text: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        said = path.read_text() if path.exists() else ""
+        if text in said:
+            return said
+        time.sleep(1)
+    raise AssertionError(f"{path} never said {text!r}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from glue.cloud.base import VMSpec
+from glue.cloud.base import VMSpec, relabel
 from glue.cloud.ssh import hosts, state
 from glue.cloud.ssh.backend import SshBackend
 from glue.errors import NoCapacity
@@ -57,3 +57,16 @@ def test_a_host_that_stops_answering_is_lost_and_kept_out(tmp_path: Path) -> Non
     with pytest.raises(NoCapacity, match=r"no capacity: no free host in the hosts file for gpukit-3 \(2 taken, "
                                          r"1 lost\)"):
         backend.create_vm(VMSpec("gpukit-3", "none", 0, 10, KEY))
+
+
+def test_warm_spares_take_the_files_last_hosts_and_a_rename_in_place_relabels_the_host(tmp_path: Path) -> None:
+    """VMs and spares created together (terraform, in any order) land where the file's order says: the
+    cluster's VMs on its first hosts, the spares on its last; a spare renamed in place serves as its new name."""
+    backend = _backend(tmp_path, n=4)
+    picked = [backend._reserve(n) for n in ("gpukit-spare-1", "gpukit-1", "gpukit-spare-2", "gpukit-2")]
+    assert [p[0].id if p else None for p in picked] == ["box-4", "box-1", "box-3", "box-2"]
+    assert state.read(tmp_path).taken["box-4"] == "gpukit-spare-1"
+    relabel(backend, "box-4", "gpukit-2")  # as the provider's update does when the spare took gpukit-2's place
+    assert state.read(tmp_path).taken["box-4"] == "gpukit-2"
+    relabel(backend, "box-9", "gpukit-3")  # a host the cluster does not hold is not taken by a label
+    assert "box-9" not in state.read(tmp_path).taken

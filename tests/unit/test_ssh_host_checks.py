@@ -76,7 +76,7 @@ def _file(tmp_path: Path, port: int, name: str = "box") -> Path:
 
 
 def _prepare(home: Path, path: Path, accept: bool, lines: list[str]) -> None:
-    setup.prepare(home, path, 1, setup.Asking(accept, None), lines.append)
+    setup.prepare(home, path, (1, 0), setup.Asking(accept, None), lines.append)
 
 
 def test_a_new_host_key_is_refused_without_the_flag_and_pinned_with_it(tmp_path: Path, sshd: Sshd) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from glue.bucket_access import BucketCredentials, BucketInfo
-from glue.cloud.base import VMRecord, VMSpec
+from glue.cloud.base import SPARE_MARK, VMRecord, VMSpec
 from glue.cloud.checks import Readiness, host_readiness
 from glue.cloud.local.bucket import LocalBucket
 from glue.cloud.ssh import claim, hosts, remote, state
@@ -55,8 +55,7 @@ class SshBackend:
         return host_readiness("SSH hosts", self.check_host, f"{len(self._hosts())} host(s) checked by `glue up`")
 
     def spares_problem(self) -> str | None:
-        return ("on the ssh backend the spares are the hosts of the file beyond --vms (a recovery takes one); "
-                "leave --spares out")
+        return None  # hosts of the file beyond --vms, configured and kept idle (glue.cloud.ssh.setup counts them)
 
     def tf_vars(self, vm_count: int, name_prefix: str, ssh_public_key: str) -> dict[str, Any]:
         # How many hosts pass is `glue up`'s check (glue.cloud.ssh.setup); a replacement finding none is NoCapacity.
@@ -74,16 +73,19 @@ class SshBackend:
     def _reserve(self, name: str) -> tuple[HostEntry, str] | None:
         """A free, pinned, healthy host, marked taken as `name`: the one released longest ago (never: first),
         then <prefix>-N's own, the N-th of the file (VMs created together land where the file says), then
-        in the file's order."""
+        in the file's order; a warm spare (<prefix>-spare-K) from the file's end, so that the cluster's VMs
+        and its spares, created together, each take the hosts the file's order gives them."""
         pool = self._hosts()
         index = name.rpartition("-")[2]
         own = int(index) - 1 if index.isdigit() else -1
+        order = -1 if SPARE_MARK in name else 1
         with state.changing(self.home) as st:
             free = [(k, h) for k, (i, h) in enumerate(pool.items())
                     if i not in st.taken and i not in st.lost and i in st.pins]
             if not free:
                 return None
-            _, host = min(free, key=lambda kh: (st.released_at.get(kh[1].id, 0.0), kh[0] != own, kh[0]))
+            _, host = min(free, key=lambda kh: (st.released_at.get(kh[1].id, 0.0), order == 1 and kh[0] != own,
+                                                order * kh[0]))
             st.taken[host.id] = name
             return host, st.pins[host.id]
 
@@ -126,6 +128,12 @@ class SshBackend:
                 raise remote.changed_key(host, key, now)
             return self._record(host, st.taken[vm_id], key)
         return None
+
+    def relabel_vm(self, vm_id: str, name: str) -> None:
+        """A warm spare renamed in place (it took a lost VM's place): the host now serves as `name`."""
+        with state.changing(self.home) as st:
+            if vm_id in st.taken:
+                st.taken[vm_id] = name
 
     def _lost(self, vm_id: str, why: str) -> None:
         """Out of the cluster and out of the pool, its gpukit files to be released when it answers again."""

@@ -91,9 +91,11 @@ def _back_in_pool(home: Path, host: HostEntry, echo: Callable[[str], None]) -> N
         st.dirty = [i for i in st.dirty if i != host.id]
 
 
-def prepare(home: Path, path: Path, vms: int, asking: Asking, echo: Callable[[str], None]) -> list[HostEntry]:
+def prepare(home: Path, path: Path, wanted: tuple[int, int], asking: Asking,
+            echo: Callable[[str], None]) -> list[HostEntry]:
     """Check every host of the file (in parallel; keys asked one at a time), print one line each, and write
-    the hosts the provider takes from. Refuses (one GlueError line) when a host fails or too few pass."""
+    the hosts the provider takes from. Refuses (one GlueError line) when a host fails or fewer pass than
+    `wanted` (VMs, warm spares) asks."""
     entries = hosts.load(path)
     st = state.read(home)
     missing = [f"{i} (serving as {name})" for i, name in st.taken.items() if i not in {h.id for h in entries}]
@@ -120,9 +122,10 @@ def prepare(home: Path, path: Path, vms: int, asking: Asking, echo: Callable[[st
     if bad:
         raise GlueError(f"hosts file {path}: {', '.join(bad)} failed the checks (the lines above say why); fix them "
                         "or take them out of the file; nothing was configured")
-    usable = sum(1 for h, r in zip(entries, reports, strict=True) if r.ok)
-    if usable < vms:
-        raise GlueError(f"--vms {vms}: only {usable} host(s) of {path} pass the checks; add hosts or ask for fewer")
+    usable, (vms, spares) = sum(1 for h, r in zip(entries, reports, strict=True) if r.ok), wanted
+    if usable < vms + spares:
+        asked = f"--vms {vms}" + (f" --spares {spares}" if spares else "")
+        raise GlueError(f"{asked}: only {usable} host(s) of {path} pass the checks; add hosts or ask for fewer")
     with state.changing(home) as st:  # what each host has, for its VM record (a lost one's stays as it was)
         st.gpus.update({h.id: [r.gpu_type, r.gpu_count] for h, r in zip(entries, reports, strict=True) if r.ok})
         # every connection glue and Ansible make to a host behind a jump goes through it

@@ -10,6 +10,7 @@ module "cluster" {
   source = "../../modules/cluster"
 
   vm_count       = var.vm_count
+  spare_count    = var.spare_count
   name_prefix    = var.name_prefix
   gpu_type       = null # each host's GPUs as `glue up`'s checks found them (or its labels say)
   gpu_count      = null

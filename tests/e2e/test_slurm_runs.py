@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 from glue.cloud.local.backend import LocalBackend
+from glue.cluster import current
+from glue.infra import ssh
 from glue.runs.store import RunStore
 from glue.scheduler.slurm import SPARE_REASON, queue
 from glue.scheduler.slurm import nodes as slurm_nodes
@@ -53,7 +55,10 @@ def slurm_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
 
 
 def on_head(kit: Kit, command: str) -> str:
-    return kit.glue("ssh", "gpukit-1", "--", "sh", "-c", command).stdout
+    """`command`'s output on the head, over glue's own SSH in this process (polled: no `glue` process each time)."""
+    res = ssh.run(kit.home, current.host(kit.home, "gpukit-1"), command, timeout=120)
+    assert res.exit_code == 0, f"{command}: exit {res.exit_code}: {res.stderr}"
+    return res.stdout
 
 
 def squeue(kit: Kit) -> dict[str, dict[str, str]]:

@@ -1,8 +1,8 @@
 """Machines the user already has (`glue up --backend ssh --hosts FILE`): three machines started outside gpukit,
 as a third party would (the local backend's nspawn machinery under a home of their own, with their owner's
 SSH key, not the kit's), in a hosts file. `glue up --vms 2 --spares 1` configures all three, the third as a
-warm spare; a run's host stops answering; `glue recover` moves the run onto the spare, verified, with no
-terraform and no playbook; the lost host, back, is released of gpukit's leftovers by the next `glue up` and
+warm spare; a run's host stops answering; its watcher (`glue watch`) moves the run onto the spare, verified,
+with no terraform and no playbook; the lost host, back, is released of gpukit's leftovers by the next `glue up` and
 becomes the new spare; `glue down` leaves all three machines running with gpukit's units and files gone."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import paramiko
 import pytest
@@ -24,6 +25,8 @@ from glue.cloud.base import VMRecord, VMSpec
 from glue.cloud.local.backend import LocalBackend
 from glue.cloud.ssh.claim import KEY_MARK
 from glue.operations import spares
+from glue.storage import bucket as bucket_store
+from tests.e2e.test_watch import Watchers
 from tests.integration.test_runs import here, run_config, s3, wait_for
 from tests.kit import Kit, remove_kit_home_machines
 
@@ -143,6 +146,7 @@ def test_a_host_without_passwordless_sudo_is_one_line(owner: Owner, tmp_path: Pa
 @pytest.mark.timeout(900)
 def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path: Path) -> None:
     kit, fast = _kit(tmp_path), None
+    watchers = Watchers(kit, tmp_path, ["mine"])
     # box-3 (the warm spare the run moves to) is behind the owner's bastion, box-4, and its owner names its GPU
     # model (the count is found: none on these machines)
     bastion = owner.boxes[3]
@@ -167,18 +171,19 @@ def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path:
         assert owner.ssh(owner.boxes[2], "ls /etc/gpukit")[0] == 0  # the spare is configured (through the jump)
 
         cfg = run_config(tmp_path, config={"steps": 80, "step_sleep": 0.1, "checkpoint_interval": 10},
-                         checkpoint={"interval_steps": 10})
+                         checkpoint={"interval_steps": 10}, recovery={"backoff_seconds": 1, "backoff_max_seconds": 2})
         kit.glue("deploy", "--run", "mine", "--config", str(cfg), "--vm", "gpukit-2")
+        watchers.start()  # `glue watch --run mine`: the recovery below is unattended
         wait_for(fast, "mine", lambda s: (s["step"] or 0) >= 25, timeout=240)
         lost = owner.processes(owner.boxes[1])
         for pid in lost:  # box-2 stops answering (as a machine that hangs or drops off the network)
             with contextlib.suppress(ProcessLookupError):  # one that ended since it was listed needs no stop
                 os.kill(pid, signal.SIGSTOP)
         t1 = time.monotonic()
-        res = kit.glue("recover", "--run", "mine", timeout=600)
-        print(f"glue recover onto the warm spare host: {time.monotonic() - t1:.1f} s")
-        assert "provision: warm spare gpukit-spare-1 takes the place of gpukit-2" in res.stderr, res.stderr
-        rec = json.loads(s3(fast).get_object(Bucket="gpukit", Key="runs/mine/recoveries/1.json")["Body"].read())
+        rec = wait_for_json(fast, "runs/mine/recoveries/1.json", 300)
+        print(f"the watcher's recovery onto the warm spare host: {time.monotonic() - t1:.1f} s after the host hung")
+        said = watchers.logs()
+        assert "provision: warm spare gpukit-spare-1 takes the place of gpukit-2" in said, said
         assert rec["verified"] and rec["failure_class"] == "vm_lost", rec
         assert rec["old_vm"]["id"] == "box-2", rec
         assert rec["new_vm"] == {"name": "gpukit-2", "id": "box-3", "spare": "gpukit-spare-1"}, rec
@@ -202,6 +207,7 @@ def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path:
             res.stderr
         st = wait_for(fast, "mine", lambda s: s["state"] != "running", timeout=300)
         assert st["state"] == "completed", st
+        watchers.stop_all()
 
         for pid in lost:  # box-2 is back; the next `glue up` releases what gpukit left on it, and it is the spare
             with contextlib.suppress(ProcessLookupError):
@@ -224,9 +230,20 @@ def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path:
                                     f"grep -c {KEY_MARK} ~/.ssh/authorized_keys")
             assert out.split() == ["0"], f"{box.name} still has gpukit's: {out}"
     finally:
+        watchers.stop_all()
         if fast is not None:
             kit.glue("down", "--force", check=False)
         remove_kit_home_machines(kit.home)  # here: the bucket server and the short dirs
+
+
+def wait_for_json(kit: Kit, key: str, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = bucket_store.read_json(s3(kit), "gpukit", key)
+        if found is not None:
+            return dict(found)
+        time.sleep(1)
+    raise AssertionError(f"{key} never appeared in the bucket")
 
 
 def wait_for_text(path: Path, text: str, timeout: float) -> str:

@@ -165,7 +165,9 @@ def kill_attempt(home: Path, store: RunStore, attempt: AttemptRecord,
     frozen = {k.id for k in freeze or []}
     for nd in records.nodes_of(attempt):
         host = current.host_of_node(home, nd)
-        if host is None or not ssh.reachable(home, host):
+        # A VM the backend calls gone is not probed: a hung host (an ssh backend's lost one) answers only by
+        # its SSH timeout, seconds of every recovery onto a spare.
+        if host is None or backend.read_vm(host.id) is None or not ssh.reachable(home, host):
             continue
         try:
             if host.id in frozen:

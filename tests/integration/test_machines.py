@@ -156,3 +156,21 @@ def test_a_taken_ssh_port_fails_the_boot_in_one_line_and_leaves_nothing(kit: Kit
         squatter.close()
     assert backend.owned_vm_ids() == []
     assert not list(Path("/sys/fs/cgroup").glob("*/gpukit/p-1-*")), "the failed VM's cgroups are left"
+
+
+def test_a_first_boot_that_fails_is_said_at_once_with_what_the_console_said(machines,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seed without its meta-data: the image's first-boot unit fails and says why on the console; the
+    boot's wait ends there (not at its time limit) with that line, and nothing of the VM is left."""
+    from glue.cloud.local import nspawn
+    from glue.errors import GlueError
+
+    backend, create = machines
+
+    def no_meta_data(seed: Path, *_: object) -> None:
+        seed.mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr(nspawn, "write_seed", no_meta_data)
+    with pytest.raises(GlueError, match=r"local VM f-1: its first boot failed: .*gpukit-firstboot: no seed found"):
+        create("f-1")
+    assert backend.owned_vm_ids() == []

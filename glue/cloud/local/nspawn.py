@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import socket
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from glue.cloud import boot_console
 from glue.errors import GlueError
 from glue.process import children, command_lines
 
@@ -34,7 +34,6 @@ BOOT_TIMEOUT = 180.0
 TOOLS = {"systemd-nspawn": "systemd-container", "unshare": "util-linux"}
 # The environment nspawn starts in: nothing of the controller's (no keys, no kit paths, no tokens).
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
-_HOSTKEY = re.compile(r"gpukit-hostkey: (ssh-ed25519 [A-Za-z0-9+/=]+)")
 # Joins the VM's cgroups ($5), mounts the overlay inside the fresh mount namespace ($1..$4: paths),
 # then becomes nspawn (which roots the machine's cgroup namespace there).
 # nspawn's propagation directory must be on tmpfs; the host's /run may not be.
@@ -147,20 +146,24 @@ def _wait_booted(name: str, proc: subprocess.Popen[bytes], console: Path, port: 
     deadline = time.monotonic() + BOOT_TIMEOUT
     init_pid: int | None = None
     host_key: str | None = None
+    text = ""
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = [ln for ln in console.read_text(errors="replace").splitlines() if ln.strip()][-2:]
             raise GlueError(f"local VM {name} failed to boot: {' '.join(tail) or f'exit {proc.returncode}'}")
         init_pid = init_pid or container_init(proc.pid)
         if host_key is None:
-            found = _HOSTKEY.search(console.read_text(errors="replace"))
-            host_key = found.group(1) if found else None
+            text = console.read_text(errors="replace")
+            host_key = boot_console.host_key(text)
+            if host_key is None and (failed := boot_console.failure(text)):
+                raise GlueError(f"local VM {name}: its first boot failed: {failed}")
         if init_pid and host_key and ssh_banner(port):
             return Machine(nspawn_pid=proc.pid, init_pid=init_pid, host_key=host_key)
         time.sleep(0.05)
     what = "no host key on its console (first boot failed)" if host_key is None else \
         f"sshd did not answer on {HOST}:{port} (port taken by another process?)"
-    raise GlueError(f"local VM {name}: {what} within {BOOT_TIMEOUT:.0f}s; console: {console}")
+    raise GlueError(f"local VM {name}: {what} within {BOOT_TIMEOUT:.0f}s; its console's last lines: "
+                    f"{boot_console.tail(console.read_text(errors='replace'))}")
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -13,7 +13,6 @@ No KVM: /dev/kvm hangs a stock kernel on this kind of host; TCG with a large tra
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -21,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from glue.cloud import boot_console
 from glue.cloud.local.bucket import HOST, port_answers
 from glue.errors import GlueError
 from glue.images.disk import BootDisk
@@ -45,7 +45,6 @@ ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
 KERNEL_ARGS = ("root=/dev/vda rw console=ttyS0 quiet loglevel=3 net.ifnames=0 "
                # Docker 20.10 (Debian's) does not start under this kernel's AppArmor without profiles.
                "apparmor=0 systemd.show_status=false")
-_HOSTKEY = re.compile(r"gpukit-hostkey: (ssh-ed25519 [A-Za-z0-9+/=]+)")
 
 
 def check_tools() -> None:
@@ -148,12 +147,11 @@ def wait_booted(name: str, proc: subprocess.Popen[bytes], console: Path, port: i
         if proc.poll() is not None:
             tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-2:]
             raise GlueError(f"qemu VM {name} exited while booting: {' '.join(tail) or f'exit {proc.returncode}'}")
-        text = console.read_text(errors="replace") if console.exists() else ""
-        if "Kernel panic" in text:
-            raise GlueError(f"qemu VM {name}: its kernel panicked while booting; console: {console}")
         if host_key is None:
-            found = _HOSTKEY.search(text)
-            host_key = found.group(1) if found else None
+            text = console.read_text(errors="replace") if console.exists() else ""
+            host_key = boot_console.host_key(text)
+            if host_key is None and (failed := boot_console.failure(text)):
+                raise GlueError(f"qemu VM {name}: its first boot failed: {failed}")
         if host_key and ssh_banner(port, BANNER_TIMEOUT):
             return host_key
         time.sleep(0.2)
@@ -161,4 +159,5 @@ def wait_booted(name: str, proc: subprocess.Popen[bytes], console: Path, port: i
     what = "no host key on its serial console (first boot failed)" if host_key is None else \
         f"sshd did not answer on {HOST}:{port}"
     spent = f"{used:.0f} CPU-seconds of emulation" if used >= BOOT_CPU_SECONDS else f"{BOOT_WALL_LIMIT:.0f}s"
-    raise GlueError(f"qemu VM {name}: {what} after {spent}; console: {console}")
+    said = boot_console.tail(console.read_text(errors="replace")) if console.exists() else "(none)"
+    raise GlueError(f"qemu VM {name}: {what} after {spent}; its console's last lines: {said}")

@@ -26,8 +26,11 @@ from glue.cloud.local.backend import LocalBackend
 from glue.cloud.ssh.claim import KEY_MARK
 from glue.operations import spares
 from glue.storage import bucket as bucket_store
+from glue.train import layout
+from glue.train.workspace import pins
+from tests.e2e.test_own_job import INSTALLED, project
 from tests.e2e.test_watch import Watchers
-from tests.integration.test_runs import here, run_config, s3, wait_for
+from tests.integration.test_runs import here, s3, wait_for
 from tests.kit import Kit, remove_kit_home_machines
 
 pytestmark = pytest.mark.e2e
@@ -170,9 +173,13 @@ def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path:
         assert vms == {"gpukit-1": "box-1", "gpukit-2": "box-2", "gpukit-spare-1": "box-3"}  # the file's order
         assert owner.ssh(owner.boxes[2], "ls /etc/gpukit")[0] == 0  # the spare is configured (through the jump)
 
-        cfg = run_config(tmp_path, config={"steps": 80, "step_sleep": 0.1, "checkpoint_interval": 10},
-                         checkpoint={"interval_steps": 10}, recovery={"backoff_seconds": 1, "backoff_max_seconds": 2})
-        kit.glue("deploy", "--run", "mine", "--config", str(cfg), "--vm", "gpukit-2")
+        # the user's own project with its requirements: the warm spare unpacks the set's packed environment
+        proj, _ = project(tmp_path)
+        spec = yaml.safe_load((proj / "run.yaml").read_text())
+        spec["config"].update(steps=120, step_sleep=0.1)
+        spec["recovery"] = {"backoff_seconds": 1, "backoff_max_seconds": 2}
+        (proj / "run.yaml").write_text(yaml.safe_dump(spec))
+        kit.glue("deploy", "--run", "mine", "--config", str(proj / "run.yaml"), "--vm", "gpukit-2")
         watchers.start()  # `glue watch --run mine`: the recovery below is unattended
         wait_for(fast, "mine", lambda s: (s["step"] or 0) >= 25, timeout=240)
         lost = owner.processes(owner.boxes[1])
@@ -180,10 +187,16 @@ def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path:
             with contextlib.suppress(ProcessLookupError):  # one that ended since it was listed needs no stop
                 os.kill(pid, signal.SIGSTOP)
         t1 = time.monotonic()
-        rec = wait_for_json(fast, "runs/mine/recoveries/1.json", 300)
+        rec = wait_for_json(fast, layout.run_prefix("mine") + layout.recovery_key(1), 300)
         print(f"the watcher's recovery onto the warm spare host: {time.monotonic() - t1:.1f} s after the host hung")
-        said = watchers.logs()
+        said = " ".join(watchers.logs().split())
         assert "provision: warm spare gpukit-spare-1 takes the place of gpukit-2" in said, said
+        # the spare unpacked the environment the first deploy packed: exactly the manifest's pins
+        assert "gpukit-2: environment: unpacked the set's packed virtualenv" in said, said
+        req = wait_for_json(fast, layout.run_prefix("mine") + layout.MANIFEST, 10)["requirements"]
+        python = f"/var/lib/gpukit/work/mine/venv-{req['set_sha256'][:16]}/bin/python"
+        got = json.loads(kit.glue("ssh", "gpukit-2", "--", python, "-c", INSTALLED).stdout.strip().splitlines()[-1])
+        assert pins.as_dict(got) == pins.as_dict(req["pins"])  # no more, no less
         assert rec["verified"] and rec["failure_class"] == "vm_lost", rec
         assert rec["old_vm"]["id"] == "box-2", rec
         assert rec["new_vm"] == {"name": "gpukit-2", "id": "box-3", "spare": "gpukit-spare-1"}, rec

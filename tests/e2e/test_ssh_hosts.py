@@ -15,7 +15,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import paramiko
 import pytest
@@ -29,6 +28,7 @@ from glue.storage import bucket as bucket_store
 from glue.train import layout
 from glue.train.workspace import pins
 from tests.e2e.test_own_job import INSTALLED, project
+from tests.e2e.test_slurm_runs import wait
 from tests.e2e.test_watch import Watchers
 from tests.integration.test_runs import here, s3, wait_for
 from tests.kit import Kit, remove_kit_home_machines
@@ -187,13 +187,15 @@ def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path:
             with contextlib.suppress(ProcessLookupError):  # one that ended since it was listed needs no stop
                 os.kill(pid, signal.SIGSTOP)
         t1 = time.monotonic()
-        rec = wait_for_json(fast, layout.run_prefix("mine") + layout.recovery_key(1), 300)
+        client, prefix = s3(fast), layout.run_prefix("mine")
+        recovered = prefix + layout.recovery_key(1)
+        rec = wait("the recovery", lambda: bucket_store.read_json(client, "gpukit", recovered), 300)
         print(f"the watcher's recovery onto the warm spare host: {time.monotonic() - t1:.1f} s after the host hung")
         said = " ".join(watchers.logs().split())
         assert "provision: warm spare gpukit-spare-1 takes the place of gpukit-2" in said, said
         # the spare unpacked the environment the first deploy packed: exactly the manifest's pins
         assert "gpukit-2: environment: unpacked the set's packed virtualenv" in said, said
-        req = wait_for_json(fast, layout.run_prefix("mine") + layout.MANIFEST, 10)["requirements"]
+        req = bucket_store.read_json(client, "gpukit", prefix + layout.MANIFEST)["requirements"]
         python = f"/var/lib/gpukit/work/mine/venv-{req['set_sha256'][:16]}/bin/python"
         got = json.loads(kit.glue("ssh", "gpukit-2", "--", python, "-c", INSTALLED).stdout.strip().splitlines()[-1])
         assert pins.as_dict(got) == pins.as_dict(req["pins"])  # no more, no less
@@ -204,7 +206,8 @@ def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path:
         print("recovery phases (s):", rec["seconds"])
         # The refill finds no free host (box-2 is lost, never dropped): it says so; the cluster serves on.
         log = spares.log_path(kit.home)
-        said = wait_for_text(log, "spare refill failed", 240)
+        said = wait("the refill's end", lambda: log.exists() and "spare refill failed" in log.read_text() and
+                    log.read_text(), 240)
         assert "no free host in the hosts file for gpukit-spare-1" in said, said
         # each VM carries its own host's GPUs (as the checks found them, or its labels said) into the
         # inventory the driver and Slurm's GRES read: box-3 now serves as gpukit-2
@@ -248,22 +251,3 @@ def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path:
             kit.glue("down", "--force", check=False)
         remove_kit_home_machines(kit.home)  # here: the bucket server and the short dirs
 
-
-def wait_for_json(kit: Kit, key: str, timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = bucket_store.read_json(s3(kit), "gpukit", key)
-        if found is not None:
-            return dict(found)
-        time.sleep(1)
-    raise AssertionError(f"{key} never appeared in the bucket")
-
-
-def wait_for_text(path: Path, text: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        said = path.read_text() if path.exists() else ""
-        if text in said:
-            return said
-        time.sleep(1)
-    raise AssertionError(f"{path} never said {text!r}")

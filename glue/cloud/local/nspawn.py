@@ -146,11 +146,10 @@ def _wait_booted(name: str, proc: subprocess.Popen[bytes], console: Path, port: 
     deadline = time.monotonic() + BOOT_TIMEOUT
     init_pid: int | None = None
     host_key: str | None = None
-    text = ""
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            tail = [ln for ln in console.read_text(errors="replace").splitlines() if ln.strip()][-2:]
-            raise GlueError(f"local VM {name} failed to boot: {' '.join(tail) or f'exit {proc.returncode}'}")
+            said = boot_console.tail(console.read_text(errors="replace"), lines=2)
+            raise GlueError(f"local VM {name} failed to boot (exit {proc.returncode}): {said}")
         init_pid = init_pid or container_init(proc.pid)
         if host_key is None:
             text = console.read_text(errors="replace")

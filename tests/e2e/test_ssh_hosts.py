@@ -217,13 +217,14 @@ def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path:
         # gpukit-2 is reached through the bastion, by glue (here) as by Ansible (its ProxyCommand configured it)
         assert "ProxyCommand=" in inventory["gpukit-2"]["ansible_ssh_common_args"]
         assert kit.glue("ssh", "gpukit-2", "--", "hostname").stdout.split() == ["box-3"]
+        st = wait_for(fast, "mine", lambda s: s["state"] != "running", timeout=300)
+        assert st["state"] == "completed", st
+        watchers.stop_all()
+        # Only now, with the run done and its watcher gone (a host behind a hung jump is unreachable: lost):
         with owner.stopped(bastion):  # the bastion hangs: gpukit-2 cannot be reached, and the line says why
             res = kit.glue("ssh", "gpukit-2", "--", "true", check=False, timeout=120)
         assert res.returncode != 0 and f"jump host root@{bastion.ssh_host}:{bastion.ssh_port}" in res.stderr, \
             res.stderr
-        st = wait_for(fast, "mine", lambda s: s["state"] != "running", timeout=300)
-        assert st["state"] == "completed", st
-        watchers.stop_all()
 
         for pid in lost:  # box-2 is back; the next `glue up` releases what gpukit left on it, and it is the spare
             with contextlib.suppress(ProcessLookupError):

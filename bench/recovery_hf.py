@@ -7,8 +7,9 @@ Flow: up (2 VMs) -> deploy the example (its set installed from the wheelhouse an
 environment unpacked from the pack); then `glue up --spares 1` -> deploy again -> destroy its VM -> glue
 recover onto the warm spare -> down. Issue 51's figures: failure detected -> first resumed step on a new
 seeded VM (goal <= 8 s) and on a spare (goal <= 2 s), prepare's share of it, the spare's restore against the
-cold start, and how the spare's trainer started (its warm process takes only a run of the image's own
-virtualenv: a run with requirements starts cold, and the record says why). The pack against
+cold start, and how the spare's trainer started: the deploy makes the spare hold the run's environment with a
+warm process in it (glue.operations.warm_spares.after_deploy, as `glue deploy` does), which loads the modules
+the run recorded; the bench waits for that and exits 1 unless the spare's trainer started warm. The pack against
 `pip install --no-index` from the same wheelhouse is bench/env_prepare.py's (12.3x, docs/benchmarks.md).
 Each recovery must take the path it measures (bench/path_check.py), else the bench exits 1.
 
@@ -20,14 +21,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from recovery import after, lose_and_recover, remove_everything, temp_home, wait_warm  # bench/recovery.py
+from recovery import after, expect_warm, lose_and_recover, remove_everything, temp_home  # bench/recovery.py
 from rich.console import Console
 
 from glue.cluster import current
-from glue.operations import lifecycle
+from glue.infra import ssh
+from glue.operations import lifecycle, warm_spares
 from glue.paths import PROJECT_ROOT
 from glue.runs import deploy as deploy_mod
 from glue.runs.store import RunStore, parse_iso
+from glue.train.run.start import WARM_DIR
 
 CONFIG = PROJECT_ROOT / "examples" / "hf_trainer" / "run.yaml"
 OVERRIDES = {"steps": 400, "step_sleep": 0.05}
@@ -48,6 +51,16 @@ def cold_start(home: Any, console: Console) -> float:
         time.sleep(0.2)
     after(home, "hf-cold", 1)
     return (parse_iso(store.metrics()[1][1]["t"]) - parse_iso(rec["started_at"])).total_seconds()
+
+
+def wait_imports_loaded(home: Any, spare: str, run: str, timeout: float = 300) -> None:
+    """The spare's warm process for the run's environment has loaded the modules the run recorded."""
+    [host] = [h for h in current.all_hosts(home) if h.name == spare]
+    deadline = time.monotonic() + timeout
+    while f"run {run}: loaded" not in ssh.run(home, host, f"cat {WARM_DIR}/warm.log", timeout=20).stdout:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{spare}: the warm process never loaded run {run}'s recorded imports")
+        time.sleep(1)
 
 
 def to_first_step(result: dict[str, Any]) -> float:
@@ -81,8 +94,10 @@ def main() -> None:
         after(home, "hf-seed", 2)
         lifecycle.up(home, current.ClusterConfig(vms=2, spares=1), console)
         deploy_mod.deploy(home, "hf-spare", CONFIG, "gpukit-1", False, console, config_overrides=OVERRIDES)
-        wait_warm(home, "gpukit-spare-1")
+        warm_spares.after_deploy(home, console, "hf-spare")  # as `glue deploy` does
+        wait_imports_loaded(home, "gpukit-spare-1", "hf-spare")
         spare = lose_and_recover(home, console, "hf-spare", "spare")
+        expect_warm(spare)
         after(home, "hf-spare", 2)
         lifecycle.down(home, console, force=True)
     finally:

@@ -79,6 +79,9 @@ def deploy(run_id: str, config_path: Path, vm: str | None, resume: bool, memory_
         return
     deploy_mod.deploy(home(), run_id, config_path, vm, resume, err, memory_limit_mb=memory_limit_mb, group=group,
                       require_validated=require_validated, workdir=workdir)
+    from glue.operations import warm_spares
+
+    warm_spares.after_deploy(home(), err, run_id)  # the idle spares hold the run's own environment too
 
 
 def run_summary(report: monitor.Report) -> dict[str, Any]:

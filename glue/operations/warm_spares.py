@@ -1,61 +1,144 @@
-"""A warm trainer process on each idle spare (glue.train.run.warm): the trainer venv's interpreter with
-torch and the trainer library loaded, waiting for the attempt a recovery starts on the spare.
+"""Each idle spare holds warm trainer processes (glue.train.run.warm) and the live runs' environments,
+waiting for the attempt a recovery starts on the spare.
 
-arm      after `glue up` and after a refill converged the pool: each spare whose warm process is not
-         running gets one (detached, its own session; log /run/gpukit/warm/warm.log on the VM). A spare
-         taken by a recovery has its process consumed by the attempt (it becomes that attempt's supervisor);
-         the refill's new spare is armed in turn. A spare that could not be armed still serves: its
-         attempt starts cold, and the recovery says so.
+arm      after `glue up`, after a refill converged the pool, and after `glue deploy` of a run with its own
+         requirements: on each idle spare (glue.train.spare.arm, over SSH) the trainer venv's warm process
+         runs, each live run's environment (its dependency set, from the set's pack) is ready with a warm
+         process of its own, and every warm process follows the live runs of its environment, loading the
+         modules they recorded (glue.train.run.warm_imports). A spare taken by a recovery has the process
+         of the attempt's environment consumed by the attempt (it becomes that attempt's supervisor) and
+         the others ended; the refill's new spare is armed in turn. A spare that could not be armed still
+         serves: its attempt starts cold, and the recovery says so.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
+from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
-from glue.runs import remote
+from glue.runs import config as runconfig
+from glue.runs import occupancy, remote
 from glue.runs.records import AttemptNode
-from glue.train.run.start import WARM_DIR, WARM_SOCKET
+from glue.runs.store import RunStore
+from glue.train.run.start import WARM_DIR
+from glue.train.storage.credentials import credentials_doc
 
-PID_FILE = f"{WARM_SOCKET}.pid"  # written by the warm process once it listens; gone once it took an attempt
-STARTING = f"{WARM_DIR}/starting.pid"  # the process started and still loading
-
-
-def arm_script(python: str) -> str:
-    """Start the warm process unless one is running (listening or still loading); prints what it did."""
-    py = shlex.quote(python)
-    alive = ("alive() { p=$(cat \"$1\" 2>/dev/null) && [ -n \"$p\" ] && "
-             "grep -q glue.train.run.warm /proc/$p/cmdline 2>/dev/null; }; ")
-    return (f"mkdir -p -m 0700 {WARM_DIR} && chmod 0700 {WARM_DIR} && {alive}"
-            f"if alive {PID_FILE} || alive {STARTING}; then echo running; else cd / && "
-            f"{{ setsid {py} -m glue.train.run.warm {WARM_SOCKET} </dev/null >>{WARM_DIR}/warm.log 2>&1 & "
-            f"echo $! >{STARTING}; }}; echo started; fi")
+ARM_SPEC = f"{WARM_DIR}/arm.json"  # what to hold (no secrets: the credentials are a file of their own)
+ARM_TIMEOUT_S = 300  # unpacking the live runs' environments (seconds each, from the bucket)
 
 
-def arm(home: Path, console: Console, spares: list[Host]) -> list[str]:
-    """A warm trainer process on each of `spares` (idle ones only). Returns the names where one was started
-    now; a spare that could not be armed is named with why (it serves anyway, starting its trainer cold)."""
+def _follow(entry: dict[str, Any], run: str, rc: runconfig.RunConfig) -> None:
+    """`run` followed by a warm process: the first run's declared variables are the ones it loads under
+    (glue.train.run.warm_follow), every run's secrets' names are read at run time only."""
+    entry["runs"].append(run)
+    entry.setdefault("env", dict(rc.env))
+    entry["secrets"] = sorted({*entry.get("secrets", []), *rc.secrets})
+
+
+@dataclass
+class LiveRuns:
+    """The cluster's live runs by environment: the trainer venv's, and each dependency set's."""
+
+    image: dict[str, Any] = field(default_factory=lambda: {"runs": []})  # {runs, env, secrets}
+    sets: dict[str, dict[str, Any]] = field(default_factory=dict)  # set_sha256 -> {requirements, runs, env, secrets}
+
+    def spec(self) -> dict[str, Any]:
+        return {"image": self.image, "envs": list(self.sets.values())}
+
+
+def live_runs(home: Path) -> LiveRuns:
+    """The live runs of the cluster, each with the environment its manifest pins (newest sets first)."""
+    live = LiveRuns()
+    busy = occupancy.live_on(home, current.hosts(home))
+    info, creds = current.bucket_info(home), current.backend(home).bucket_credentials()
+    for run in sorted({r for runs in busy.runs.values() for r in runs}, reverse=True):
+        manifest = RunStore(info, creds, run).read_manifest()
+        rc, req = runconfig.parse(manifest.config, run, info.name), manifest.requirements
+        if req and req.get("pins"):
+            digest = str(req["set_sha256"])
+            entry = live.sets.setdefault(digest, {"requirements": {"set_sha256": digest, "pins": list(req["pins"])},
+                                                  "runs": []})
+            _follow(entry, run, rc)
+        else:
+            _follow(live.image, run, rc)
+    return live
+
+
+def _arm_one(home: Path, host: Host, spec: dict[str, Any]) -> dict[str, Any]:
+    creds = current.backend(home).bucket_credentials()
+    ssh.put_file(home, host, remote.CREDENTIALS_PATH, credentials_doc(creds))
+    ssh.put_file(home, host, ARM_SPEC, json.dumps(spec).encode())
+    res = ssh.run(home, host, f"{shlex.quote(remote.python(host))} -m glue.train.spare.arm {ARM_SPEC}",
+                  timeout=ARM_TIMEOUT_S)
+    if res.exit_code != 0:
+        lines = res.stderr.strip().splitlines()
+        raise GlueError(lines[-1] if lines else f"glue.train.spare.arm exited {res.exit_code}")
+    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+def _said(name: str, done: dict[str, Any]) -> list[str]:
+    lines = []
+    for env in done.get("envs", []):
+        if env.get("environment") == "none":
+            lines.append(f"[yellow]spare {name}[/]: dependency set {env['set'][:12]} not held ({env.get('note')}); "
+                         "an attempt of it there starts cold")
+        elif env.get("warm") not in ("running", "started"):
+            lines.append(f"[yellow]spare {name}[/]: set {env['set'][:12]} ready, no warm process ({env.get('warm')})")
+    return lines
+
+
+def arm(home: Path, console: Console, spares: list[Host], live: LiveRuns | None = None) -> list[str]:
+    """Warm trainer processes and the live runs' environments on each of `spares` (idle ones only). Returns
+    the names where a warm process was started now; a spare that could not be armed is named with why (it
+    serves anyway, its attempt starting cold)."""
+    if not spares:
+        return []
+    if live is None:
+        try:
+            live = live_runs(home)
+        except GlueError as exc:
+            console.print(f"[yellow]spares[/]: the live runs' environments are not held ({exc})")
+            live = LiveRuns()
+    info = current.bucket_info(home)
+    spec = {**live.spec(), "bucket": {"name": info.name, "endpoint": info.endpoint, "region": info.signing_region},
+            "credentials_file": remote.CREDENTIALS_PATH}
     started: list[str] = []
     for host in spares:
         try:
-            res = ssh.run(home, host, arm_script(remote.python(host)), timeout=30)
-        except (GlueError, OSError) as exc:
+            done = _arm_one(home, host, spec)
+        except (GlueError, OSError, ValueError) as exc:
             console.print(f"[yellow]spare {host.name}[/]: no warm trainer process ({exc}); an attempt there "
                           "starts cold")
             continue
-        if res.exit_code != 0:
-            console.print(f"[yellow]spare {host.name}[/]: no warm trainer process ({res.stderr.strip()}); an "
-                          "attempt there starts cold")
-        elif "started" in res.stdout:
+        for line in _said(host.name, done):
+            console.print(line)
+        if done.get("trainer") == "started" or any(e.get("warm") == "started" for e in done.get("envs", [])):
             started.append(host.name)
     if started:
-        console.print(f"warm trainer process started on {', '.join(started)}")
+        held = f" and {len(live.sets)} run environment(s)" if live.sets else ""
+        console.print(f"warm trainer process{held} ready on {', '.join(started)}")
     return started
+
+
+def after_deploy(home: Path, console: Console, run: str) -> list[str]:
+    """A run with requirements of its own just started: the idle spares hold its environment too."""
+    if current.ClusterConfig.load(home).spares == 0:  # read before terraform's outputs: most clusters have none
+        return []
+    req = RunStore.open(home, run).read_manifest().requirements
+    spares = current.spares(home) if req and req.get("pins") else []
+    if not spares:
+        return []
+    with console.status(f"spares: making run {run}'s environment ready on {len(spares)} spare(s)"):
+        return arm(home, console, spares)
 
 
 def trainer_start(node: AttemptNode) -> dict[str, str]:

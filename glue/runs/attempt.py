@@ -32,7 +32,7 @@ from glue.runs.vm_group import GroupSpec
 from glue.shell_secrets import from_shell
 from glue.train.run import torchrun
 from glue.train.run.launch import LaunchSpec, SpecBucket, node_vars
-from glue.train.run.start import WARM_SOCKET
+from glue.train.run.start import WARM_DIR
 from glue.train.run.torchrun import Rendezvous
 from glue.train.state_paths import StatePaths
 from glue.workdir.pin import Workspace
@@ -180,10 +180,12 @@ class Attempt:
         py = shlex.quote(remote.python(host))
         # Only the supervisor goes to the background, its output redirected: a backgrounded `a && b && c &`
         # would be a subshell holding the SSH session's pipes until the supervisor exits (the command
-        # then returned only at ssh.run's 2 s end-of-output deadline). Where a warm trainer process waits (a
-        # warm spare), glue.train.run.start hands it the attempt (else it execs the supervisor).
+        # then returned only at ssh.run's 2 s end-of-output deadline). Where a warm trainer process waits or
+        # loads (a warm spare), glue.train.run.start hands it the attempt (else it execs the supervisor) and ends
+        # the warm processes still waiting there.
         start = (f"mkdir -p {remote.SCRATCH} && cd {remote.SCRATCH} && {{ m=glue.train.run.supervise; "
-                 f"if [ -S {WARM_SOCKET} ]; then m=glue.train.run.start; fi; setsid {py} -m $m "
+                 f"for w in {WARM_DIR}/*.sock {WARM_DIR}/*.starting; do [ -e \"$w\" ] && m=glue.train.run.start; done; "
+                 f"setsid {py} -m $m "
                  f"{shlex.quote(paths.spec)} </dev/null >{paths.supervisor_log} 2>&1 & }}")
         res = ssh.run(self.home, host, start, timeout=30)
         if res.exit_code != 0:

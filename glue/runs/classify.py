@@ -50,6 +50,7 @@ class Evidence:
     error_text: str = ""                       # the trainer's error file (exception + traceback)
     heartbeat_age_s: float | None = None
     heartbeat_step: int | None = None
+    trainer_ended_s: float | None = None       # seconds since the trainer's closing heartbeat (it ended on its own)
     stall_timeout_s: float = 60.0
     outputs_missing: list[str] = field(default_factory=list)
     resume_problem: str | None = None          # from the resume verifier
@@ -137,6 +138,10 @@ def _from_missing_exit(ev: Evidence, text: str) -> Diagnosis | None:
     if _finished(ev):
         return None
     if ev.ssh_reachable is False:
+        if ev.trainer_ended_s is not None and ev.trainer_ended_s <= ev.stall_timeout_s:
+            # Its supervisor is writing the exit record: an SSH that answers slowly just now is no lost VM.
+            return Diagnosis(AttemptClass.RUNNING, f"the trainer ended {ev.trainer_ended_s:.0f}s ago (its last "
+                             "heartbeat said so); its exit record is still to come")
         return Diagnosis(AttemptClass.VM_LOST, "SSH does not answer and there is no exit record")
     return Diagnosis(AttemptClass.KILLED, "the trainer is gone without an exit record (its supervisor was killed)",
                      _excerpt(ev.log_tail))

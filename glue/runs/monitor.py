@@ -190,6 +190,8 @@ def gather(home: Path, store: RunStore, attempt: AttemptRecord, manifest: Manife
     since = (beat or {}).get("step_at") or (beat or {}).get("started_at") or attempt.started_at
     if since:
         ev.heartbeat_age_s = (datetime.now(UTC) - parse_iso(since)).total_seconds()
+    if beat and beat.get("closed") and beat.get("updated_at"):
+        ev.trainer_ended_s = (datetime.now(UTC) - parse_iso(str(beat["updated_at"]))).total_seconds()
     if ev.exit_code == 0:
         ev.outputs_missing = missing_outputs(store, manifest)
     return ev, beat

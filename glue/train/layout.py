@@ -27,6 +27,7 @@ Under runs/<run>/ (the keys below are relative to it, as RunStore and the traine
     attempts/<n>.error.rank<r>[.x<gg>].json    error_key             trainer error file (errors_prefix)
     attempts/<n>.notice.rank<r>.json           notice_key            a termination notice acted on (notices_prefix)
     heartbeat.json, heartbeat.rank<r>.json     heartbeat_key         a rank's last heartbeat (HEARTBEATS_PREFIX)
+    warm-imports.json                          WARM_IMPORTS          the library modules rank 0 loaded (warm spares)
     metrics/<aaa>-r<r>[-x<gg>]-<ppppp>.jsonl   metrics_key           per-step records (METRICS_PREFIX)
     metrics/<aaa>-r<r>[-x<gg>]-99999-heartbeat.jsonl  carried_metrics_key  steps only a heartbeat carried
     logs/<aaa>-[n<k>-]<ppppp>.log              log_key, log_prefix   the supervisor's log parts (LOGS_PREFIX)
@@ -142,6 +143,7 @@ LEASE_PREFIX = "lease/"
 WATCH_STATE = "watch/state.json"
 REPORT = "report.html"
 DRILL = "drill.json"
+WARM_IMPORTS = "warm-imports.json"  # glue.train.run.warm_imports: a spare's warm process preloads them
 OUTPUTS = "outputs"  # the conventional output destination, s3://<bucket>/runs/<run>/outputs
 
 

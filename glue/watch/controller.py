@@ -258,6 +258,11 @@ class Watcher:
             self._probes.pop(store.run, None)
             self._wake(beat_at + probe_from)
             return running
+        if beat.get("closed"):  # the trainer ended on its own: no beat is due, its exit record is
+            if now - beat_at > rc.monitor.stall_timeout_seconds:
+                return closer
+            self._wake(beat_at + rc.monitor.stall_timeout_seconds)
+            return Quick(True, running.step, "the trainer ended; its exit record is still to come")
         if self.single_pass:  # the full check once the heartbeat is older than lost_after (as a probe's answer)
             if now - beat_at > rc.monitor.lost_after_seconds:
                 return closer

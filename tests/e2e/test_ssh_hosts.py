@@ -26,6 +26,7 @@ from glue.cloud.ssh.claim import KEY_MARK
 from glue.operations import spares
 from glue.storage import bucket as bucket_store
 from glue.train import layout
+from glue.train.run.start import WARM_DIR
 from glue.train.workspace import pins
 from tests.e2e.test_own_job import INSTALLED, project
 from tests.e2e.test_slurm_runs import wait
@@ -173,28 +174,37 @@ def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path:
         assert vms == {"gpukit-1": "box-1", "gpukit-2": "box-2", "gpukit-spare-1": "box-3"}  # the file's order
         assert owner.ssh(owner.boxes[2], "ls /etc/gpukit")[0] == 0  # the spare is configured (through the jump)
 
-        # the user's own project with its requirements: the warm spare unpacks the set's packed environment
+        # the user's own project with its requirements: once deployed, the warm spare holds the set's packed
+        # environment and a warm trainer process in it, which loads what the run recorded it imported
         proj, _ = project(tmp_path)
         spec = yaml.safe_load((proj / "run.yaml").read_text())
         spec["config"].update(steps=120, step_sleep=0.1)
         spec["recovery"] = {"backoff_seconds": 1, "backoff_max_seconds": 2}
         (proj / "run.yaml").write_text(yaml.safe_dump(spec))
-        kit.glue("deploy", "--run", "mine", "--config", str(proj / "run.yaml"), "--vm", "gpukit-2")
+        res = kit.glue("deploy", "--run", "mine", "--config", str(proj / "run.yaml"), "--vm", "gpukit-2")
+        assert "warm trainer process and 1 run environment(s) ready on gpukit-spare-1" in res.stderr, res.stderr
         watchers.start()  # `glue watch --run mine`: the recovery below is unattended
         wait_for(fast, "mine", lambda s: (s["step"] or 0) >= 25, timeout=240)
+        client, prefix = s3(fast), layout.run_prefix("mine")
+        recorded = bucket_store.read_json(client, "gpukit", prefix + layout.WARM_IMPORTS)["modules"]
+        assert {"einops", "torch", "numpy"} <= set(recorded) and "mylib.model" not in recorded  # not the run's code
+        warm_log = f"{WARM_DIR}/warm.log"
+        wait("the spare's warm process loading the run's imports", lambda: "run mine: loaded" in owner.ssh(
+            owner.boxes[2], f"cat {warm_log}")[1], 120)
         lost = owner.processes(owner.boxes[1])
         for pid in lost:  # box-2 stops answering (as a machine that hangs or drops off the network)
             with contextlib.suppress(ProcessLookupError):  # one that ended since it was listed needs no stop
                 os.kill(pid, signal.SIGSTOP)
         t1 = time.monotonic()
-        client, prefix = s3(fast), layout.run_prefix("mine")
         recovered = prefix + layout.recovery_key(1)
         rec = wait("the recovery", lambda: bucket_store.read_json(client, "gpukit", recovered), 300)
         print(f"the watcher's recovery onto the warm spare host: {time.monotonic() - t1:.1f} s after the host hung")
         said = " ".join(watchers.logs().split())
         assert "provision: warm spare gpukit-spare-1 takes the place of gpukit-2" in said, said
-        # the spare unpacked the environment the first deploy packed: exactly the manifest's pins
-        assert "gpukit-2: environment: unpacked the set's packed virtualenv" in said, said
+        # the spare held the environment the first deploy packed (exactly the manifest's pins), and its warm
+        # process for that environment took the attempt
+        assert "gpukit-2: environment:" not in said, said  # reused: nothing unpacked during the recovery
+        assert "start: the trainer on gpukit-2 started warm" in said, said
         req = bucket_store.read_json(client, "gpukit", prefix + layout.MANIFEST)["requirements"]
         python = f"/var/lib/gpukit/work/mine/venv-{req['set_sha256'][:16]}/bin/python"
         got = json.loads(kit.glue("ssh", "gpukit-2", "--", python, "-c", INSTALLED).stdout.strip().splitlines()[-1])

@@ -49,6 +49,17 @@ def test_vm_gone_is_vm_lost_even_without_exit_record() -> None:
     assert classify(Evidence(ssh_reachable=False)).outcome is AttemptClass.VM_LOST
 
 
+def test_an_unanswered_ssh_right_after_the_trainer_ended_is_no_lost_vm() -> None:
+    """The trainer's closing heartbeat says it ended; its supervisor writes the exit record next. An SSH that
+    answers slowly in those seconds (a loaded host, a jump host) is not a lost VM; long after, it is."""
+    ending = classify(Evidence(vm_status="running", ssh_reachable=False, process_alive=False, trainer_ended_s=3.8,
+                               stall_timeout_s=30))
+    assert ending.outcome is AttemptClass.RUNNING and "its exit record is still to come" in ending.reason
+    assert classify(Evidence(ssh_reachable=False, process_alive=False, trainer_ended_s=31,
+                             stall_timeout_s=30)).outcome is AttemptClass.VM_LOST
+    assert classify(Evidence(vm_status="gone", ssh_reachable=False, trainer_ended_s=1)).outcome is AttemptClass.VM_LOST
+
+
 def test_a_spot_vm_gone_is_preempted_an_unreachable_one_and_an_ended_attempt_are_not() -> None:
     """A reclaimed spot VM carries no notice on Lyceum (only its status changes): preempted, its budget."""
     d = classify(Evidence(vm_status="gone", ssh_reachable=False, spot=True, lost_vms=["gpukit-2"]))

@@ -26,6 +26,7 @@ PATHS = ("/etc/gpukit", "/usr/local/sbin/gpukit-mount", "/opt/gpukit", "/var/lib
 MOUNT = "/mnt/s3"
 VENV = "/opt/gpukit/venv"
 WORK = "/var/lib/gpukit/work"  # runs' code and virtualenvs (glue.train.workspace.paths)
+ENVS = "/var/lib/gpukit/envs"  # the sets' virtualenvs: a spare's warm process per run environment runs from one
 
 _EXISTING = "for p in " + " ".join(PATHS) + '; do [ -e "$p" ] && echo "$p"; done; true'
 
@@ -56,7 +57,7 @@ def _release(before: list[str]) -> str:
         # The attempts' supervisors and trainers (their pids files, and whatever runs from gpukit's venvs), with
         # their children and grandchildren (torchrun's workers run in sessions of their own).
         f"all=$( (cat {RUN_STATE_ROOT}/*/attempt-*.pids.json 2>/dev/null | grep -o '_pid\": *[0-9]*' "
-        f"| grep -o '[0-9]*$'; pgrep -f '^({VENV}|{WORK})/') | sort -u | tr '\\n' ' ')",
+        f"| grep -o '[0-9]*$'; pgrep -f '^({VENV}|{WORK}|{ENVS})/') | sort -u | tr '\\n' ' ')",
         "for p in $all; do for c in $(pgrep -P $p); do all=\"$all $c $(pgrep -P $c | tr '\\n' ' ')\"; done; done",
         '[ -z "${all# }" ] || kill -9 $all 2>/dev/null || true',
         "if command -v docker >/dev/null 2>&1; then ids=$(docker ps -aq --filter name=^gpukit- 2>/dev/null); "

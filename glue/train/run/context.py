@@ -6,8 +6,8 @@
 - `ctx.checkpointer(...)`: a Checkpointer on the run's checkpoint target (a path under the bucket
   mount is reached through the S3 API: glue.train.storage.mount) that never commits once a newer attempt of
   the run exists (glue.train.checkpoint.fence);
-- `ctx.step(step, loss)`: per-step metrics (parts under runs/<run>/metrics/) and a heartbeat
-  (runs/<run>/heartbeat.json) written by a background thread every few seconds;
+- `ctx.step(step, loss)`: per-step metrics (parts under runs/<run>/metrics/), a heartbeat and, once,
+  the loaded library modules (glue.train.run.warm_imports) written by a background thread;
 - `with ctx:` records a crash's exception into runs/<run>/attempts/<n>.error.rank<r>[.x<gen>].json;
 - under torchrun (WORLD_SIZE > 1) it joins the default process group itself (gloo, plus nccl for
   CUDA tensors) and resumes whenever the group is in a restart round (`ctx.restart` > 0);
@@ -36,6 +36,7 @@ from glue.train.checkpoint.sealed import FolderCheckpoints
 from glue.train.errors import StorageError
 from glue.train.layout import carried_metrics_key, error_key, heartbeat_key, metrics_key, notice_key, run_uri
 from glue.train.run import process_group as group
+from glue.train.run import warm_imports
 from glue.train.run.launch import MissingTrainerEnv, TrainerEnv
 from glue.train.run.notice import PREEMPTED_EXIT, TerminationNotice
 from glue.train.run.probe import Probe
@@ -127,12 +128,12 @@ class RunContext:
                 self._record_error(type(exc), exc, exc.__traceback__)
                 raise
         self.resume = spec.resume or self.restart > 0
-        # `glue drill` asks the attempt it will destroy to stop dead after one exact step ("<attempt>:<step>"),
-        # so the VM dies at that step and not wherever the next heartbeat happened to land.
+        # `glue drill` asks the attempt it will destroy to stop dead after one exact step ("<attempt>:<step>"):
+        # the VM dies at that step, not wherever the next heartbeat happened to land.
         hold_attempt, _, hold_step = (spec.hold_at or "").partition(":")
         self._hold_at = int(hold_step) if hold_attempt == str(self.attempt) and hold_step.isdigit() \
             and self.restart == 0 else None
-        self._held = False
+        self._held, self._imports_due = False, self.rank == 0 and self.probe is None  # imports: warm spares'
         self._metrics: list[str] = []
         self._part = 0
         self._last_flush = time.monotonic()
@@ -177,19 +178,19 @@ class RunContext:
         log.info("%s is under the bucket mount: written through the S3 API as %s", target, url)
         return url
 
+    def _s3_kw(self, target: str, **kw: Any) -> dict[str, Any]:
+        """`kw` with the bucket's endpoint, credentials and region when `target` is in S3."""
+        if target.startswith("s3://"):
+            kw.update(endpoint_url=self.endpoint, credentials=self._creds, region=self.region)
+        return kw
+
     def _open(self, target: str) -> Storage:
         target = self._direct(target)
-        kw: dict[str, Any] = {"check": False}
-        if target.startswith("s3://"):
-            kw.update(endpoint_url=self.endpoint, credentials=self._creds, region=self.region)
-        return open_target(target, **kw)
+        return open_target(target, **self._s3_kw(target, check=False))
 
     def checkpointer(self, **kwargs: Any) -> Checkpointer:
-        kw: dict[str, Any] = {"keep_last": self.keep_last}
         target = self._direct(self.checkpoint_target)
-        if target.startswith("s3://"):
-            kw.update(endpoint_url=self.endpoint, credentials=self._creds, region=self.region)
-        kw.update(kwargs)
+        kw = {**self._s3_kw(target, keep_last=self.keep_last), **kwargs}
         ck = _MetricsFirstCheckpointer(self, target, **kw)
         ck.storage = FencedStorage(ck.storage, self.store, self.run, self.attempt)  # glue.train.checkpoint.fence
         self._ckpt = ck
@@ -199,11 +200,8 @@ class RunContext:
     def folder_checkpoints(self, **kwargs: Any) -> FolderCheckpoints:
         """Sealed framework checkpoints (glue.train.integrations) on the run's checkpoint target, fenced
         like the checkpointer: a replaced attempt never commits."""
-        kw: dict[str, Any] = {"keep_last": self.keep_last}
         target = self._direct(self.checkpoint_target)
-        if target.startswith("s3://"):
-            kw.update(endpoint_url=self.endpoint, credentials=self._creds, region=self.region)
-        kw.update(kwargs)
+        kw = {**self._s3_kw(target, keep_last=self.keep_last), **kwargs}
         sealed = FolderCheckpoints(target, **kw)
         sealed.storage = FencedStorage(sealed.storage, self.store, self.run, self.attempt)
         self._notice.install()
@@ -311,6 +309,8 @@ class RunContext:
     def _beat_loop(self) -> None:
         while not self._stop.wait(self.heartbeat_seconds):
             self._write_heartbeat()
+            if self._imports_due and self._last:  # after the first step: what it imported is loaded
+                self._imports_due = not warm_imports.write(self.store)
             # Metrics parts every few seconds: a lost VM takes at most that much of the log with it,
             # while the training thread pays for one PUT per part, not one per heartbeat.
             if time.monotonic() - self._last_flush >= METRICS_FLUSH_SECONDS:
@@ -329,6 +329,7 @@ class RunContext:
             "memory": _memory(),
             "recent": recent,
             "held": self._held,
+            "closed": self._stop.is_set(),  # close()'s last beat: the trainer ends, its exit record follows
         }
         try:
             self.store.put(heartbeat_key(self.rank), json.dumps(beat).encode())

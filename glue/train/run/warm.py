@@ -9,10 +9,17 @@ warm_fit) makes it that attempt's supervisor, the trainer forked from it (glue.t
 what is left of the start is the checkpoint's restore. One it cannot is answered with the reason (the
 attempt starts cold and its record says why) and the process ends: the VM is no longer an idle spare.
 Either way the socket is gone before the answer, so no second attempt reaches it.
+
+One such process per environment: the trainer venv's, and each live run's own environment the spare holds
+(glue.train.spare.arm), started with that environment's interpreter and listening at its own socket
+(glue.train.run.start.socket_for). While it waits it follows the runs it was started for (`--follow`, a
+file glue.train.spare.arm rewrites): every FOLLOW_S it reads their recorded imports
+(glue.train.run.warm_imports) and loads the modules it lacks, so the attempt forked from it skips them.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -24,18 +31,18 @@ from pathlib import Path
 from glue.train.run import start as start_mod
 from glue.train.run import supervise, warm_child, warm_fit
 from glue.train.run.launch import LaunchSpec
+from glue.train.run.warm_follow import Follow, load
 from glue.train.state_paths import StatePaths
 
 PRELOAD = ("torch", "glue.train.run.context", "glue.train.checkpoint", "glue.train.data", "glue.train.storage.target")
+FOLLOW_S = 10.0  # how often the followed runs' recorded imports are read while waiting
+REQUEST_S = 10.0  # a connected client sends its one line at once
 
 
 def preload() -> None:
     """What a trainer's start spends its time on, done before any attempt asks. Nothing here may start a
     thread or touch a GPU: the trainer is forked from this process."""
-    import importlib
-
-    for name in PRELOAD:
-        importlib.import_module(name)
+    load(PRELOAD)
 
 
 def listen(path: str) -> socket.socket:
@@ -60,7 +67,7 @@ def _peer_uid(conn: socket.socket) -> int:
     return int(struct.unpack("3i", creds)[1])
 
 
-def _ask(conn: socket.socket, stamp: str) -> tuple[str, warm_fit.Entry | str]:
+def _ask(conn: socket.socket, stamp: str, follow: Follow | None) -> tuple[str, warm_fit.Entry | str]:
     """The spec's path the client sent and what to run for it, or why not."""
     line = conn.makefile("rb").readline()
     try:
@@ -71,25 +78,34 @@ def _ask(conn: socket.socket, stamp: str) -> tuple[str, warm_fit.Entry | str]:
         spec = LaunchSpec.from_json(Path(spec_path).read_bytes())
     except (OSError, ValueError, KeyError) as exc:
         return spec_path, f"the warm process cannot read the launch spec {spec_path} ({exc})"
-    return spec_path, warm_fit.refusal(spec, stamp)
+    return spec_path, warm_fit.refusal(spec, stamp, preloaded=follow.preloaded() if follow else None)
 
 
-def wait_for_attempt(path: str, stamp: str) -> tuple[str, warm_fit.Entry] | None:
+def wait_for_attempt(path: str, stamp: str, follow: Follow | None = None) -> tuple[str, warm_fit.Entry] | None:
     """Serve the socket until one attempt from our own user arrives; its spec's path and entry, or None
-    when it was declined (answered with the reason)."""
+    when it was declined (answered with the reason). Between requests, the followed runs' imports."""
     server = listen(path)
+    server.settimeout(FOLLOW_S)
     pid_file = Path(f"{path}.pid")
     pid_file.write_text(f"{os.getpid()}\n")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(f"{path}.starting")  # listening now: the starter's mark is no longer needed
     print(f"gpukit warm trainer {os.getpid()}: ready on {path}", flush=True)
     with server:
         while True:
-            conn, _ = server.accept()
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                if follow is not None:
+                    follow.refresh()
+                continue
+            conn.settimeout(REQUEST_S)
             with conn:
                 if _peer_uid(conn) != os.getuid():
                     conn.sendall(b'{"ok": false, "reason": "not the warm process\'s user"}\n')
                     continue
-                spec_path, fit = _ask(conn, stamp)
-                for gone in (path, str(pid_file)):
+                spec_path, fit = _ask(conn, stamp, follow)
+                for gone in (path, str(pid_file), f"{path}.starting"):  # no mark of ours is left to end us by
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(gone)
                 answer = {"ok": True} if isinstance(fit, warm_fit.Entry) else {"ok": False, "reason": fit}
@@ -101,9 +117,16 @@ def wait_for_attempt(path: str, stamp: str) -> tuple[str, warm_fit.Entry] | None
 
 
 def main(argv: list[str]) -> int:
-    path = argv[0] if argv else start_mod.socket_path()
+    parser = argparse.ArgumentParser(prog="python -m glue.train.run.warm")
+    parser.add_argument("--follow", help="the runs whose recorded imports to load (glue.train.run.warm_follow)")
+    parser.add_argument("socket", nargs="?", help=f"default: {start_mod.WARM_SOCKET} (the trainer venv's)")
+    args = parser.parse_args(argv)
+    path = args.socket or start_mod.socket_path()
     preload()
-    got = wait_for_attempt(path, warm_fit.packages_stamp())
+    follow = Follow(args.follow) if args.follow else None
+    if follow is not None:
+        follow.refresh()
+    got = wait_for_attempt(path, warm_fit.packages_stamp(), follow)
     if got is None:
         return 0
     spec_path, entry = got

@@ -1,11 +1,12 @@
 """Whether a warm trainer process (glue.train.run.warm) can run an attempt in its own interpreter.
 
-It can when the attempt is `<this interpreter> -m <module> ...` or `<this interpreter> <script> ...`,
+It can when the attempt is `<python> -m <module> ...` or `<python> <script> ...` with a python of this
+process's environment (a run's venv link and the set's folder it points to are one environment),
 sets no variable that only an interpreter's start reads (PYTHONPATH, PYTHONUNBUFFERED and the thread
 counts OMP_NUM_THREADS / MKL_NUM_THREADS excepted: the warm child applies them itself) and the
-interpreter's packages are as they were when the process started. Anything else (a run's own packed
-environment, a docker runtime, a torchrun group, interpreter options) is a cold start, and `refusal`
-says why in one line.
+interpreter's packages are as they were when the process started. Anything else (another environment
+than this process's, a docker runtime, a torchrun group, interpreter options) is a cold start, and
+`refusal` says why in one line.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import sysconfig
 from dataclasses import dataclass
 
 from glue.train.run.launch import LaunchSpec
+from glue.train.run.start import venv_root
 
 # Read once when an interpreter or its native libraries start: a warm process already past that cannot
 # honour a new value.
 START_TIME_PREFIXES = ("PYTHON", "LD_", "OMP_", "MKL_", "OPENBLAS_", "MALLOC_")
 IN_PROCESS = frozenset({"PYTHONUNBUFFERED", "PYTHONPATH"})
 THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # applied in-process with torch.set_num_threads
+GLUE_PREFIX = "GPUKIT_"  # the attempt's own variables (TrainerEnv): read by glue at run time, never on import
 TORCHRUN = frozenset({"glue.train.run.process_group", "torch.distributed.run", "torch.distributed.launch"})
 
 
@@ -54,7 +57,7 @@ def entry_of(spec: LaunchSpec) -> Entry | str:
     if not argv:
         return "the attempt has no command"
     python = _interpreter(argv[0], spec.env)
-    if python != sys.executable:
+    if venv_root(python) != venv_root(sys.executable):
         return (f"the attempt runs {argv[0]}, not the warm process's interpreter {sys.executable} "
                 "(its own environment or runtime)")
     if len(argv) >= 3 and argv[1] == "-m":
@@ -66,12 +69,23 @@ def entry_of(spec: LaunchSpec) -> Entry | str:
     return f"the attempt's interpreter options {' '.join(argv[1:2])!r} need a new interpreter"
 
 
-def refusal(spec: LaunchSpec, stamp: str, env_now: dict[str, str] | None = None) -> Entry | str:
-    """The Entry to run warm, or one line saying why this attempt starts cold."""
+def refusal(spec: LaunchSpec, stamp: str, env_now: dict[str, str] | None = None,
+            preloaded: frozenset[str] | None = None) -> Entry | str:
+    """The Entry to run warm, or one line saying why this attempt starts cold. preloaded: set when the
+    process loaded a run's recorded modules (glue.train.run.warm_follow), with the names read only at run
+    time (the runs' secrets); every other variable the attempt sets must then be as they were loaded under,
+    since a library may read it on import (HF_HUB_OFFLINE)."""
     entry = entry_of(spec)
     if isinstance(entry, str):
         return entry
     now = dict(os.environ) if env_now is None else env_now
+    if preloaded is not None:
+        for name, value in sorted(spec.env.items()):
+            if name.startswith(GLUE_PREFIX) or name in IN_PROCESS or name in THREADS or name in preloaded:
+                continue
+            if now.get(name) != value:
+                return (f"the attempt sets {name} otherwise than the environment the warm process loaded the "
+                        "run's modules under")
     for name, value in sorted(spec.env.items()):
         if name in THREADS:
             continue

@@ -32,7 +32,7 @@ MEMORY_SHARE = 0.25
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -118,7 +118,7 @@ def ready(storage: Storage, paths: WorkPaths, req: dict[str, Any]) -> tuple[Path
     """The run's python for the set, and how its environment came to be: {source, seconds, note, …}."""
     digest, pins = str(req["set_sha256"]), list(req["pins"])
     t0 = time.monotonic()
-    with _locked(paths.env_lock(digest)):
+    with locked(paths.env_lock(digest)):
         info: dict[str, Any] = {"source": "reused"}
         if not venv.is_ready(paths.env_dir(digest), digest, pins):
             index = envstore.find(storage, digest)

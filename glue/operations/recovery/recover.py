@@ -9,7 +9,7 @@ Phases, one function each in glue/operations/recovery/phases.py (timed into runs
   configure  the Ansible playbook on the new VM (bucket mount, trainer runtime)
   verify     boundary guard, checkpoint read back on the new VM, command present
   prepare    the run's code package and requirements from the bucket by the manifest's hashes, checked
-             (only for a run with a workdir or requirements)
+             (only for a run with a workdir or requirements; begun alongside verify, timed as what it adds)
   start      the next attempt on the group's hosts, resuming
   restore    trainer start -> first resumed step (process start + checkpoint load + one step)
   replay     first resumed step -> the step the failed attempt had reached (work redone)
@@ -25,6 +25,7 @@ ones kept, what is left of the attempt is killed on every node, and the group re
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -286,13 +287,17 @@ def _onto_vms(home: Path, store: RunStore, console: Console, failure: phases.Fai
         how.update({h.name: "unchanged" for h in todo})
         if done is not None:
             how.update({**dict.fromkeys(done.seeded, "seed"), **dict.fromkeys(done.names, "playbook")})
-    with timed.phase(console, "verify", f"mount live and checkpoint {lost.ckpt} reads back on {', '.join(fresh)}"):
-        argvs = phases.verify(home, store, lost, hosts, fresh)
-    ready = None
-    if lost.ws.needs_prepare:
-        names = ", ".join(h.name for h in hosts)
-        with timed.phase(console, "prepare", f"code and requirements from the bucket on {names}"):
-            ready = phases.prepare(home, store, lost, failure, hosts)
+    # The code and environment come from the bucket while the VMs are checked (neither needs the other): the
+    # prepare phase is what it adds after verify, so the phases still add up to the wall time.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpukit-prepare") as pool:
+        preparing = pool.submit(phases.prepare, home, store, lost, failure, hosts) if lost.ws.needs_prepare else None
+        with timed.phase(console, "verify", f"mount live and checkpoint {lost.ckpt} reads back on {', '.join(fresh)}"):
+            argvs = phases.verify(home, store, lost, hosts, fresh)
+        ready = None
+        if preparing is not None:
+            with timed.phase(console, "prepare", f"code and requirements from the bucket on "
+                                                 f"{', '.join(h.name for h in hosts)} (begun with verify)"):
+                ready = preparing.result()
     started = phases.start(home, store, lost, failure, hosts, argvs, ready, group)
     warm_spares.say_start(console, [h.name for h in hosts], started.nodes, set(spares_used))
     return Moved(hosts, replaced, keep, group, started, how, spares_used, provisioned=bool(replaced))

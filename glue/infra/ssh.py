@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import shlex
 import sys
 import time
@@ -209,10 +210,11 @@ def put_file(home: Path, host: Host, path: str, data: bytes, mode: int = 0o600) 
     """Write `data` to `path` on the VM, created with `mode` (umask first, so a secret is never
     readable by others, not even for a moment). The bytes travel on stdin, never in arguments. The file
     is replaced by a rename: a reader (the trainer rereading refreshed credentials) sees the old file
-    or the new one, never a truncated one."""
+    or the new one, never a truncated one. Two writers of one path at once (a recovery's verify and prepare
+    both push the credentials) each write a temporary file of their own; the last rename wins."""
     umask = 0o777 & ~mode
     directory = path.rsplit("/", 1)[0] or "/"
-    new, dest = shlex.quote(f"{path}.gpukit-new"), shlex.quote(path)
+    new, dest = shlex.quote(f"{path}.gpukit-new-{secrets.token_hex(4)}"), shlex.quote(path)
     cmd = (f"umask {umask:03o} && mkdir -p {shlex.quote(directory)} && cat > {new} && chmod {mode:o} {new} "
            f"&& mv -f {new} {dest}")
     with _connection(home, host) as client:

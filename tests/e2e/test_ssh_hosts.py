@@ -178,19 +178,20 @@ def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path:
         # environment and a warm trainer process in it, which loads what the run recorded it imported
         proj, _ = project(tmp_path)
         spec = yaml.safe_load((proj / "run.yaml").read_text())
-        spec["config"].update(steps=120, step_sleep=0.1)
+        spec["config"].update(steps=300, step_sleep=0.1)  # long enough to be lost after the spare loaded its imports
         spec["recovery"] = {"backoff_seconds": 1, "backoff_max_seconds": 2}
         (proj / "run.yaml").write_text(yaml.safe_dump(spec))
         res = kit.glue("deploy", "--run", "mine", "--config", str(proj / "run.yaml"), "--vm", "gpukit-2")
         assert "warm trainer process and 1 run environment(s) ready on gpukit-spare-1" in res.stderr, res.stderr
         watchers.start()  # `glue watch --run mine`: the recovery below is unattended
-        wait_for(fast, "mine", lambda s: (s["step"] or 0) >= 25, timeout=240)
-        client, prefix = s3(fast), layout.run_prefix("mine")
-        recorded = bucket_store.read_json(client, "gpukit", prefix + layout.WARM_IMPORTS)["modules"]
-        assert {"einops", "torch", "numpy"} <= set(recorded) and "mylib.model" not in recorded  # not the run's code
         warm_log = f"{WARM_DIR}/warm.log"
         wait("the spare's warm process loading the run's imports", lambda: "run mine: loaded" in owner.ssh(
             owner.boxes[2], f"cat {warm_log}")[1], 120)
+        client, prefix = s3(fast), layout.run_prefix("mine")
+        recorded = bucket_store.read_json(client, "gpukit", prefix + layout.WARM_IMPORTS)["modules"]
+        assert {"einops", "torch", "numpy"} <= set(recorded) and "mylib.model" not in recorded  # not the run's code
+        st = wait_for(fast, "mine", lambda s: (s["step"] or 0) >= 25, timeout=240)
+        assert st["state"] == "running" and st["step"] < 250, st  # lost mid-run, below
         lost = owner.processes(owner.boxes[1])
         for pid in lost:  # box-2 stops answering (as a machine that hangs or drops off the network)
             with contextlib.suppress(ProcessLookupError):  # one that ended since it was listed needs no stop

@@ -68,8 +68,8 @@ def live_runs(home: Path) -> LiveRuns:
             continue
         if req and req.get("pins"):
             digest = str(req["set_sha256"])
-            entry = live.sets.setdefault(digest, {"requirements": {"set_sha256": digest, "pins": list(req["pins"])},
-                                                  "runs": []})
+            held = {"set_sha256": digest, "pins": list(req["pins"]), "pack_sha256": req.get("pack_sha256")}
+            entry = live.sets.setdefault(digest, {"requirements": held, "runs": []})
             _follow(entry, run, rc)
         else:
             _follow(live.image, run, rc)

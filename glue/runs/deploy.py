@@ -31,6 +31,7 @@ from glue.runs.store import RunStore
 from glue.runs.vm_group import GroupSpec
 from glue.shell_secrets import from_shell
 from glue.storage import bucket as bucket_store
+from glue.train.layout import env_pack_index_key
 from glue.train.run.torchrun import Rendezvous
 from glue.workdir import plan as wplan
 from glue.workdir.pin import Workspace
@@ -239,6 +240,18 @@ class Deployment:
                 if self.group.distributed else None
         return argvs, digest, rdzv
 
+    def _pin_pack(self) -> None:
+        """The pack of the run's set that its first attempt used (packed or found) into the manifest: a later
+        VM refuses another one put in its place (glue.train.workspace.environment)."""
+        manifest = self.store.read_manifest()
+        req = manifest.requirements
+        if not (req and req.get("pins")):
+            return
+        index = bucket_store.read_json(self.store.s3, self.store.info.name, env_pack_index_key(str(req["set_sha256"])))
+        if isinstance(index, dict) and index.get("sha256"):
+            manifest.requirements = {**req, "pack_sha256": str(index["sha256"])}
+            self.store.put_manifest(manifest)
+
     def _record_and_start(self, argvs: list[list[str]], ws: Workspace, rdzv: Rendezvous | None,
                           info: Future[dict[str, Any]], digest: str | None) -> dict[str, Any]:
         """Under the run's lease: check again that the run is (or is not) there, write the manifest, start."""
@@ -260,6 +273,8 @@ class Deployment:
         record = attempt_mod.Attempt(self.home, store, self.rc, hosts, number, resume=self.resume or number > 1,
                                      memory_limit_mb=self.memory_limit_mb, group=self.group, ws=ws,
                                      rdzv=rdzv).start(argvs)
+        if not exists:
+            self._pin_pack()
         names = ", ".join(h.name for h in hosts)
         where = f"{self.group.nodes} nodes ({names}) x {self.group.procs_per_node} processes, rendezvous " \
                 f"{record.rendezvous}" if self.group.distributed else hosts[0].name

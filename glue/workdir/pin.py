@@ -40,4 +40,6 @@ class Workspace:
         req = None
         if self.requirements and self.requirements.get("pins"):
             req = {k: self.requirements[k] for k in ("set_sha256", "pins", "wheels")}
+            if self.requirements.get("pack_sha256"):  # pinned after the first attempt packed (or found) it
+                req["pack_sha256"] = self.requirements["pack_sha256"]
         return {"run": run, "attempt": attempt, "package": pkg, "requirements": req}

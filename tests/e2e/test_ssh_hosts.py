@@ -207,6 +207,8 @@ def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path:
         assert "gpukit-2: environment:" not in said, said  # reused: nothing unpacked during the recovery
         assert "start: the trainer on gpukit-2 started warm" in said, said
         req = bucket_store.read_json(client, "gpukit", prefix + layout.MANIFEST)["requirements"]
+        pack = bucket_store.read_json(client, "gpukit", layout.env_pack_index_key(req["set_sha256"]))
+        assert req["pack_sha256"] == pack["sha256"]  # the deploy pinned the pack the spare was checked against
         python = f"/var/lib/gpukit/work/mine/venv-{req['set_sha256'][:16]}/bin/python"
         got = json.loads(kit.glue("ssh", "gpukit-2", "--", python, "-c", INSTALLED).stdout.strip().splitlines()[-1])
         assert pins.as_dict(got) == pins.as_dict(req["pins"])  # no more, no less

@@ -166,6 +166,19 @@ def test_a_pack_whose_pins_differ_from_the_manifests_is_refused(tmp_path: Path, 
     refused(tmp_path, bucket, req, r"differs from the manifest's resolved set: mydep is pinned at 0\.1 but 0\.2")
 
 
+def test_a_pack_put_in_place_of_the_one_the_manifest_pins_is_refused(tmp_path: Path, bucket: Storage) -> None:
+    """Pack and index replaced together (each consistent with the other, the same pins): the run's manifest
+    pinned the pack its first attempt used, and a later VM refuses any other."""
+    req, index, pack = packed(tmp_path, bucket)
+    code = next(n for n in tarfile.open(fileobj=io.BytesIO(pack)).getnames() if n.endswith("mydep/__init__.py"))
+    other = retar(pack, {code: b"VALUE = 43\n"})  # its code changed, its version (and so the pins check) not
+    envstore.store(bucket, req["set_sha256"], other, {k: index[k] for k in ("prefix", "files", "unpacked_bytes")})
+    line = refused(tmp_path, bucket, {**req, "pack_sha256": index["sha256"]}, "is not the .* this run's manifest pins")
+    assert "replaced in the bucket" in line
+    # without the pin (a manifest from before pins were written) the consistent pack is used, its pins checked
+    assert prepare_on(tmp_path / "vm", req, bucket, attempt=3)["environment"]["source"] == "pack"
+
+
 @pytest.mark.parametrize("bad", ["link", "dotdot", "own"])
 def test_a_pack_with_what_gpukit_never_packs_is_refused(tmp_path: Path, bucket: Storage, bad: str) -> None:
     req, index, pack = packed(tmp_path, bucket)

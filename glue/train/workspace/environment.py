@@ -1,7 +1,8 @@
 """The run's virtualenv on this VM, the fastest way that is still exactly the manifest's pinned set:
 
   reused     the set's venv is already here and still holds the pins (a --same-vm recovery)
-  pack       another VM packed the set (envs/<set>/ in the bucket): fetched, its sha256 checked, unpacked at
+  pack       another VM packed the set (envs/<set>/ in the bucket): fetched, its sha256 checked (against the
+             run's manifest too, which pins the pack its first attempt used), unpacked at
              the set's path (in memory when it fits), and its installed distributions checked against the
              manifest's pins (importlib.metadata). A pack whose bytes or pins differ is refused.
   wheelhouse no pack yet (the set's first VM): installed from the bucket's wheelhouse, then packed and
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from glue.train.layout import env_pack_index_key
 from glue.train.storage.target import Storage
 from glue.train.workspace import envbuild, envpack, envstore, venv
 from glue.train.workspace.errors import WorkspaceError
@@ -82,6 +84,11 @@ def from_pack(storage: Storage, paths: WorkPaths, req: dict[str, Any], index: di
     (gone from the bucket, made for another path)."""
     digest, pins = str(req["set_sha256"]), list(req["pins"])
     env = paths.env_dir(digest)
+    pinned = req.get("pack_sha256")
+    if pinned and index["sha256"] != pinned:  # the run's manifest pinned the pack its first attempt used
+        raise WorkspaceError(f"the set's packed environment in the bucket ({env_pack_index_key(digest)}: sha256 "
+                             f"{index['sha256']}) is not the {pinned} this run's manifest pins: it was replaced "
+                             "in the bucket; not using it")
     if index["prefix"] != str(env):
         return {"note": f"the set's packed environment was made for {index['prefix']}, not this VM's {env}"}
     t0 = time.monotonic()

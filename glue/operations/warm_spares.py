@@ -56,7 +56,8 @@ class LiveRuns:
 
 
 def live_runs(home: Path) -> LiveRuns:
-    """The live runs of the cluster, each with the environment its manifest pins (newest sets first)."""
+    """The live runs of the cluster, each with the environment its manifest pins (by run name, last first:
+    a spare holds the first sets, glue.train.spare.arm.MAX_ENVS)."""
     live = LiveRuns()
     busy = occupancy.live_on(home, current.hosts(home))
     info, creds = current.bucket_info(home), current.backend(home).bucket_credentials()

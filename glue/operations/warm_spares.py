@@ -104,8 +104,8 @@ def arm(home: Path, console: Console, spares: list[Host], live: LiveRuns | None 
     """Warm trainer processes and the live runs' environments on each of `spares` (idle ones only). Returns
     the names where a warm process was started now; a spare that could not be armed is named with why (it
     serves anyway, its attempt starting cold)."""
-    if not spares:
-        return []
+    if not spares or current.ClusterConfig.load(home).scheduler == "slurm":
+        return []  # Slurm starts its jobs there itself (a batch script, never glue.train.run.start): none
     if live is None:
         try:
             live = live_runs(home)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ def test_arming_again_keeps_the_process_and_ends_only_stale_warm_processes(
     folder = tmp_path / "warm"
     sock = folder / "trainer.sock"
     monkeypatch.setenv(SOCKET_ENV, str(sock))
-    spec = {"bucket": {"name": "b", "endpoint": "http://127.0.0.1:9", "region": "us-east-1"},
+    spec: dict[str, Any] = {"bucket": {"name": "b", "endpoint": "http://127.0.0.1:9", "region": "us-east-1"},
             "credentials_file": None, "image": {"runs": ["r1"]}, "envs": []}
     folder.mkdir(mode=0o700)
     # an environment's warm process no run uses any more, and a pid file naming another process
@@ -72,3 +73,32 @@ def test_arming_again_keeps_the_process_and_ends_only_stale_warm_processes(
         _stop(started)
         stale.kill()
         other.kill()
+
+
+def test_a_slurm_clusters_spares_hold_no_warm_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm starts its jobs on a spare through its batch script: a warm process could never take one and would
+    only hold memory beside it. Without Slurm the same spare is armed."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from glue.cluster.current import ClusterConfig
+    from glue.infra.inventory import Host
+    from glue.operations import warm_spares
+
+    armed: list[str] = []
+
+    def arm_one(home: Path, host: Host, spec: dict[str, Any]) -> dict[str, Any]:
+        armed.append(host.name)  # the SSH call to the spare, recorded instead of made
+        return {"trainer": "started", "envs": []}
+
+    monkeypatch.setattr(warm_spares, "_arm_one", arm_one)
+    monkeypatch.setattr(warm_spares.current, "bucket_info", lambda home: SimpleNamespace(
+        name="gpukit", endpoint="http://127.0.0.1:9", signing_region="us-east-1"))
+    spare = Host(name="gpukit-spare-1", id="x", ssh_host="127.0.0.1", ssh_port=9, ssh_user="root", host_key="",
+                 gpu_type="none", gpu_count=0, backend="local")
+    ClusterConfig(vms=2, spares=1, scheduler="slurm").save(tmp_path)
+    assert warm_spares.arm(tmp_path, Console(quiet=True), [spare], warm_spares.LiveRuns()) == [] and armed == []
+    ClusterConfig(vms=2, spares=1).save(tmp_path)
+    assert warm_spares.arm(tmp_path, Console(quiet=True), [spare], warm_spares.LiveRuns()) == ["gpukit-spare-1"]
+    assert armed == ["gpukit-spare-1"]

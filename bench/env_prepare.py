@@ -64,7 +64,7 @@ COPY = "import shutil, sys; shutil.rmtree(sys.argv[2], True); shutil.copytree(sy
 ON_DISK = """
 import json, sys
 from pathlib import Path
-from glue.train.workspace.bucket import open_bucket
+from glue.train.storage.target import open_bucket
 from glue.train.workspace.prepare import prepare
 spec = json.loads(Path(sys.argv[1]).read_text())
 print(json.dumps(prepare(open_bucket(spec), spec, root=Path("/var/lib/gpukit/work"))["environment"]))

@@ -247,7 +247,7 @@ def main() -> None:
         deploy = bench_deploy(root, s3, raw, info.name, args.rounds, scratch)
         redeploy = bench_redeploy(root, s3, info.name, args.rounds, deploy["sha256"])
         digest, wheels, wheel_bytes = build_wheelhouse(s3, info.name, scratch)
-        # The VM's reader of the bucket (glue.train.workspace.bucket.open_bucket), opened once per attempt.
+        # The VM's reader of the bucket (glue.train.storage.target.open_bucket), opened once per attempt.
         storage = open_target(f"s3://{info.name}", endpoint_url=info.endpoint, region=info.region,
                               credentials=lambda: creds, check=False)
         recovery = {**bench_recovery(storage, digest, wheels, args.rounds, scratch), "wheel_bytes": wheel_bytes}

@@ -77,9 +77,8 @@ def live_runs(home: Path) -> LiveRuns:
     return live
 
 
-def _arm_one(home: Path, host: Host, spec: dict[str, Any]) -> dict[str, Any]:
-    creds = current.backend(home).bucket_credentials()
-    ssh.put_file(home, host, remote.CREDENTIALS_PATH, credentials_doc(creds))
+def _arm_one(home: Path, host: Host, spec: dict[str, Any], creds: bytes) -> dict[str, Any]:
+    ssh.put_file(home, host, remote.CREDENTIALS_PATH, creds)
     ssh.put_file(home, host, ARM_SPEC, json.dumps(spec).encode())
     res = ssh.run(home, host, f"{shlex.quote(remote.python(host))} -m glue.train.spare.arm {ARM_SPEC}",
                   timeout=ARM_TIMEOUT_S)
@@ -115,10 +114,11 @@ def arm(home: Path, console: Console, spares: list[Host], live: LiveRuns | None 
     info = current.bucket_info(home)
     spec = {**live.spec(), "bucket": {"name": info.name, "endpoint": info.endpoint, "region": info.signing_region},
             "credentials_file": remote.CREDENTIALS_PATH}
+    creds = credentials_doc(current.backend(home).bucket_credentials())
     started: list[str] = []
     for host in spares:
         try:
-            done = _arm_one(home, host, spec)
+            done = _arm_one(home, host, spec, creds)
         except (GlueError, OSError, ValueError) as exc:
             console.print(f"[yellow]spare {host.name}[/]: no warm trainer process ({exc}); an attempt there "
                           "starts cold")

@@ -240,10 +240,9 @@ class Deployment:
                 if self.group.distributed else None
         return argvs, digest, rdzv
 
-    def _pin_pack(self) -> None:
+    def _pin_pack(self, manifest: Manifest) -> None:
         """The pack of the run's set that its first attempt used (packed or found) into the manifest: a later
         VM refuses another one put in its place (glue.train.workspace.environment)."""
-        manifest = self.store.read_manifest()
         req = manifest.requirements
         if not (req and req.get("pins")):
             return
@@ -262,19 +261,21 @@ class Deployment:
             raise GlueError(f"run {store.run!r} already exists in the bucket (another deploy just created it)")
         attempts = store.attempts()
         number = (max(attempts) + 1) if attempts else 1
+        manifest: Manifest | None = None  # written now: a new run
         if not exists:
             head = hosts[0]
             environment = {**env_info, "gpu_type": head.gpu_type, "gpu_count": head.gpu_count,
                            "backend": head.backend, "market": head.market}
-            store.put_manifest(Manifest.of_run(
+            manifest = Manifest.of_run(
                 store, self.rc, environment, self.eval_pin, image_digest=digest, code=git_version(),
                 distributed=self.group.as_dict() if self.group.distributed else None,
-                workdir=ws.package, requirements=ws.requirements))
+                workdir=ws.package, requirements=ws.requirements)
+            store.put_manifest(manifest)
         record = attempt_mod.Attempt(self.home, store, self.rc, hosts, number, resume=self.resume or number > 1,
                                      memory_limit_mb=self.memory_limit_mb, group=self.group, ws=ws,
                                      rdzv=rdzv).start(argvs)
-        if not exists:
-            self._pin_pack()
+        if manifest is not None:
+            self._pin_pack(manifest)
         names = ", ".join(h.name for h in hosts)
         where = f"{self.group.nodes} nodes ({names}) x {self.group.procs_per_node} processes, rendezvous " \
                 f"{record.rendezvous}" if self.group.distributed else hosts[0].name

@@ -88,7 +88,7 @@ def test_a_slurm_clusters_spares_hold_no_warm_process(tmp_path: Path, monkeypatc
 
     armed: list[str] = []
 
-    def arm_one(home: Path, host: Host, spec: dict[str, Any]) -> dict[str, Any]:
+    def arm_one(home: Path, host: Host, spec: dict[str, Any], creds: bytes) -> dict[str, Any]:
         armed.append(host.name)  # the SSH call to the spare, recorded instead of made
         return {"trainer": "started", "envs": []}
 

@@ -26,8 +26,7 @@ from glue.train.errors import StorageError, TargetError
 from glue.train.layout import WARM_IMPORTS, run_prefix
 from glue.train.run.warm_fit import START_TIME_PREFIXES, THREADS
 from glue.train.run.warm_imports import modules_of
-from glue.train.storage.credentials import credentials_from_file
-from glue.train.storage.target import Storage, open_target
+from glue.train.storage.target import Storage, open_bucket
 
 
 def load(names: Iterable[str]) -> tuple[int, list[str]]:
@@ -80,12 +79,8 @@ class Follow:
         return doc if isinstance(doc, dict) and isinstance(doc.get("runs"), list) else None
 
     def _open(self, spec: dict[str, Any]) -> Storage:
-        bucket, cred_file = spec["bucket"], spec.get("credentials_file")
-        if self._storage is None or self._bucket != bucket:
-            self._storage = open_target(f"s3://{bucket['name']}", endpoint_url=bucket.get("endpoint"),
-                                        region=bucket.get("region"), check=False,
-                                        credentials=(lambda: credentials_from_file(cred_file)) if cred_file else None)
-            self._bucket = bucket
+        if self._storage is None or self._bucket != spec["bucket"]:
+            self._storage, self._bucket = open_bucket(spec), spec["bucket"]
         return self._storage
 
     def refresh(self) -> int:

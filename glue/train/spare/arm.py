@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from glue.train.run.start import socket_for, socket_path, warm_dir, warm_pid
+from glue.train.storage.target import open_bucket
 from glue.train.workspace import envstore, venv
-from glue.train.workspace.bucket import open_bucket
 from glue.train.workspace.environment import from_pack, locked
 from glue.train.workspace.errors import WorkspaceError
 from glue.train.workspace.paths import MEMORY_ROOT, WorkPaths

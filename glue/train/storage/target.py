@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from boto3.s3.transfer import TransferConfig
 
 from glue.train.errors import TargetError
+from glue.train.storage.credentials import credentials_from_file
 from glue.train.storage.folder import FileStorage
 from glue.train.storage.retry import RetryPolicy
 from glue.train.storage.s3 import DEFAULT_TRANSFER, S3Storage
@@ -74,3 +75,13 @@ def open_target(
     if check:
         storage.check()
     return storage
+
+
+def open_bucket(spec: dict[str, Any]) -> Storage:
+    """The bucket's root as a VM-side tool is told it: spec {"bucket": {"name", "endpoint", "region"},
+    "credentials_file"} (the launch spec's shape; the workspace step, a spare's arming, a warm process)."""
+    bucket, cred_file = spec["bucket"], spec.get("credentials_file")
+    return open_target(
+        f"s3://{bucket['name']}", endpoint_url=bucket.get("endpoint"), region=bucket.get("region"),
+        credentials=(lambda: credentials_from_file(cred_file)) if cred_file else None, check=False,
+    )

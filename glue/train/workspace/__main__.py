@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from glue.train.workspace.bucket import open_bucket
+from glue.train.storage.target import open_bucket
 from glue.train.workspace.errors import WorkspaceError
 from glue.train.workspace.prepare import prepare
 from glue.train.workspace.target import target

@@ -128,12 +128,6 @@ def validate(store: RunStore, manifest: Manifest, failure: Failure, from_scratch
 
 
 # -- provision ----------------------------------------------------------------------------------------
-# SIGSTOP the attempt's processes and their children: frozen, a kept trainer keeps its stacks and memory
-# for py-spy or gdb, and writes nothing more (no heartbeat over the new attempt's).
-_FREEZE = ("all='{pids}'; for p in $all; do for c in $(pgrep -P $p); do "
-           "all=\"$all $c $(pgrep -P $c | tr '\\n' ' ')\"; done; done; kill -STOP $all 2>/dev/null; true")
-
-
 def keepable(home: Path, failure: Failure, keep_failed: bool) -> list[lifecycle.KeptVM]:
     """The failed VMs to keep for debugging: asked for, a class where the VMs themselves still work, and
     every VM of the attempt that is still there (a group keeps all its live nodes, frozen together: its
@@ -170,13 +164,9 @@ def kill_attempt(home: Path, store: RunStore, attempt: AttemptRecord,
         if host is None or backend.read_vm(host.id) is None or not ssh.reachable(home, host):
             continue
         try:
-            if host.id in frozen:
-                pids = [str(p) for k, p in remote.process_state(home, host, store.run, attempt.attempt)
-                        ["pids"].items() if k.endswith("_pid") and isinstance(p, int)]
-                if pids:
-                    ssh.run(home, host, _FREEZE.format(pids=" ".join(pids)), timeout=20)
-            else:
-                remote.kill_processes(home, host, store.run, attempt.attempt)
+            # SIGSTOP on a kept VM: frozen, a kept trainer keeps its stacks and memory for py-spy or gdb, and
+            # writes nothing more (no heartbeat over the new attempt's).
+            remote.signal_processes(home, host, store.run, attempt.attempt, "STOP" if host.id in frozen else "KILL")
         except GlueError:
             if backend.read_vm(host.id) is not None:
                 raise

@@ -106,8 +106,9 @@ def stop_stale(home: Path, latest: AttemptRecord) -> None:
     if not pid or host is None or host.id != latest.vm_id or not ssh.reachable(home, host):
         return
     # Only that very trainer (its environment names the run's attempt), never a process that took its pid.
-    mine = (f"tr '\\0' '\\n' </proc/{pid}/environ 2>/dev/null | grep -qx "
-            f"{shlex.quote(f'{V.ATTEMPT}={latest.attempt}')} || exit 0")
+    env = f"tr '\\0' '\\n' </proc/{pid}/environ 2>/dev/null"
+    mine = " && ".join(f"{env} | grep -qx {shlex.quote(f'{var}={value}')}"
+                       for var, value in ((V.RUN, latest.run), (V.ATTEMPT, latest.attempt))) + " || exit 0"
     wait = f"for i in $(seq {STOP_WAIT_S * 5}); do kill -0 {pid} 2>/dev/null || exit 0; sleep 0.2; done"
     ssh.run(home, host, f"{mine}; kill -TERM {pid} 2>/dev/null || exit 0; {wait}; kill -KILL {pid}; true",
             timeout=STOP_WAIT_S + 15)

@@ -122,6 +122,16 @@ class Trainer(Protocol):
     def wait(self) -> int: ...
 
 
+def start_ticks(pid: int) -> int:
+    """When the process started (clock ticks since boot, /proc/<pid>/stat field 22): with its pid, what names
+    this very process. A VM reuses pids within minutes (its trainers' threads take them too), so glue checks
+    both before it probes or signals an attempt's process (glue.runs.remote). 0: it is gone already."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 # How the trainer is started: (spec, the open log, the memory limit or None, its environment) -> Trainer.
 Starter = Callable[[LaunchSpec, IO[bytes], "MemoryLimit | None", dict[str, str]], Trainer]
 
@@ -156,6 +166,7 @@ def main(spec_path: str, start: Starter = cold_start, how: dict[str, str] | None
     # Whole or absent: glue reads it over SSH (glue.runs.remote.process_state) while it may be written.
     tmp = Path(f"{paths.pids}.tmp")
     tmp.write_text(json.dumps({"supervisor_pid": os.getpid(), "trainer_pid": child.pid,
+                               "supervisor_start": start_ticks(os.getpid()), "trainer_start": start_ticks(child.pid),
                                "started_at": iso(utc_now()), **(how or {"start": "cold"})}))
     os.replace(tmp, paths.pids)
 

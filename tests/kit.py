@@ -41,6 +41,15 @@ class Kit:
         return proc
 
 
+def explain(kit: Kit, run: str, st: dict[str, object]) -> str:
+    """A run's whole status and its incidents, for an assertion's message: a failure far from here (a CI
+    host) must say why the run is in the state it is."""
+    import json
+
+    incidents = kit.glue("incidents", "--run", run, "--json", check=False)
+    return f"status {json.dumps(st)}\nincidents {incidents.stdout.strip()} {incidents.stderr.strip()}"
+
+
 def stop_spare_refill(home: Path) -> None:
     """A spare pool refill still running (a detached process group) must not create VMs after teardown."""
     try:

@@ -254,8 +254,10 @@ class Watcher:
         running = Quick(True, int(step) if isinstance(step, int) else 0)
         probe_from, decide_at = probe_mod.window(rc.monitor.heartbeat_seconds, rc.monitor.lost_after_seconds,
                                                  1.25 * self._lost_check_s)
-        if now - beat_at <= probe_from:  # on time
+        if now - beat_at <= probe_from:  # on time: the connection a late beat's probe asks over is opened now
             self._probes.pop(store.run, None)
+            if (host := current.host_of_node(self.home, records.nodes_of(rec)[0])) is not None:
+                probe_mod.hold(self.home, host)
             self._wake(beat_at + probe_from)
             return running
         if beat.get("closed"):  # the trainer ended on its own: no beat is due, its exit record is

@@ -16,6 +16,13 @@ The timeline of one heartbeat (t = its `updated_at`, h = heartbeat_seconds, L = 
 
 A trainer that is slow but alive keeps its heartbeat (a thread of its own), so no probe starts; a
 late heartbeat on a VM that answers SSH is never called lost here.
+
+The probe asks first over a connection the watcher opened while the heartbeat was on time (`hold`), one per
+VM, kept alive: on a loaded controller or behind a bastion a new SSH connection (two handshakes there) can
+take longer than the whole window, and a VM that was merely slow to shake hands was once called lost
+(CI, 2026-12-07: a run classed vm_lost 0.5 s before its closing heartbeat). A frozen VM answers on no
+connection, held or new; one the held connection does not answer within half the time left is tried
+over a new one too.
 """
 
 from __future__ import annotations
@@ -35,6 +42,61 @@ DECIDE_MARGIN_S = 1.5   # at least this for the full check (bucket reads, the in
 LATE_SLACK_S = 0.25     # a heartbeat this much past its period is late (its upload takes a moment)
 MIN_WINDOW_S = 1.0      # the probe's window is never shorter (nor longer than half the time left)
 RETRY_S = 0.25          # between tries of a probe whose connection was refused or broke
+KEEPALIVE_S = 15.0      # a held connection's keepalive: no firewall or NAT drops it while idle
+
+_held: dict[str, paramiko.SSHClient] = {}  # the watcher's open connection per VM (`hold`), idle between probes
+_opening: set[str] = set()
+_lock = threading.Lock()
+
+
+def _key(home: Path, host: Host) -> str:
+    return f"{home}|{host.id}|{host.ssh_host}:{host.ssh_port}"
+
+
+def hold(home: Path, host: Host) -> None:
+    """Open, in the background, the connection the probes of `host` ask over first (once; again after one
+    broke)."""
+    key = _key(home, host)
+    with _lock:
+        if key in _held or key in _opening:
+            return
+        _opening.add(key)
+    threading.Thread(target=_open_held, args=(home, host, key), name=f"gpukit-hold-{host.name}", daemon=True).start()
+
+
+def is_held(home: Path, host: Host) -> bool:
+    with _lock:
+        return _key(home, host) in _held
+
+
+def _open_held(home: Path, host: Host, key: str) -> None:
+    try:
+        _give_back(key, ssh.connect(home, host))
+    except (GlueError, paramiko.SSHException, OSError, EOFError):
+        pass  # no connection held: a probe connects anew, as it always could
+    finally:
+        with _lock:
+            _opening.discard(key)
+
+
+def _take(key: str) -> paramiko.SSHClient | None:
+    with _lock:
+        client = _held.pop(key, None)
+    transport = client.get_transport() if client is not None else None
+    if client is not None and (transport is None or not transport.is_active()):
+        client.close()
+        return None
+    return client
+
+
+def _give_back(key: str, client: paramiko.SSHClient) -> None:
+    transport = client.get_transport()
+    if transport is not None:
+        transport.set_keepalive(int(KEEPALIVE_S))
+    with _lock:
+        old, _held[key] = _held.get(key), client
+    if old is not None and old is not client:
+        old.close()
 
 
 def window(heartbeat_s: float, lost_after_s: float, margin_s: float = DECIDE_MARGIN_S) -> tuple[float, float]:
@@ -63,25 +125,38 @@ class Probe:
         threading.Thread(target=self._run, name=f"gpukit-probe-{self.host.name}", daemon=True).start()
 
     def _run(self) -> None:
+        key = _key(self.home, self.host)
         while (left := self.deadline - time.time()) > 0:
             self.tries += 1
+            held = _take(key)
+            client = held
             try:
-                client = ssh.connect(self.home, self.host, timeout=max(left, 0.1))
-                try:
-                    transport = client.get_transport()
-                    if transport is None:
-                        raise EOFError("no transport")
-                    chan = transport.open_session(timeout=max(self.deadline - time.time(), 0.1))
-                    chan.exec_command(ssh.as_root(self.host, "true"))
-                    done = chan.status_event.wait(max(self.deadline - time.time(), 0.05))
-                    if done and chan.recv_exit_status() == 0 and time.time() <= self.deadline:
-                        self.answered_at = time.time()
-                        return
-                finally:
-                    client.close()
+                if client is None:
+                    client = ssh.connect(self.home, self.host, timeout=max(left, 0.1))
+                # A held connection gets half the time left: one that broke silently must leave time for a new one.
+                if self._answers(client, self.deadline - (left / 2 if held is not None else 0)):
+                    self.answered_at = time.time()
+                    _give_back(key, client)
+                    return
             except (GlueError, paramiko.SSHException, OSError, EOFError) as exc:
                 self.last_error = str(exc)
-            time.sleep(min(RETRY_S, max(self.deadline - time.time(), 0)))
+            if client is not None:
+                client.close()
+            if held is None:
+                time.sleep(min(RETRY_S, max(self.deadline - time.time(), 0)))
+
+    def _answers(self, client: paramiko.SSHClient, until: float) -> bool:
+        """`true` ran and exited 0 on the VM over `client` before `until` and before the deadline."""
+        transport = client.get_transport()
+        if transport is None:
+            raise EOFError("no transport")
+        chan = transport.open_session(timeout=max(until - time.time(), 0.1))
+        try:
+            chan.exec_command(ssh.as_root(self.host, "true"))
+            done = chan.status_event.wait(max(until - time.time(), 0.05))
+            return done and chan.recv_exit_status() == 0 and time.time() <= self.deadline
+        finally:
+            chan.close()  # the held connection carries the next probe's channel, not this one's
 
     def verdict(self, now: float) -> str:
         """answered | silent (the window passed without an answer) | pending."""

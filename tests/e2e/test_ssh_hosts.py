@@ -32,7 +32,7 @@ from tests.e2e.test_own_job import INSTALLED, project
 from tests.e2e.test_slurm_runs import wait
 from tests.e2e.test_watch import Watchers
 from tests.integration.test_runs import here, s3, wait_for
-from tests.kit import Kit, remove_kit_home_machines
+from tests.kit import Kit, explain, remove_kit_home_machines
 
 pytestmark = pytest.mark.e2e
 
@@ -231,7 +231,7 @@ def test_runs_recover_onto_a_warm_spare_host_of_the_file(owner: Owner, tmp_path:
         assert "ProxyCommand=" in inventory["gpukit-2"]["ansible_ssh_common_args"]
         assert kit.glue("ssh", "gpukit-2", "--", "hostname").stdout.split() == ["box-3"]
         st = wait_for(fast, "mine", lambda s: s["state"] != "running", timeout=300)
-        assert st["state"] == "completed", st
+        assert st["state"] == "completed", f"{explain(fast, 'mine', st)}\nwatcher: {watchers.logs()[-3000:]}"
         watchers.stop_all()
         # Only now, with the run done and its watcher gone (a host behind a hung jump is unreachable: lost):
         with owner.stopped(bastion):  # the bastion hangs: gpukit-2 cannot be reached, and the line says why

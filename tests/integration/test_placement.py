@@ -13,7 +13,7 @@ from glue.cluster import current
 from glue.errors import NoCapacity
 from glue.runs import occupancy
 from tests.integration.test_runs import here, run_config, run_objects, status, vm_exec, wait_for
-from tests.kit import stop_live_runs
+from tests.kit import explain, stop_live_runs
 
 from .conftest import Kit
 
@@ -30,12 +30,6 @@ def _attempt(kit: Kit, run: str, n: int) -> dict[str, object]:
 
 def _vm_id(kit: Kit, name: str) -> str:
     return next(v["id"] for v in json.loads(kit.glue("status", "--json").stdout)["vms"] if v["name"] == name)
-
-
-def _explain(kit: Kit, run: str, st: dict[str, object]) -> str:
-    """The whole status and the run's incidents: a failure far from here (a CI host) must say why."""
-    incidents = kit.glue("incidents", "--run", run, "--json", check=False)
-    return f"status {json.dumps(st)}\nincidents {incidents.stdout.strip()} {incidents.stderr.strip()}"
 
 
 @pytest.mark.timeout(600)
@@ -94,9 +88,9 @@ def test_runs_go_to_free_vms_and_a_recovery_moves_off_a_shared_vm(cluster_kit: K
         assert _vm_id(fast, "gpukit-1") == vm1
         # The neighbour: never stopped, never recovered; its first and only attempt trains on after the recovery.
         before = status(fast, "pl-c")
-        assert before["state"] == "running" and before["attempt"] == 1, _explain(fast, "pl-c", before)
+        assert before["state"] == "running" and before["attempt"] == 1, explain(fast, "pl-c", before)
         after = wait_for(fast, "pl-c", lambda s: (s["step"] or 0) > (before["step"] or 0), timeout=120)
-        assert after["state"] == "running" and after["attempt"] == 1, _explain(fast, "pl-c", after)
+        assert after["state"] == "running" and after["attempt"] == 1, explain(fast, "pl-c", after)
     finally:
         for run in ("pl-a", "pl-b", "pl-c"):
             fast.glue("stop", "--run", run, check=False)

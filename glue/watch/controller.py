@@ -256,7 +256,7 @@ class Watcher:
                                                  1.25 * self._lost_check_s)
         if now - beat_at <= probe_from:  # on time: the connection a late beat's probe asks over is opened now
             self._probes.pop(store.run, None)
-            if (host := current.host_of_node(self.home, records.nodes_of(rec)[0])) is not None:
+            if not self.single_pass and (host := current.host_of_node(self.home, records.nodes_of(rec)[0])):
                 probe_mod.hold(self.home, host)
             self._wake(beat_at + probe_from)
             return running

@@ -221,14 +221,13 @@ def checkpoint_storage(store: RunStore, manifest: Manifest) -> Storage | None:
 
 
 def last_valid_checkpoint(store: RunStore, manifest: Manifest, deep: bool = False) -> int | None:
-    """Newest checkpoint step whose COMMIT.json and objects check out (sizes; sha256 when deep)."""
-    from glue.train.checkpoint.format import check_checkpoints
+    """Newest checkpoint step whose COMMIT.json and objects check out (sizes; sha256 when deep). The older
+    ones are not read: a recovery's validate reads only the checkpoint it resumes from."""
+    from glue.train.checkpoint.format import newest_valid
 
     storage = checkpoint_storage(store, manifest)
-    if storage is None:
-        return None
-    valid = [s.step for s in check_checkpoints(storage, deep=deep) if s.valid]
-    return max(valid) if valid else None
+    found = newest_valid(storage, deep=deep) if storage is not None else None
+    return found.step if found is not None else None
 
 
 def capture_stacks(home: Path, host: Host, pid: int) -> str:

@@ -302,6 +302,16 @@ def reject(storage: Storage, steps: list[int], why: str, by: str) -> list[int]:
     return done
 
 
+def newest_valid(storage: Storage, *, deep: bool = True) -> CheckpointStatus | None:
+    """The newest valid checkpoint, validated newest first: an older one is never read once a newer one is
+    valid (deep, each read is the whole checkpoint, and a run keeps several). None when none is valid."""
+    steps = list_steps(storage)
+    for step in sorted(steps, reverse=True):
+        if (status := validate_step(storage, step, steps[step], deep=deep)).valid:
+            return status
+    return None
+
+
 def check_checkpoints(storage: Storage, *, deep: bool = True) -> list[CheckpointStatus]:
     """Every step directory on the target, newest first, each validated (deep: sha256 of all objects)."""
     steps = list_steps(storage)

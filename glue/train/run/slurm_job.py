@@ -169,12 +169,13 @@ def prepare_workspace(spec_path: str) -> dict[str, Any]:
 def newest_valid_checkpoint(spec: SlurmJobSpec) -> int | None:
     """The checkpoint this start resumes from (the trainer takes the newest valid one), read before it starts:
     recorded so the resume check knows it even once keep_last has pruned it."""
-    from glue.train.checkpoint.format import check_checkpoints
+    from glue.train.checkpoint.format import newest_valid
 
     target = TrainerEnv.from_env(spec.env).checkpoint
     storage = open_target(target, endpoint_url=spec.bucket.endpoint, region=spec.bucket.region,
                           credentials=lambda: credentials_from_file(spec.credentials_file), check=False)
-    return next((st.step for st in check_checkpoints(storage, deep=False) if st.valid), None)
+    found = newest_valid(storage, deep=False)
+    return found.step if found is not None else None
 
 
 def _supervise(spec_path: str, pids_path: str) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:

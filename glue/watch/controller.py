@@ -256,8 +256,8 @@ class Watcher:
                                                  1.25 * self._lost_check_s)
         if now - beat_at <= probe_from:  # on time: the connection a late beat's probe asks over is opened now
             self._probes.pop(store.run, None)
-            if not self.single_pass and (host := current.host_of_node(self.home, records.nodes_of(rec)[0])):
-                probe_mod.hold(self.home, host)
+            if not self.single_pass:
+                probe_mod.hold_for(self.home, records.nodes_of(rec)[0])
             self._wake(beat_at + probe_from)
             return running
         if beat.get("closed"):  # the trainer ended on its own: no beat is due, its exit record is

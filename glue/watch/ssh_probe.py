@@ -34,9 +34,11 @@ from pathlib import Path
 
 import paramiko
 
+from glue.cluster import current
 from glue.errors import GlueError
 from glue.infra import ssh
 from glue.infra.inventory import Host
+from glue.runs.records import AttemptNode
 
 DECIDE_MARGIN_S = 1.5   # at least this for the full check (bucket reads, the incident) after the window closes
 LATE_SLACK_S = 0.25     # a heartbeat this much past its period is late (its upload takes a moment)
@@ -46,6 +48,7 @@ KEEPALIVE_S = 15.0      # a held connection's keepalive: no firewall or NAT drop
 
 _held: dict[str, paramiko.SSHClient] = {}  # the watcher's open connection per VM (`hold`), idle between probes
 _opening: set[str] = set()
+_of_vm: dict[str, str] = {}  # "<home>|<vm id>" -> its held connection's key: no inventory read while held
 _lock = threading.Lock()
 
 
@@ -62,6 +65,21 @@ def hold(home: Path, host: Host) -> None:
             return
         _opening.add(key)
     threading.Thread(target=_open_held, args=(home, host, key), name=f"gpukit-hold-{host.name}", daemon=True).start()
+
+
+def hold_for(home: Path, node: AttemptNode) -> None:
+    """`hold` for an attempt's VM, called on every on-time poll: the inventory is read only while no connection
+    is held (or opening) for it."""
+    vm = f"{home}|{node.vm_id}"
+    with _lock:
+        key = _of_vm.get(vm)
+        if key is not None and (key in _held or key in _opening):
+            return
+    host = current.host_of_node(home, node)
+    if host is not None:
+        with _lock:
+            _of_vm[vm] = _key(home, host)
+        hold(home, host)
 
 
 def is_held(home: Path, host: Host) -> bool:
